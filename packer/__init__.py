@@ -1,0 +1,33 @@
+"""packer: raw text to packed, memory-mapped token shards for LLM training.
+
+Build side (no torch needed)::
+
+    from packer import BuildConfig, build
+    build(BuildConfig(inputs=("corpus/",), out="out/", seq_len=2048))
+
+Training side (imports torch on first use)::
+
+    from packer import PackedDataset
+    ds = PackedDataset("out/")
+"""
+
+from .build import BuildConfig, build
+from .errors import PackerError
+from .pack import Layout, pack
+
+__all__ = ["BuildConfig", "build", "pack", "Layout", "PackerError", "PackedDataset", "collate"]
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # torch is imported only when the dataset side is asked for, so a CPU box
+    # can build shards without importing it.
+    if name == "PackedDataset":
+        from .dataset import PackedDataset
+
+        return PackedDataset
+    if name == "collate":
+        from .dataset import collate
+
+        return collate
+    raise AttributeError(f"module 'packer' has no attribute {name!r}")

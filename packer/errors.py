@@ -1,0 +1,24 @@
+"""Errors that reach the user as one line.
+
+Raise ``PackerError`` for anything the user can fix (a missing input, a bad
+flag, a damaged shard): the CLI prints its message on one line with no
+traceback and exits with ``exit_code``.
+"""
+
+
+class PackerError(Exception):
+    """A user-facing error; ``str(err)`` is the whole message."""
+
+    exit_code = 2
+
+
+class InputError(PackerError):
+    """A bad record met under ``--strict``; names the file and line."""
+
+    exit_code = 1
+
+
+class ShardError(PackerError):
+    """A shard or manifest that fails validation; names the file."""
+
+    exit_code = 1

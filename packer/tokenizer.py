@@ -1,0 +1,187 @@
+"""Tokenizers: resolve what ``--tokenizer`` names, and encode batches of text.
+
+``resolve_tokenizer`` runs once in the main process and returns a
+``TokenizerInfo``: a picklable description (the tokenizer's JSON, its special
+ids, a fingerprint) that worker processes turn into an ``Encoder``.
+
+With no ``--tokenizer`` packer uses a built-in byte-level tokenizer (ids
+0..255 are the UTF-8 bytes, 256 is end-of-document), so it runs offline with
+no files at all.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import PackerError
+
+BYTES_NAME = "bytes"
+BYTES_EOS = 256
+
+# Special tokens tried, in order, as the end-of-document token.
+EOS_CANDIDATES = (
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "</s>",
+    "<eos>",
+    "<|eot_id|>",
+    "[SEP]",
+)
+PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>")
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """Everything a worker needs to encode, and the manifest needs to record."""
+
+    name: str  # what the user passed, or "bytes"
+    kind: str  # "bytes" | "hf"
+    vocab_size: int  # ids are < vocab_size
+    eos_id: int | None  # appended after every document; None with --no-eos
+    pad_id: int  # fills the slots after a row's last piece
+    fingerprint: str  # sha256 of the tokenizer definition as used
+    json: str | None = None  # the HF tokenizer.json as used (truncation/padding off)
+    notes: tuple[str, ...] = field(default=())  # changes packer made, said to the user
+
+    def manifest(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id,
+            "pad_id": self.pad_id,
+            "fingerprint": self.fingerprint,
+            "notes": list(self.notes),
+        }
+
+
+def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None = None) -> TokenizerInfo:
+    """Turn ``--tokenizer`` into a ``TokenizerInfo``.
+
+    ``spec`` is None (built-in bytes), a tokenizer.json, a folder holding one,
+    or a hub name (used only if the hub or its local cache answers).
+    """
+    if spec is None or spec == BYTES_NAME:
+        fp = hashlib.sha256(b"packer-bytes-v1").hexdigest()
+        return TokenizerInfo(BYTES_NAME, "bytes", 257, BYTES_EOS if eos else None, BYTES_EOS, fp)
+
+    tok = _load_hf(spec)
+    notes = []
+    if tok.truncation is not None:
+        notes.append(f"truncation (max_length={tok.truncation.get('max_length')}) switched off: no text is cut")
+        tok.no_truncation()
+    if tok.padding is not None:
+        notes.append("padding switched off: packer pads rows itself")
+        tok.no_padding()
+    as_json = tok.to_str()
+    vocab = tok.get_vocab(with_added_tokens=True)
+    vocab_size = max(vocab.values()) + 1 if vocab else tok.get_vocab_size(True)
+
+    specials = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
+    eos_id = None
+    if eos:
+        if eos_token is not None:
+            if eos_token not in vocab:
+                raise PackerError(f"--eos-token {eos_token!r} is not in the vocabulary of {spec}")
+            eos_id = vocab[eos_token]
+        else:
+            for cand in EOS_CANDIDATES:
+                if cand in vocab and (cand in specials or cand == "<|endoftext|>"):
+                    eos_id = vocab[cand]
+                    break
+            if eos_id is None:
+                raise PackerError(
+                    f"tokenizer {spec} has no end-of-document token I recognise "
+                    f"(looked for {', '.join(EOS_CANDIDATES)}): pass --eos-token TOKEN or --no-eos"
+                )
+    pad_id = next((vocab[c] for c in PAD_CANDIDATES if c in vocab), None)
+    if pad_id is None:
+        pad_id = eos_id if eos_id is not None else 0
+    fp = hashlib.sha256(as_json.encode()).hexdigest()
+    return TokenizerInfo(spec, "hf", vocab_size, eos_id, pad_id, fp, as_json, tuple(notes))
+
+
+def _load_hf(spec: str):
+    from tokenizers import Tokenizer
+
+    path = spec
+    if os.path.isdir(spec):
+        path = os.path.join(spec, "tokenizer.json")
+        if not os.path.exists(path):
+            raise PackerError(f"no tokenizer.json in folder {spec}")
+    if os.path.isfile(path):
+        try:
+            return Tokenizer.from_file(path)
+        except Exception as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise PackerError(f"cannot load tokenizer {path}: {first}") from None
+    if os.path.sep in spec and not spec.count("/") == 1:
+        raise PackerError(f"tokenizer not found: {spec}")
+    cached = _hub_cache_file(spec)
+    if cached:
+        return Tokenizer.from_file(cached)
+    try:
+        return Tokenizer.from_pretrained(spec)
+    except Exception:
+        raise PackerError(
+            f"could not load tokenizer {spec!r} from the hub or its local cache: "
+            "pass a path to a tokenizer.json or a folder holding one"
+        ) from None
+
+
+def _hub_cache_file(name: str) -> str | None:
+    home = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub"
+    )
+    pattern = os.path.join(home, "models--" + name.replace("/", "--"), "snapshots", "*", "tokenizer.json")
+    hits = sorted(glob.glob(pattern))
+    return hits[-1] if hits else None
+
+
+class Encoder:
+    """Encodes batches of text to id arrays, EOS appended. One per process."""
+
+    def __init__(self, info: TokenizerInfo):
+        self.info = info
+        self._eos = np.array([info.eos_id] if info.eos_id is not None else [], dtype=np.uint32)
+        if info.kind == "hf":
+            from tokenizers import Tokenizer
+
+            self._tok = Tokenizer.from_str(info.json)
+            self._batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        """Return one uint32 array per text: its ids, then EOS (if on)."""
+        eos = self._eos
+        if self.info.kind == "bytes":
+            arrays = [np.frombuffer(t.encode("utf-8", "surrogatepass"), dtype=np.uint8) for t in texts]
+            if not len(eos):
+                return [a.astype(np.uint32) for a in arrays]
+            out = []
+            for a in arrays:
+                r = np.empty(len(a) + 1, dtype=np.uint32)
+                r[:-1] = a
+                r[-1] = eos[0]
+                out.append(r)
+            return out
+        encs = self._batch(texts, add_special_tokens=False)
+        out = []
+        for e in encs:
+            ids = e.ids
+            r = np.empty(len(ids) + len(eos), dtype=np.uint32)
+            r[: len(ids)] = ids
+            if len(eos):
+                r[-1] = eos[0]
+            out.append(r)
+        return out
+
+
+def describe(info: TokenizerInfo) -> str:
+    """One line for the summary."""
+    eos = "no EOS" if info.eos_id is None else f"EOS id {info.eos_id}"
+    return f"{info.name} ({info.kind}, vocab {info.vocab_size}, {eos}, pad id {info.pad_id})"
