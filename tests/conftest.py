@@ -1,0 +1,59 @@
+"""Shared fixtures: tokenizers, small corpora and finished builds."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE = os.path.join(REPO, "sample_data")
+GPT2 = os.path.abspath(os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json"))
+
+
+@pytest.fixture(scope="session")
+def gpt2_path() -> str:
+    if not os.path.exists(GPT2):
+        pytest.skip("../shared/data/gpt2-tokenizer.json not present")
+    return GPT2
+
+
+def write_jsonl(path, texts, field="text"):
+    with open(path, "w", encoding="utf-8") as f:
+        for t in texts:
+            f.write(json.dumps({field: t}) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def sample_build(tmp_path_factory) -> str:
+    """sample_data built with the built-in byte tokenizer, seq_len 256, small units."""
+    from packer import BuildConfig, build
+
+    out = str(tmp_path_factory.mktemp("sample") / "out")
+    build(BuildConfig(inputs=(SAMPLE,), out=out, seq_len=256, workers=1, unit_bytes=1 << 20))
+    return out
+
+
+@pytest.fixture(scope="session")
+def sample_build_gpt2(tmp_path_factory, gpt2_path) -> str:
+    """sample_data built with the real GPT-2 tokenizer, seq_len 512."""
+    from packer import BuildConfig, build
+
+    out = str(tmp_path_factory.mktemp("sample_gpt2") / "out")
+    build(BuildConfig(inputs=(SAMPLE,), out=out, seq_len=512, tokenizer=gpt2_path, workers=1, unit_bytes=1 << 20))
+    return out
+
+
+@pytest.fixture
+def copy_build(tmp_path):
+    """Copy a finished build to a scratch folder (for tests that damage it)."""
+
+    def _copy(src: str) -> str:
+        dst = str(tmp_path / "copy")
+        shutil.copytree(src, dst)
+        return dst
+
+    return _copy
