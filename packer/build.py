@@ -318,6 +318,8 @@ def build(cfg: BuildConfig, progress=None) -> BuildResult:
     t0 = time.perf_counter()
     if cfg.seq_len < 2:
         raise PackerError(f"--seq-len must be at least 2 (got {cfg.seq_len})")
+    if cfg.unit_bytes < 4096:
+        raise PackerError(f"--unit-mb must be at least 0.004 (4 KB); got {cfg.unit_bytes} bytes")
     if cfg.pack not in MODES:
         raise PackerError(f"unknown --pack {cfg.pack!r}: choose from {', '.join(MODES)}")
     if not cfg.inputs:

@@ -53,7 +53,7 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 @click.option("--text-field", default="text", show_default=True, help="Field holding the text in jsonl/parquet; dots reach nested objects (meta.text).")
 @click.option("--no-eos", is_flag=True, help="Do not append the end-of-document token after each document.")
 @click.option("--eos-token", default=None, help="Token to use as end-of-document (default: the tokenizer's, e.g. <|endoftext|>).")
-@click.option("--unit-mb", default=64, show_default=True, help="Input MB per work unit (one shard each). Changes the output bytes.")
+@click.option("--unit-mb", default=64.0, show_default=True, help="Input MB per work unit (one shard each). Changes the output bytes.")
 @click.option("--strict", is_flag=True, help="Stop at the first malformed record instead of skipping and counting it.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing build in OUT.")
 @click.option("--resume", is_flag=True, help="Continue a killed build in OUT; finished work is kept.")
@@ -77,7 +77,7 @@ def build(inputs, seq_len, tokenizer, workers, pack_mode, text_field, no_eos, eo
     *ins, out = inputs
     cfg = BuildConfig(
         inputs=tuple(ins), out=out, seq_len=seq_len, tokenizer=tokenizer, text_field=text_field,
-        pack=pack_mode, eos=not no_eos, eos_token=eos_token, unit_bytes=unit_mb << 20, workers=workers,
+        pack=pack_mode, eos=not no_eos, eos_token=eos_token, unit_bytes=int(unit_mb * (1 << 20)), workers=workers,
         strict=strict, overwrite=overwrite, resume=resume, quiet=quiet,
     )
     bar = None if quiet else _Progress()

@@ -137,7 +137,8 @@ def _walk(folder: str, ignored: list[str], exclude: str | None) -> list[str]:
                 continue
             full = os.path.join(root, n)
             (out if detect_format(full) else ignored).append(full)
-    return out
+    # Sorted as paths (a/sub/x before b), not in os.walk's files-then-folders order.
+    return sorted(out, key=lambda p: p.split(os.sep))
 
 
 # --------------------------------------------------------------------------
@@ -311,13 +312,93 @@ def open_stream(path: str, compression: str | None, start: int = 0,
         raw.seek(start)
     ra = io.BufferedReader(ReadAhead(raw, limit=limit, on_bytes=on_bytes), buffer_size=1 << 20)
     if compression == "gzip":
-        return io.BufferedReader(gzip.GzipFile(fileobj=ra, mode="rb"), buffer_size=1 << 20)
+        return io.BufferedReader(_GzipRaw(ra), buffer_size=1 << 20)
     if compression == "zstd":
+        return io.BufferedReader(_ZstdRaw(ra), buffer_size=1 << 20)
+    return ra
+
+
+class _GzipRaw(io.RawIOBase):
+    """Streaming gzip (multi-member) that hands out every byte it could
+    decompress before raising EOFError on a truncated stream. (GzipFile.read(n)
+    raises without returning the data it decompressed in that call.)"""
+
+    def __init__(self, f):
+        super().__init__()
+        self._f = f
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._pending = b""
+        self._started = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while True:
+            if self._d.unconsumed_tail:
+                out = self._d.decompress(self._d.unconsumed_tail, len(b))
+            else:
+                if self._d.eof:
+                    rest = self._d.unused_data
+                    if not rest:
+                        rest = self._f.read(1 << 20)
+                        if not rest:
+                            return 0  # clean end after a complete member
+                    self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    out = self._d.decompress(rest, len(b))
+                else:
+                    chunk = self._f.read(1 << 20)
+                    if not chunk:
+                        raise EOFError("compressed stream ends before its end marker")
+                    out = self._d.decompress(chunk, len(b))
+            if out:
+                b[: len(out)] = out
+                return len(out)
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+class _ZstdRaw(io.RawIOBase):
+    """Streaming zstd (multi-frame) that raises EOFError on a truncated stream.
+    (zstandard's stream_reader ends silently at a truncated frame.)"""
+
+    def __init__(self, f):
+        super().__init__()
         import zstandard
 
-        reader = zstandard.ZstdDecompressor().stream_reader(ra, read_across_frames=True, closefd=True)
-        return io.BufferedReader(reader, buffer_size=1 << 20)
-    return ra
+        self._new = zstandard.ZstdDecompressor().decompressobj
+        self._f = f
+        self._d = self._new()
+        self._fresh = True  # no input fed to the current frame yet
+        self._out = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while not self._out:
+            if self._d.eof:
+                rest = self._d.unused_data
+                self._d, self._fresh = self._new(), True
+            else:
+                rest = b""
+            chunk = rest or self._f.read(256 << 10)
+            if not chunk:
+                if self._fresh:
+                    return 0
+                raise EOFError("compressed stream ends before its end marker")
+            self._fresh = False
+            self._out = memoryview(self._d.decompress(chunk))
+        n = min(len(b), len(self._out))
+        b[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
 
 
 def _get_field(obj, path: tuple[str, ...]):

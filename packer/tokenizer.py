@@ -11,9 +11,11 @@ no files at all.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -120,18 +122,33 @@ def _load_hf(spec: str):
         except Exception as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise PackerError(f"cannot load tokenizer {path}: {first}") from None
-    if os.path.sep in spec and not spec.count("/") == 1:
+    looks_like_path = spec.endswith(".json") or spec.startswith((".", "/", "~")) or spec.count("/") > 1
+    if looks_like_path:
         raise PackerError(f"tokenizer not found: {spec}")
     cached = _hub_cache_file(spec)
     if cached:
         return Tokenizer.from_file(cached)
     try:
-        return Tokenizer.from_pretrained(spec)
+        with _quiet_stderr():  # the hub client logs its network errors; we say one line instead
+            return Tokenizer.from_pretrained(spec)
     except Exception:
         raise PackerError(
             f"could not load tokenizer {spec!r} from the hub or its local cache: "
             "pass a path to a tokenizer.json or a folder holding one"
         ) from None
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _hub_cache_file(name: str) -> str | None:
