@@ -475,6 +475,8 @@ def _read_jsonl(sl: Slice, field: tuple[str, ...], on_bytes=None) -> Iterator[st
             rel += 1
             if line_no is not None:
                 line_no += 1
+                if line_no == 1 and line.startswith(b"\xef\xbb\xbf"):
+                    line = line[3:]  # a byte-order mark is encoding, not text
             if not line.strip():
                 continue  # blank lines separate nothing; not a record
             try:
