@@ -36,6 +36,7 @@ def main():
     \b
       packer build corpus/ out/ --seq-len 2048      tokenize + pack + write shards
       packer stats out/                              verify shards, print what was built
+      packer show out/ 0                             decode one packed row back to text
     """
 
 
@@ -129,32 +130,94 @@ class _Progress:
 
 @main.command()
 @click.argument("out")
-@click.option("--no-verify", is_flag=True, help="Skip checksums and shard checks; only print the manifest's figures.")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON on stdout (schema: docs/stats.md).")
+@click.option("--no-verify", is_flag=True,
+              help="Skip checksums and token checks: read only the piece columns (a few % of the bytes) for the figures.")
+@click.option("--plot", "plot_path", default=None, metavar="FILE.png",
+              help="Also write a PNG: document-length histogram and row fill (needs matplotlib: packer[plot]).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @_user_errors
-def stats(out, no_verify):
+def stats(out, as_json, no_verify, plot_path, quiet):
     """Verify the shards in OUT against the manifest and print what was built.
 
-    Exit 0 when everything holds; 1 with one line per problem otherwise.
+    \b
+    Verification (unless --no-verify) reads every byte once: each shard the
+    manifest names exists, has its size and xxh3_128 checksum, schema, seq_len
+    and dtype; token ids < vocab_size; each row's doc_lens sum to at most
+    seq_len and the rest is pad_id; pieces tile their documents; counts match
+    the manifest; no file in OUT is unaccounted for.
+
+    Exit 0 when everything holds; 1 with one line per problem (on stderr) otherwise.
     """
-    from .shards import read_manifest
-    from .stats import summary_lines, verify
+    from . import stats as st
 
     if not os.path.isdir(out):
         raise PackerError(f"no such build folder: {out}")
-    if no_verify:
-        m, problems = read_manifest(out), []
+    if plot_path:
+        st.require_matplotlib()  # say so before the long read, not after
+    bar = _bytes_bar(out, "verify" if not no_verify else "stats", quiet)
+    try:
+        rep = st.check(out, deep=not no_verify, progress=bar.update if bar else None)
+    finally:
+        if bar:
+            bar.close()
+    fig = st.figures(rep)
+    if as_json:
+        click.echo(st.to_json(fig))
     else:
-        rep = verify(out)
-        m, problems = rep.manifest, rep.problems
-    for line in summary_lines(m):
-        click.echo(line)
-    if problems:
-        for p in problems:
+        for line in st.table_lines(fig):
+            click.echo(line)
+    if plot_path:
+        st.plot(rep, plot_path)
+        click.echo(f"plot written to {plot_path}", err=True)
+    if rep.problems:
+        for p in rep.problems:
             click.echo(f"packer: problem: {p}", err=True)
-        click.echo(f"packer: {len(problems)} problem(s) found in {out}", err=True)
+        click.echo(f"packer: {len(rep.problems)} problem(s) found in {out}", err=True)
         sys.exit(1)
-    if not no_verify:
-        click.echo(f"verified        {len(m['shards'])} shard(s): OK")
+    what = f"verified {len(rep.shards)} shard(s), {rep.bytes_read / 1e6:,.1f} MB: OK" if not no_verify else \
+        f"read the piece columns of {len(rep.shards)} shard(s); not verified (--no-verify)"
+    click.echo(what, err=as_json)
+
+
+def _bytes_bar(out, desc, quiet):
+    """A tqdm bar over the manifest's shard bytes on stderr; None when quiet, not a TTY, or no manifest."""
+    if quiet or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    from .shards import read_manifest
+
+    try:
+        total = sum(int(e.get("bytes", 0)) for e in read_manifest(out)["shards"])
+    except PackerError:
+        return None  # check() reports it
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, file=sys.stderr,
+                dynamic_ncols=True, mininterval=0.5, leave=False)
+
+
+@main.command()
+@click.argument("out")
+@click.argument("row", type=int)
+@click.option("--tokenizer", default=None, metavar="T", help="Decode with this tokenizer instead of the one the manifest names.")
+@click.option("--ids", is_flag=True, help="Print token ids instead of text.")
+@_user_errors
+def show(out, row, tokenizer, ids):
+    """Decode packed ROW of OUT (0-based, over the whole build) back to text.
+
+    Each document piece is preceded by a marker
+    [doc UNIT:INDEX piece K/N, offset O, L tokens], and the padding that ends
+    the row is marked, so you see exactly what the model will see.
+    """
+    from .shards import read_manifest
+    from .show import Decoder, read_row, render
+
+    if not os.path.isdir(out):
+        raise PackerError(f"no such build folder: {out}")
+    view = read_row(out, row)
+    decoder = None if ids else Decoder(read_manifest(out), tokenizer)
+    for line in render(view, decoder, ids=ids):
+        click.echo(line)
 
 
 if __name__ == "__main__":

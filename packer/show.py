@@ -1,0 +1,174 @@
+"""Show: one packed row decoded back to text, document boundaries and padding marked.
+
+``packer show OUT ROW`` prints what the model will see in row ``ROW`` (counted
+over the whole build, in manifest order): every piece with a marker line
+
+    [doc UNIT:INDEX piece K/N, offset O, L tokens; other pieces in rows ...]
+
+then its text, then ``[padding: P slots of pad id X]``. Rows are located from
+the manifest and read by memory map; only one shard's small piece columns and
+one row of tokens are touched.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import shards as S
+from .errors import PackerError
+from .tokenizer import BYTES_EOS, BYTES_NAME, resolve_tokenizer
+
+BYTES_EOS_TEXT = "<eos>"  # how the built-in tokenizer's end-of-document id is printed
+
+
+@dataclass(frozen=True)
+class Piece:
+    unit: int
+    doc: int  # index of the document within its unit
+    k: int  # 1-based rank of this piece among the document's pieces (by offset)
+    of: int  # pieces the document has
+    offset: int  # first token of the piece within the document
+    ids: np.ndarray  # (length,) token ids
+    other_rows: tuple[int, ...]  # global rows holding the document's other pieces
+
+
+@dataclass(frozen=True)
+class RowView:
+    row: int  # global row
+    rows: int  # rows in the build
+    path: str  # shard, relative to the build folder
+    local_row: int
+    shard_rows: int
+    seq_len: int
+    pieces: tuple[Piece, ...]
+    pad_id: int
+    padding: int  # slots after the last piece
+    pad_ids: np.ndarray  # (padding,) what those slots hold (pad_id unless damaged)
+
+
+def read_row(out: str, row: int) -> RowView:
+    """Locate global ``row`` and read its pieces; raise ``PackerError`` if it does not exist."""
+    m = S.read_manifest(out)
+    total = sum(int(e["rows"]) for e in m["shards"])
+    if not 0 <= row < total:
+        raise PackerError(f"row {row} does not exist: {out} holds {total:,} rows (0..{total - 1})")
+    first = 0
+    for e in m["shards"]:
+        if row < first + e["rows"]:
+            break
+        first += e["rows"]
+    local = row - first
+    seq_len = int(m["seq_len"])
+    table = S.open_shard(os.path.join(out, e["path"]), seq_len, m["dtype"])
+    if local >= table.num_rows:
+        raise PackerError(f"{e['path']}: holds {table.num_rows} rows, the manifest says {e['rows']}: run packer stats {out}")
+
+    def flat(name):
+        col = table.column(name).combine_chunks()
+        o = np.asarray(col.offsets, dtype=np.int64)
+        return o - o[0], np.asarray(col.values)[o[0] : o[-1]].astype(np.int64)
+
+    offs, lens = flat("doc_lens")
+    _, docs = flat("doc_index")
+    _, starts = flat("doc_offset")
+    piece_row = np.repeat(np.arange(table.num_rows), np.diff(offs))
+    ids = np.asarray(table.column("input_ids")[local].values)
+    unit = int(e.get("unit", 0))
+    pieces, slot = [], 0
+    for p in range(offs[local], offs[local + 1]):
+        same = np.nonzero(docs == docs[p])[0]
+        rank = int((starts[same] < starts[p]).sum()) + 1
+        others = sorted({int(r) + first for r in piece_row[same] if r != local})
+        n = int(lens[p])
+        pieces.append(Piece(unit, int(docs[p]), rank, len(same), int(starts[p]), ids[slot : slot + n], tuple(others)))
+        slot += n
+    return RowView(row, total, e["path"], local, table.num_rows, seq_len, tuple(pieces), int(m["pad_id"]),
+                   max(0, seq_len - slot), ids[slot:])
+
+
+class Decoder:
+    """Token ids to text with the build's tokenizer; ``why`` says why it could not be loaded."""
+
+    def __init__(self, manifest: dict, override: str | None = None):
+        tok = manifest["tokenizer"]
+        self.name = override or tok["name"]
+        self.kind = tok["kind"] if override is None else ("bytes" if override == BYTES_NAME else "hf")
+        self.why: str | None = None  # set when decoding is impossible: ids are shown instead
+        self.warning: str | None = None
+        self._hf = None
+        if self.kind == "bytes":
+            fingerprint = resolve_tokenizer(None).fingerprint
+        else:
+            try:
+                info = resolve_tokenizer(self.name, eos=False)
+            except PackerError as e:
+                self.why = f"cannot load tokenizer {self.name!r} to decode ({e}); showing token ids (pass --tokenizer PATH)"
+                return
+            from tokenizers import Tokenizer
+
+            self._hf = Tokenizer.from_str(info.json)
+            fingerprint = info.fingerprint
+        if fingerprint != tok.get("fingerprint"):
+            self.warning = (f"tokenizer {self.name} is not the one this build was made with (fingerprint differs): "
+                            "the text below may be wrong")
+
+    def decode(self, ids: np.ndarray) -> str:
+        if self.kind == "bytes":
+            parts, cur = [], bytearray()
+            for i in ids.tolist():
+                if i == BYTES_EOS:
+                    parts.append(cur.decode("utf-8", "backslashreplace") + BYTES_EOS_TEXT)
+                    cur = bytearray()
+                elif i < 256:
+                    cur.append(i)
+                else:
+                    parts.append(cur.decode("utf-8", "backslashreplace") + f"<id {i}>")
+                    cur = bytearray()
+            return "".join(parts) + cur.decode("utf-8", "backslashreplace")
+        return self._hf.decode(ids.tolist(), skip_special_tokens=False)
+
+
+def render(view: RowView, decoder: Decoder | None, ids: bool = False) -> list[str]:
+    """Lines to print. With ``ids`` (or no usable decoder) each piece shows its token ids."""
+    used = sum(len(p.ids) for p in view.pieces)
+    lines = [
+        f"row {view.row:,} of {view.rows:,}: {view.path} row {view.local_row:,} of {view.shard_rows:,}; "
+        f"{len(view.pieces)} piece(s), {used:,} tokens, {view.padding:,} padding of {view.seq_len:,} slots",
+    ]
+    as_ids = ids or decoder is None or decoder.why is not None
+    if decoder is not None and decoder.why:
+        lines.append(f"note: {decoder.why}")
+    if decoder is not None and decoder.warning and not as_ids:
+        lines.append(f"warning: {decoder.warning}")
+    if not as_ids:
+        lines.append("(marker lines start on a new line: a line break is added after text that does not end with one)")
+    for p in view.pieces:
+        where = f"; other pieces in rows {_runs(p.other_rows)}" if p.other_rows else ""
+        lines.append(f"[doc {p.unit}:{p.doc} piece {p.k}/{p.of}, offset {p.offset:,}, {len(p.ids):,} tokens{where}]")
+        if as_ids:
+            lines.append(" ".join(map(str, p.ids.tolist())))
+        else:
+            text = decoder.decode(p.ids)
+            lines.append(text[:-1] if text.endswith("\n") else text)
+    if view.padding:
+        odd = view.pad_ids[view.pad_ids != view.pad_id]
+        extra = f" ({len(odd)} of them NOT pad: damaged, run packer stats)" if len(odd) else ""
+        lines.append(f"[padding: {view.padding:,} slots of pad id {view.pad_id}{extra}]")
+    else:
+        lines.append("[padding: none, the row is full]")
+    return lines
+
+
+def _runs(rows: tuple[int, ...]) -> str:
+    """"3, 7-9, 12" for rows 3, 7, 8, 9, 12."""
+    out, i = [], 0
+    while i < len(rows):
+        j = i
+        while j + 1 < len(rows) and rows[j + 1] == rows[j] + 1:
+            j += 1
+        out.append(str(rows[i]) if i == j else f"{rows[i]}-{rows[j]}")
+        i = j + 1
+    return ", ".join(out)
