@@ -25,7 +25,8 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from .errors import ShardError
+from . import faults
+from .errors import PackerError, ShardError
 
 FORMAT_NAME = "packer"
 FORMAT_VERSION = 1
@@ -94,18 +95,28 @@ def file_checksum(path: str, block: int = 16 << 20) -> str:
 def atomic_write(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` so that a reader sees all of it or nothing."""
     folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix="-" + os.path.basename(path))
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix="-" + os.path.basename(path))
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+            faults.point("enospc")
+        faults.point("rename")
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    except BaseException as e:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        if isinstance(e, OSError):
+            # Disk full, quota, read-only mount, I/O error: nothing half-written is left.
+            raise PackerError(
+                f"cannot write {path}: {e.strerror or e}; nothing partial was kept: "
+                "fix the cause and rerun with --resume"
+            ) from None
         raise
     dfd = os.open(folder, os.O_RDONLY)
     try:
@@ -152,6 +163,25 @@ def open_shard(path: str, seq_len: int, dtype: str) -> pa.Table:
         raise ShardError(f"{path}: shard is missing") from None
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
         raise ShardError(f"{path}: not a readable Arrow file ({str(e).splitlines()[0]})") from None
+    return _checked(table, path, seq_len, dtype)
+
+
+def open_shard_buffer(data, path: str, seq_len: int, dtype: str) -> pa.Table:
+    """``open_shard`` over a shard already in memory, zero-copy.
+
+    ``data`` is any object with the buffer protocol holding the whole file
+    (the dataset passes a private, copy-on-write memory map of it); the
+    table's buffers point into ``data``. ``path`` only names the shard in errors.
+    """
+    try:
+        table = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(data))).read_all()
+        table.validate()  # buffer sizes against lengths: cheap, catches a cut body
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+        raise ShardError(f"{path}: not a readable Arrow file ({str(e).splitlines()[0]})") from None
+    return _checked(table, path, seq_len, dtype)
+
+
+def _checked(table: pa.Table, path: str, seq_len: int, dtype: str) -> pa.Table:
     expected = schema(seq_len, dtype)
     if not table.schema.equals(expected, check_metadata=False):
         raise ShardError(f"{path}: schema does not match manifest (seq_len {seq_len}, dtype {dtype})")

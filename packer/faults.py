@@ -1,0 +1,41 @@
+"""Fault injection for the reliability tests: crash or fail at a named point.
+
+Set ``PACKER_FAULT=<point>`` (and optionally ``PACKER_FAULT_UNIT=<k>`` to fire
+only while unit k is built) in a build's environment. Points:
+
+- ``read``, ``tokenize``, ``pack``, ``write``: inside a unit, after that stage
+- ``rename``: inside an atomic write, after the temp file is complete, before the rename
+- ``manifest``: before the manifest is written
+- ``kill-worker``: SIGKILL this worker process only (tests worker-death handling)
+- ``enospc``: an atomic write fails with "No space left on device"
+
+Any other point kills the whole process group with SIGKILL, as a power cut
+would. With the variable unset, ``point`` costs one dict lookup.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+
+_unit: int | None = None
+
+
+def set_unit(index: int | None) -> None:
+    global _unit
+    _unit = index
+
+
+def point(name: str) -> None:
+    want = os.environ.get("PACKER_FAULT")
+    if want is None or want != name:
+        return
+    unit = os.environ.get("PACKER_FAULT_UNIT")
+    if unit is not None and (_unit is None or int(unit) != _unit):
+        return
+    if name == "kill-worker":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if name == "enospc":
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    os.killpg(os.getpgid(0), signal.SIGKILL)

@@ -1,0 +1,179 @@
+"""Crashes, Ctrl-C, dead workers and full disks: nothing corrupt, resume is exact."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .test_build import _all_files
+
+ARGS = ["--seq-len", "256", "--unit-mb", "0.05", "--workers", "2", "-q"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("crash") / "in"
+    root.mkdir()
+    rng = random.Random(11)
+    words = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor".split()
+    for i in range(16):
+        with open(root / f"{i}.jsonl", "w") as f:
+            for _ in range(400):
+                n = int(rng.lognormvariate(4, 1.2)) + 1
+                f.write(json.dumps({"text": " ".join(rng.choice(words) for _ in range(n))}) + "\n")
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def clean(corpus, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("clean") / "out")
+    r = packer("build", corpus, out, *ARGS)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def packer(*args, env=None, **kw):
+    # A session of its own: a fault kills the build's process group, not pytest's.
+    return subprocess.run([sys.executable, "-m", "packer.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=120, start_new_session=True, **kw)
+
+
+def start(*args, env=None):
+    return subprocess.Popen([sys.executable, "-m", "packer.cli", *args], start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
+def assert_same_build(out, clean):
+    a, b = _all_files(out), _all_files(clean)
+    assert sorted(a) == sorted(b), set(a) ^ set(b)
+    for k in a:
+        assert a[k] == b[k], k
+    r = packer("stats", out)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("where", ["read", "tokenize", "pack", "write", "rename", "manifest"])
+def test_crash_at_each_stage_then_resume(tmp_path, corpus, clean, where):
+    """SIGKILL of the whole process group at a named point (in unit 3 for unit stages)."""
+    out = str(tmp_path / "out")
+    env = {"PACKER_FAULT": where} if where == "manifest" else {"PACKER_FAULT": where, "PACKER_FAULT_UNIT": "3"}
+    r = packer("build", corpus, out, *ARGS, env=env)
+    assert r.returncode == -signal.SIGKILL
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+    r = packer("build", corpus, out, *ARGS, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert_same_build(out, clean)
+
+
+def test_ten_random_kills_then_resume(tmp_path, corpus, clean):
+    """Kill the build at 10 random moments, resuming each time; the result equals a clean build."""
+    out = str(tmp_path / "out")
+    t0 = time.perf_counter()
+    assert packer("build", corpus, str(tmp_path / "timing"), *ARGS).returncode == 0
+    duration = time.perf_counter() - t0
+    rng = random.Random(5)
+    kills = 0
+    for i in range(20):
+        p = start("build", corpus, out, *ARGS, *(["--resume"] if i else []))
+        # Early moments land in start-up and the first units' reads; later ones in
+        # tokenizing, writing and the manifest.
+        time.sleep(rng.uniform(0.1, 0.6 * duration))
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            kills += 1
+        p.wait()
+        if os.path.exists(os.path.join(out, "manifest.json")):
+            break  # it finished before the kill: nothing left to interrupt
+        if kills == 10:
+            break
+    assert kills == 10
+    r = packer("build", corpus, out, *ARGS, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert_same_build(out, clean)
+
+
+def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, corpus, clean):
+    out = str(tmp_path / "out")
+    p = start("build", corpus, out, *ARGS[:-1], env={"PACKER_FAULT": "slow"})  # no fault named slow: a normal build
+    units = os.path.join(out, "units")
+    deadline = time.time() + 60
+    while time.time() < deadline and not (os.path.isdir(units) and len(os.listdir(units)) >= 1):
+        time.sleep(0.01)
+    t = time.perf_counter()
+    os.killpg(p.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
+    _, err = p.communicate(timeout=30)
+    stopped = time.perf_counter() - t
+    if p.returncode == 0:
+        pytest.skip("build finished before Ctrl-C arrived")
+    assert p.returncode == 130, err
+    assert stopped < 5
+    assert "Traceback" not in err
+    assert "--resume" in err
+    r = packer("build", corpus, out, *ARGS, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert_same_build(out, clean)
+
+
+def test_killed_worker_is_detected(tmp_path, corpus, clean):
+    out = str(tmp_path / "out")
+    r = packer("build", corpus, out, *ARGS, env={"PACKER_FAULT": "kill-worker", "PACKER_FAULT_UNIT": "2"})
+    assert r.returncode != 0
+    assert "worker process died" in r.stderr and "--resume" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+    r = packer("build", corpus, out, *ARGS, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert_same_build(out, clean)
+
+
+def test_write_error_is_one_line_and_resumable(tmp_path, corpus, clean):
+    out = str(tmp_path / "out")
+    r = packer("build", corpus, out, *ARGS, env={"PACKER_FAULT": "enospc", "PACKER_FAULT_UNIT": "4"})
+    assert r.returncode == 2
+    assert "No space left on device" in r.stderr and "--resume" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+    # Temp files of units still in flight may remain: named .tmp-*, they never look
+    # like a shard, and --resume removes them (assert_same_build checks the file set).
+    r = packer("build", corpus, out, *ARGS, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert_same_build(out, clean)
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield str(mnt)
+    subprocess.run(["umount", "-l", str(mnt)])
+
+
+def test_real_disk_full_then_resume_after_space_is_freed(tmp_path, corpus, clean, tiny_tmpfs):
+    out = os.path.join(tiny_tmpfs, "out")
+    ballast = os.path.join(tiny_tmpfs, "ballast")
+    r = packer("build", corpus, out, *ARGS)
+    assert r.returncode == 2, r.stderr
+    assert "No space left on device" in r.stderr and "Traceback" not in r.stderr
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+    # What is there verifies: every finished unit's shard matches its record.
+    for name in os.listdir(os.path.join(out, "units")):
+        rec = json.load(open(os.path.join(out, "units", name)))
+        assert os.path.getsize(os.path.join(out, rec["path"])) == rec["bytes"]
+    # Free space: move the partial build to a roomy disk and resume there.
+    roomy = str(tmp_path / "roomy")
+    subprocess.run(["cp", "-a", out, roomy], check=True)
+    assert not os.path.exists(ballast)
+    r = packer("build", corpus, roomy, *ARGS, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert_same_build(roomy, clean)
