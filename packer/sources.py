@@ -17,9 +17,9 @@ import glob as globlib
 import gzip
 import io
 import os
-import queue
-import threading
 import zlib
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -38,8 +38,11 @@ FORMATS = {
     ".parquet": ("parquet", None),
 }
 
-READ_BLOCK = 8 << 20  # bytes per background read: large, sequential
-READ_DEPTH = 4  # blocks in flight per open file
+READ_BLOCK = 4 << 20  # bytes per read of a streamed file: large, sequential
+READ_DEPTH = 4  # reads in flight per streamed file
+PART_BYTES = 1 << 20  # raw input per Part: about one tokenizer batch
+PREFETCH_FILES = 32  # whole files (text) read at once, ahead of the parser
+PREFETCH_BYTES = 64 << 20  # ... and at most about this many bytes of them
 
 
 def detect_format(path: str) -> tuple[str, str | None] | None:
@@ -222,81 +225,66 @@ SKIP_REASONS = {
 
 
 class ReadAhead(io.RawIOBase):
-    """A raw, read-only stream fed by a background thread.
+    """A raw, read-only stream over ``path`` from ``start``, with reads in flight.
 
-    The thread reads ``block`` bytes at a time, keeping up to ``depth`` blocks
-    queued, so the consumer's parsing and tokenizing overlap with storage
-    latency. Exceptions from the reader are re-raised in the consumer.
+    Blocks of ``block`` bytes are read with ``os.pread`` by a small thread
+    pool, up to ``depth`` at once at increasing offsets, and handed out in
+    order. On a local disk that is one sequential stream read ahead of the
+    parser; on storage where every read waits (a network or FUSE mount) the
+    waits overlap, so one file streams at ``depth`` blocks per round trip.
+    Read errors are raised in the consumer, at the block that failed.
     """
 
-    def __init__(self, f, block: int = READ_BLOCK, depth: int = READ_DEPTH,
-                 limit: int | None = None, on_bytes=None):
+    def __init__(self, path: str, start: int = 0, limit: int | None = None, on_bytes=None,
+                 block: int = READ_BLOCK, depth: int = READ_DEPTH):
         super().__init__()
-        self._f = f
-        self._limit = limit  # past this many bytes, read in small blocks only
+        self._fd = os.open(path, os.O_RDONLY)
+        self._size = os.fstat(self._fd).st_size
+        self._next = start  # offset of the next block to ask for
+        # A ranged slice needs bytes past start+limit only to finish its last
+        # line: beyond that, ask for small blocks, not whole blocks of the next slice.
+        self._big_end = None if limit is None else start + limit
+        self._block, self._depth = block, depth
         self._on_bytes = on_bytes
-        self._q: queue.Queue = queue.Queue(depth)
-        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(depth, thread_name_prefix="packer-read")
+        self._inflight: deque = deque()
         self._buf = memoryview(b"")
-        self._eof = False
-        self._t = threading.Thread(target=self._run, args=(block,), daemon=True)
-        self._t.start()
+        self._fill()
 
-    def _put(self, item) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self, block: int) -> None:
-        try:
-            done = 0
-            while not self._stop.is_set():
-                n = block
-                if self._limit is not None:
-                    # A ranged slice needs bytes past its end only to finish its
-                    # last line: don't read whole blocks of the next slice.
-                    n = self._limit - done if done < self._limit else 1 << 16
-                    n = min(n, block)
-                b = self._f.read(n)
-                done += len(b)
-                if b and self._on_bytes is not None:
-                    self._on_bytes(len(b))
-                if not self._put(b):
-                    return
-                if not b:
-                    return
-        except BaseException as e:  # forwarded to the consumer
-            self._put(e)
+    def _fill(self) -> None:
+        while len(self._inflight) < self._depth and self._next < self._size:
+            n = self._block
+            if self._big_end is not None:
+                n = min(n, self._big_end - self._next) if self._next < self._big_end else 1 << 16
+            self._inflight.append(self._pool.submit(os.pread, self._fd, n, self._next))
+            self._next += n
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b) -> int:
         while not self._buf:
-            if self._eof:
+            if not self._inflight:
                 return 0
-            item = self._q.get()
-            if isinstance(item, BaseException):
-                self._eof = True
-                raise item
-            if not item:
-                self._eof = True
+            data = self._inflight.popleft().result()
+            if not data:  # the file shrank under us: stop here
+                self._inflight.clear()
                 return 0
-            self._buf = memoryview(item)
+            self._fill()
+            if self._on_bytes is not None:
+                self._on_bytes(len(data))
+            self._buf = memoryview(data)
         n = min(len(b), len(self._buf))
         b[:n] = self._buf[:n]
         self._buf = self._buf[n:]
         return n
 
     def close(self) -> None:
-        self._stop.set()
         if not self.closed:
-            self._t.join(timeout=5)
-            self._f.close()
+            for fut in self._inflight:
+                fut.cancel()
+            self._pool.shutdown(wait=True)  # reads already running finish before the fd goes
+            os.close(self._fd)
         super().close()
 
 
@@ -305,12 +293,9 @@ def open_stream(path: str, compression: str | None, start: int = 0,
     """Open ``path`` for buffered, read-ahead, decompressed reading from ``start``.
 
     ``limit``: bytes the caller expects to need (more are read in small steps);
-    ``on_bytes(n)`` is called from the read-ahead thread as raw bytes arrive.
+    ``on_bytes(n)`` is called as raw bytes reach the reader.
     """
-    raw = open(path, "rb", buffering=0)
-    if start:
-        raw.seek(start)
-    ra = io.BufferedReader(ReadAhead(raw, limit=limit, on_bytes=on_bytes), buffer_size=1 << 20)
+    ra = io.BufferedReader(ReadAhead(path, start, limit, on_bytes), buffer_size=1 << 20)
     if compression == "gzip":
         return io.BufferedReader(_GzipRaw(ra), buffer_size=1 << 20)
     if compression == "zstd":
@@ -413,37 +398,70 @@ _MISSING = object()
 _TRUNCATION_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
+
+# --------------------------------------------------------------------------
+# Reading is split in two so that it can be spread over cores: ``iter_parts``
+# (I/O and decompression: cheap, done once, in order) cuts a slice into Parts
+# of raw records; ``parse_part`` (JSON and UTF-8 decoding: per record, done on
+# the core that then tokenizes them) turns a Part into texts and Skips.
+# ``read_slice`` is the two in sequence.
+
+
+@dataclass(frozen=True)
+class Part:
+    """Records of one slice, read but not yet parsed; about ``PART_BYTES`` of them."""
+
+    sl: Slice
+    kind: str  # "lines": jsonl lines (bytes, newline kept) | "file": [whole text file bytes] | "records": str | Skip
+    items: list
+    line0: int | None = 0  # lines: lines of the file before items[0]; None where unknown (slice from mid-file)
+    pos0: int = 0  # lines: byte offset of items[0] in the (decompressed) file
+    tail: Skip | None = None  # a read error met after the last item: truncated stream, unreadable file
+    nbytes: int = 0  # raw bytes in items
+
+
 def read_slice(sl: Slice, text_field: str = "text", on_bytes=None) -> Iterator[str | Skip]:
     """Yield each record of ``sl`` in order: its text, or a ``Skip``.
 
     ``text_field`` may be a dotted path ("meta.text") into nested JSON objects.
     Text is returned exactly as decoded: no stripping, no normalising (a UTF-8
-    byte-order mark at the start of a text file is dropped: it is encoding, not text).
+    byte-order mark at the start of a file is dropped: it is encoding, not text).
     """
+    field = tuple(text_field.split("."))
+    for part in iter_parts(sl, text_field, on_bytes):
+        yield from parse_part(part, field)
+
+
+def iter_parts(sl: Slice, text_field: str = "text", on_bytes=None,
+               part_bytes: int = PART_BYTES) -> Iterator[Part]:
+    """Read ``sl`` into Parts of whole records, in order. Never raises OSError:
+    a read error ends the slice with a ``tail`` Skip("unreadable")."""
     f = sl.file
+    if f.format == "text":
+        yield read_text_part(sl, on_bytes)
+    elif f.format == "jsonl":
+        yield from _jsonl_parts(sl, on_bytes, part_bytes)
+    else:
+        yield from _parquet_parts(sl, text_field, part_bytes)
+
+
+def read_text_part(sl: Slice, on_bytes=None) -> Part:
+    """A whole text file as one Part (safe to call from many threads at once)."""
     try:
-        if f.format == "text":
-            yield from _read_text(f, on_bytes)
-        elif f.format == "jsonl":
-            yield from _read_jsonl(sl, tuple(text_field.split(".")), on_bytes)
-        else:
-            yield from _read_parquet(sl, text_field)
+        with open(sl.file.path, "rb") as fh:
+            data = fh.read()
     except OSError as e:
-        yield Skip("unreadable", f"{f.path}: {e.strerror or e}")
+        return Part(sl, "file", [], tail=_unreadable(sl, e))
+    if on_bytes is not None:
+        on_bytes(len(data))
+    return Part(sl, "file", [data], nbytes=len(data))
 
 
-def _read_text(f: InputFile, on_bytes=None) -> Iterator[str | Skip]:
-    with open_stream(f.path, f.compression, on_bytes=on_bytes) as s:
-        data = s.read()
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        yield Skip("invalid_utf8", f"{f.path}: byte {e.start}")
-        return
-    yield text if text else Skip("empty", f.path)
+def _unreadable(sl: Slice, e: OSError) -> Skip:
+    return Skip("unreadable", f"{sl.file.path}: {e.strerror or e}")
 
 
-def _read_jsonl(sl: Slice, field: tuple[str, ...], on_bytes=None) -> Iterator[str | Skip]:
+def _jsonl_parts(sl: Slice, on_bytes, part_bytes: int) -> Iterator[Part]:
     f = sl.file
     ranged = f.compression is None and (sl.start > 0 or sl.end < f.size)
     begin = max(sl.start - 1, 0)
@@ -454,48 +472,151 @@ def _read_jsonl(sl: Slice, field: tuple[str, ...], on_bytes=None) -> Iterator[st
         import zstandard
 
         broken = broken + (zstandard.ZstdError,)
-    s = open_stream(f.path, f.compression, begin, sl.end - begin if ranged else None, on_bytes)
+    lines: list[bytes] = []
+    n_bytes, line0, pos0 = 0, line_no, pos
+    tail = None
+    try:
+        s = open_stream(f.path, f.compression, begin, sl.end - begin if ranged else None, on_bytes)
+    except OSError as e:
+        yield Part(sl, "lines", [], tail=_unreadable(sl, e))
+        return
     try:
         if sl.start > 0:
             # Skip the rest of the line holding byte start-1: it belongs to the
             # previous slice (or, if that byte is '\n', we are at a line start).
             pos += len(s.readline())
-        rel = 0  # line index within this slice
+            pos0 = pos
         while True:
             if ranged and pos >= sl.end:
                 break
             try:
                 line = s.readline()
             except broken:
-                yield Skip("truncated", _where(sl, line_no, rel, pos))
-                return
+                tail = Skip("truncated", _where(sl, line_no, 0, pos))
+                break
             if not line:
                 break
+            lines.append(line)
             pos += len(line)
-            rel += 1
+            n_bytes += len(line)
+            if line_no is not None:
+                line_no += 1
+            if n_bytes >= part_bytes:
+                yield Part(sl, "lines", lines, line0, pos0, None, n_bytes)
+                lines, n_bytes, line0, pos0 = [], 0, line_no, pos
+    except OSError as e:
+        tail = _unreadable(sl, e)
+    finally:
+        s.close()
+    if lines or tail is not None:
+        yield Part(sl, "lines", lines, line0, pos0, tail, n_bytes)
+
+
+def _parquet_parts(sl: Slice, field: str, part_bytes: int) -> Iterator[Part]:
+    items: list = []
+    n_bytes = 0
+    try:
+        for rec in _read_parquet(sl, field):
+            items.append(rec)
+            if isinstance(rec, str):
+                n_bytes += len(rec)
+                if n_bytes >= part_bytes:
+                    yield Part(sl, "records", items, nbytes=n_bytes)
+                    items, n_bytes = [], 0
+    except OSError as e:
+        yield Part(sl, "records", items, tail=_unreadable(sl, e), nbytes=n_bytes)
+        return
+    if items:
+        yield Part(sl, "records", items, nbytes=n_bytes)
+
+
+def parse_part(part: Part, field: tuple[str, ...]) -> Iterator[str | Skip]:
+    """Yield the records of ``part`` in order: texts, or Skips naming where and why."""
+    sl = part.sl
+    if part.kind == "file":
+        for data in part.items:
+            try:
+                text = data.decode("utf-8-sig")
+            except UnicodeDecodeError as e:
+                yield Skip("invalid_utf8", f"{sl.file.path}: byte {e.start}")
+                continue
+            yield text if text else Skip("empty", sl.file.path)
+    elif part.kind == "records":
+        yield from part.items
+    else:
+        line_no, pos = part.line0, part.pos0
+        loads, decode_error, missing = orjson.loads, orjson.JSONDecodeError, _MISSING
+        for line in part.items:
+            start = pos
+            pos += len(line)
             if line_no is not None:
                 line_no += 1
                 if line_no == 1 and line.startswith(b"\xef\xbb\xbf"):
                     line = line[3:]  # a byte-order mark is encoding, not text
-            if not line.strip():
-                continue  # blank lines separate nothing; not a record
             try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError as e:
+                obj = loads(line)
+            except decode_error as e:
+                if not line.strip():
+                    continue  # blank lines separate nothing; not a record
                 reason = "invalid_utf8" if "UTF-8" in str(e) or "utf-8" in str(e) else "malformed_json"
-                yield Skip(reason, _where(sl, line_no, rel, pos - len(line)))
+                yield Skip(reason, _where(sl, line_no, 0, start))
                 continue
-            text = _get_field(obj, field)
-            if text is _MISSING:
-                yield Skip("missing_field", _where(sl, line_no, rel, pos - len(line)))
-            elif not isinstance(text, str):
-                yield Skip("not_string", _where(sl, line_no, rel, pos - len(line)))
-            elif not text:
-                yield Skip("empty", _where(sl, line_no, rel, pos - len(line)))
-            else:
+            text = obj.get(field[0], missing) if len(field) == 1 and type(obj) is dict else _get_field(obj, field)
+            if type(text) is str and text:
                 yield text
+            elif text is missing:
+                yield Skip("missing_field", _where(sl, line_no, 0, start))
+            elif not isinstance(text, str):
+                yield Skip("not_string", _where(sl, line_no, 0, start))
+            else:
+                yield Skip("empty", _where(sl, line_no, 0, start))
+    if part.tail is not None:
+        yield part.tail
+
+
+def iter_parts_many(slices, text_field: str = "text", on_bytes=None, prefetch: int = PREFETCH_FILES):
+    """``iter_parts`` over a sequence of (key, slice), in order; yields (key, Part).
+
+    A ``None`` slice is passed through as (key, None), a marker for the
+    caller. Whole-file slices (text files) are read ``prefetch`` at a time by
+    a thread pool, so a tree of many small files on slow storage does not pay
+    one round trip per file in series.
+    """
+    pool = ThreadPoolExecutor(prefetch, thread_name_prefix="packer-prefetch")
+    ahead: deque = deque()  # (key, slice or None, future or None), in order
+    it = iter(slices)
+    exhausted = False
+    try:
+        while True:
+            # Bounded by count and by bytes, so a tree of big text files is not all in memory.
+            while not exhausted:
+                reading = [a[1].file.size for a in ahead if a[2] is not None]
+                if len(reading) >= prefetch or (reading and sum(reading) >= PREFETCH_BYTES):
+                    break
+                try:
+                    key, sl = next(it)
+                except StopIteration:
+                    exhausted = True
+                    break
+                fut = pool.submit(read_text_part, sl, on_bytes) if sl is not None and sl.file.format == "text" else None
+                ahead.append((key, sl, fut))
+                if fut is None and sl is not None:
+                    break  # a streamed slice reads ahead by itself
+            if not ahead:
+                return
+            key, sl, fut = ahead.popleft()
+            if sl is None:
+                yield key, None
+            elif fut is not None:
+                yield key, fut.result()
+            else:
+                for part in iter_parts(sl, text_field, on_bytes):
+                    yield key, part
     finally:
-        s.close()
+        for a in ahead:
+            if a[2] is not None:
+                a[2].cancel()
+        pool.shutdown(wait=True)
 
 
 def _where(sl: Slice, line_no: int | None, rel: int, byte: int) -> str:

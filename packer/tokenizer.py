@@ -16,6 +16,7 @@ import glob
 import hashlib
 import os
 import sys
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +35,8 @@ EOS_CANDIDATES = (
     "<|eot_id|>",
     "[SEP]",
 )
+_LOADED: dict = {}  # fingerprint -> the tokenizers.Tokenizer resolve_tokenizer last built
+
 PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>")
 
 
@@ -105,6 +108,8 @@ def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None 
     if pad_id is None:
         pad_id = eos_id if eos_id is not None else 0
     fp = hashlib.sha256(as_json.encode()).hexdigest()
+    _LOADED.clear()  # keep one: an in-process Encoder reuses it instead of parsing the JSON again
+    _LOADED[fp] = tok
     return TokenizerInfo(spec, "hf", vocab_size, eos_id, pad_id, fp, as_json, tuple(notes))
 
 
@@ -161,7 +166,13 @@ def _hub_cache_file(name: str) -> str | None:
 
 
 class Encoder:
-    """Encodes batches of text to id arrays, EOS appended. One per process."""
+    """Encodes batches of text to token ids, EOS appended. One per process.
+
+    Two views of the same result: ``encode_flat`` (what the build uses: one
+    flat array, cheap to move between processes) and ``encode_batch`` (one
+    array per text). Parallelism is the caller's business: the build runs one
+    Encoder per core, and the HF tokenizer is told to stay on its thread.
+    """
 
     def __init__(self, info: TokenizerInfo):
         self.info = info
@@ -169,33 +180,52 @@ class Encoder:
         if info.kind == "hf":
             from tokenizers import Tokenizer
 
-            self._tok = Tokenizer.from_str(info.json)
+            cached = _LOADED.get(info.fingerprint)
+            self._tok = cached if cached is not None else Tokenizer.from_str(info.json)
             self._batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Encode ``texts``; return (ids, lengths).
+
+        ``ids`` is uint32 of shape (sum(lengths),): each text's ids, then EOS
+        (if on), texts in order. ``lengths`` is int64 of shape (len(texts),),
+        EOS included.
+        """
+        if self.info.kind == "bytes":
+            return self._bytes_flat(texts)
+        # e.ids builds a Python list per text; that getter is the one copy we
+        # cannot avoid. array('I').extend is the cheapest way from those lists
+        # to one buffer (about 10 ns/token, vs ~18 for np.array per text).
+        lists = [e.ids for e in self._batch(texts, add_special_tokens=False)]
+        if len(self._eos):
+            eos = int(self._eos[0])
+            for ids in lists:
+                ids.append(eos)
+        lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        buf = array("I")
+        for ids in lists:
+            buf.extend(ids)
+        return np.frombuffer(buf, dtype=np.uint32), lengths
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         """Return one uint32 array per text: its ids, then EOS (if on)."""
-        eos = self._eos
-        if self.info.kind == "bytes":
-            arrays = [np.frombuffer(t.encode("utf-8", "surrogatepass"), dtype=np.uint8) for t in texts]
-            if not len(eos):
-                return [a.astype(np.uint32) for a in arrays]
-            out = []
-            for a in arrays:
-                r = np.empty(len(a) + 1, dtype=np.uint32)
-                r[:-1] = a
-                r[-1] = eos[0]
-                out.append(r)
-            return out
-        encs = self._batch(texts, add_special_tokens=False)
-        out = []
-        for e in encs:
-            ids = e.ids
-            r = np.empty(len(ids) + len(eos), dtype=np.uint32)
-            r[: len(ids)] = ids
-            if len(eos):
-                r[-1] = eos[0]
-            out.append(r)
-        return out
+        ids, lengths = self.encode_flat(texts)
+        return np.split(ids, np.cumsum(lengths)[:-1]) if len(lengths) else []
+
+    def _bytes_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        raw = [t.encode("utf-8", "surrogatepass") for t in texts]
+        extra = len(self._eos)
+        lengths = np.fromiter((len(b) + extra for b in raw), dtype=np.int64, count=len(raw))
+        data = np.frombuffer(b"".join(raw), dtype=np.uint8)
+        if not extra:
+            return data.astype(np.uint32), lengths
+        out = np.empty(int(lengths.sum()), dtype=np.uint32)
+        ends = np.cumsum(lengths) - 1  # where each text's EOS goes
+        is_text = np.ones(len(out), dtype=bool)
+        is_text[ends] = False
+        out[is_text] = data
+        out[ends] = self._eos[0]
+        return out, lengths
 
 
 def describe(info: TokenizerInfo) -> str:
