@@ -1,10 +1,12 @@
 """Build: raw text in, verified shards and a manifest out.
 
-The unit of work is ``run_unit``: a deterministic function from a ``Unit`` (a
-few slices of input, about ``unit_bytes`` of it) to one finished shard plus a
-unit record. Everything else follows from that:
+The unit of output is a ``Unit``: a few slices of input, about ``unit_bytes``
+of it, that become one shard plus a unit record, deterministically. The
+grain of parallelism is smaller, a chunk of about 1 MB of one unit's records
+(see "The work" below). Everything else follows from that:
 
-- parallelism: units run in worker processes, any number at once;
+- parallelism: chunks are tokenized on any core, N workers = N cores busy
+  even when the corpus is one unit; units are packed as they complete;
 - byte-identical output whatever ``--workers`` is: a unit's shard depends on
   its input and the settings alone;
 - crash-resume: a unit whose record and shard exist is finished; ``--resume``
@@ -15,29 +17,32 @@ unit record. Everything else follows from that:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import multiprocessing as mp
 import os
+import queue
 import shutil
 import signal
+import threading
 import time
 from collections import Counter
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import faults
 from . import shards as S
 from .errors import PackerError
 from .pack import MODES, pack
-from .sources import Skip, Slice, discover, plan_slices, read_slice, strict_error
+from .sources import PART_BYTES, Part, Skip, Slice, discover, iter_parts_many, parse_part, plan_slices, strict_error
 from .tokenizer import Encoder, TokenizerInfo, resolve_tokenizer
 
 DEFAULT_UNIT_BYTES = 64 << 20
 MAX_EXAMPLES = 5  # file:line examples kept per skip reason
-BATCH_CHARS = 1 << 20  # text handed to the tokenizer at once
 
 
 @dataclass(frozen=True)
@@ -126,17 +131,37 @@ def _settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit]) -> dict:
 
 
 # --------------------------------------------------------------------------
-# The unit of work.
+# The work. A unit is read in order by the main process and cut into chunks
+# (about PART_BYTES of raw records each); any core parses and tokenizes a
+# chunk (``encode_chunk``); when all chunks of a unit are back, one core packs
+# and writes its shard (``assemble_unit``). Chunks are the grain of
+# parallelism, so one big unit (one .jsonl.zst file, or a corpus smaller
+# than --unit-mb) still keeps every core busy, and the output depends only on
+# the units, never on which core did what.
 
 _encoder: Encoder | None = None
-_counters = None  # shared progress counters: [bytes, docs, tokens]
+_in_pool = False  # True in pool worker processes
 
 
-def _init_worker(counters) -> None:
-    global _counters
+@dataclass(frozen=True)
+class ChunkResult:
+    """One chunk, tokenized: every document's ids back to back, in order."""
+
+    tokens: np.ndarray  # (sum(lengths),) in the shard dtype, EOS included
+    lengths: np.ndarray  # (documents,) int64; 0 for a document that encoded to nothing
+    skipped: tuple[Skip, ...]  # records not used, in input order
+    nbytes: int  # raw input bytes of the chunk
+
+
+def _init_worker(encoder: Encoder | None) -> None:
+    global _encoder, _in_pool
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
-    os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one core per worker
-    _counters = counters
+    # One core per worker: the HF tokenizer must not fan out a batch over threads.
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _in_pool = True
+    if encoder is not None:  # inherited through fork: no tokenizer to parse again
+        _encoder = encoder
 
 
 def _get_encoder(info: TokenizerInfo) -> Encoder:
@@ -146,35 +171,32 @@ def _get_encoder(info: TokenizerInfo) -> Encoder:
     return _encoder
 
 
-def _bump(i: int, n: int) -> None:
-    if _counters is not None:
-        with _counters.get_lock():
-            _counters[i] += n
-
-
-def run_unit(unit: Unit, job: Job) -> dict:
-    """Read, tokenize, pack and write one unit; return its record (also on disk)."""
+def encode_chunk(job: Job, unit_index: int, parts: list[Part]) -> ChunkResult:
+    """Parse and tokenize one chunk of a unit (runs on any core)."""
+    faults.set_unit(unit_index)
     enc = _get_encoder(job.tokenizer)
-    docs: list[np.ndarray] = []
+    field = tuple(job.text_field.split("."))
+    texts: list[str] = []
+    skipped: list[Skip] = []
+    for part in parts:
+        for rec in parse_part(part, field):
+            if type(rec) is str:
+                texts.append(rec)
+            elif job.strict:
+                raise strict_error(rec)
+            else:
+                skipped.append(rec)
+    faults.point("read")
+    ids, lengths = enc.encode_flat(texts) if texts else (np.zeros(0, np.uint32), np.zeros(0, np.int64))
+    faults.point("tokenize")
+    return ChunkResult(ids.astype(job.dtype, copy=False), lengths, tuple(skipped), sum(p.nbytes for p in parts))
+
+
+def assemble_unit(job: Job, unit: Unit, chunks: list[ChunkResult]) -> dict:
+    """Pack one unit's documents into rows and write its shard; return its record (also on disk)."""
+    faults.set_unit(unit.index)
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = {}
-    read_bytes = 0
-
-    def on_bytes(n: int) -> None:
-        nonlocal read_bytes
-        read_bytes += n
-        _bump(0, n)
-
-    batch: list[str] = []
-    chars = 0
-
-    def flush() -> None:
-        nonlocal batch, chars
-        arrays = enc.encode_batch(batch)
-        _bump(1, len(arrays))
-        _bump(2, sum(len(a) for a in arrays))
-        docs.extend(arrays)
-        batch, chars = [], 0
 
     def skip(rec: Skip) -> None:
         if job.strict:
@@ -184,34 +206,32 @@ def run_unit(unit: Unit, job: Job) -> dict:
         if len(ex) < MAX_EXAMPLES:
             ex.append(rec.where)
 
-    for sl in unit.slices:
-        for rec in read_slice(sl, job.text_field, on_bytes):
-            if isinstance(rec, Skip):
-                skip(rec)
-                continue
-            batch.append(rec)
-            chars += len(rec)
-            if chars >= BATCH_CHARS:
-                flush()
-    if batch:
-        flush()
-    _bump(0, unit.weight - read_bytes)  # settle progress to the unit's planned size
+    for c in chunks:
+        for rec in c.skipped:
+            skip(rec)
+    if len(chunks) == 1:
+        tokens, lengths = chunks[0].tokens, chunks[0].lengths
+    elif chunks:
+        tokens = np.concatenate([c.tokens for c in chunks])
+        lengths = np.concatenate([c.lengths for c in chunks])
+    else:
+        tokens, lengths = np.zeros(0, job.dtype), np.zeros(0, np.int64)
 
     # Documents that encode to nothing (possible only with --no-eos) cannot be placed.
-    lengths = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
     if len(lengths) and lengths.min() == 0:
         for i in np.nonzero(lengths == 0)[0]:
             skip(Skip("no_tokens", f"unit {unit.index} document {i}"))
-        keep = lengths > 0
-        docs = [d for d, k in zip(docs, keep) if k]
-        lengths = lengths[keep]
+        lengths = lengths[lengths > 0]  # they hold no tokens, so ``tokens`` is unchanged
 
     layout = pack(lengths, job.seq_len, job.pack)
-    tokens = _gather(docs, lengths, layout, job)
-    table = S.shard_table(tokens, job.seq_len, layout.row, layout.length, layout.doc, layout.offset, layout.num_rows)
+    faults.point("pack")
+    out = _gather(tokens, lengths, layout, job)
+    table = S.shard_table(out, job.seq_len, layout.row, layout.length, layout.doc, layout.offset, layout.num_rows)
     data = S.table_bytes(table)
+    del out, table
     name = f"{S.SHARD_DIR}/{unit.index:06d}.arrow"
     S.atomic_write(os.path.join(job.out, name), data)
+    faults.point("write")
 
     pieces_per_doc = np.bincount(layout.doc, minlength=len(lengths)) if len(lengths) else np.zeros(0)
     record = {
@@ -230,25 +250,120 @@ def run_unit(unit: Unit, job: Job) -> dict:
         "sources": [{"path": sl.file.path, "start": sl.start, "end": sl.end} for sl in unit.slices],
     }
     S.write_json(os.path.join(job.out, S.UNIT_DIR, f"{unit.index:06d}.json"), record)
+    faults.point("kill-worker")
     return record
 
 
-def _gather(docs: list[np.ndarray], lengths: np.ndarray, layout, job: Job) -> np.ndarray:
-    """Copy every piece's tokens to its slots; returns (rows * seq_len,) of the shard dtype."""
+def _gather(tokens: np.ndarray, lengths: np.ndarray, layout, job: Job) -> np.ndarray:
+    """Copy every piece's tokens to its slots; returns (rows * seq_len,) of the shard dtype.
+
+    One slice copy per piece: pieces are runs of hundreds of tokens on real
+    text, so this moves memory at memcpy speed, where per-token fancy
+    indexing built three int64 index arrays the size of the unit.
+    """
     seq_len = job.seq_len
     out = np.full(layout.num_rows * seq_len, job.tokenizer.pad_id, dtype=job.dtype)
-    if not len(docs):
+    if not len(lengths):
         return out
-    flat = np.concatenate(docs)
     doc_start = np.zeros(len(lengths), dtype=np.int64)
     np.cumsum(lengths[:-1], out=doc_start[1:])
-    src = doc_start[layout.doc] + layout.offset
-    dst = layout.row * seq_len + layout.slot
-    run_start = np.cumsum(layout.length) - layout.length  # where each piece starts in the piece stream
-    total = int(layout.length.sum())
-    step = np.arange(total, dtype=np.int64) - np.repeat(run_start, layout.length)
-    out[np.repeat(dst, layout.length) + step] = flat[np.repeat(src, layout.length) + step]
+    src = (doc_start[layout.doc] + layout.offset).tolist()
+    dst = (layout.row * seq_len + layout.slot).tolist()
+    for s, d, n in zip(src, dst, layout.length.tolist()):
+        out[d : d + n] = tokens[s : s + n]
     return out
+
+
+class _Inline:
+    """Runs tasks at once in this process: the executor for --workers 1."""
+
+    def submit(self, fn, *args) -> Future:
+        fut: Future = Future()
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as e:  # delivered through the future, like a pool's
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            fut.set_exception(e)
+        return fut
+
+
+def _read_units(todo: list[Unit], text_field: str, events: queue.Queue, slots: threading.Semaphore,
+                stop: threading.Event, on_bytes) -> None:
+    """Reader thread: cut the units into chunks, in order, onto ``events``.
+
+    Posts ("chunk", unit, seq, parts) per chunk, taking one of ``slots`` first
+    (so reading runs ahead of tokenizing by a bounded amount), ("end", unit,
+    n_chunks) after each unit, then ("done",); or ("error", exc).
+    """
+
+    def slices():
+        for u in todo:
+            for sl in u.slices:
+                yield u, sl
+            yield u, None
+
+    def post(u, seq, parts):
+        while not slots.acquire(timeout=0.1):
+            if stop.is_set():
+                raise _Stopped
+        events.put(("chunk", u, seq, parts))
+
+    try:
+        parts, size, seq = [], 0, 0
+        for u, part in iter_parts_many(slices(), text_field, on_bytes):
+            if stop.is_set():
+                return
+            if part is None:  # end of unit u
+                if parts:
+                    post(u, seq, parts)
+                    seq += 1
+                events.put(("end", u, seq))
+                parts, size, seq = [], 0, 0
+                continue
+            parts.append(part)
+            size += part.nbytes
+            if size >= PART_BYTES:
+                post(u, seq, parts)
+                parts, size, seq = [], 0, seq + 1
+        events.put(("done",))
+    except _Stopped:
+        return
+    except BaseException as e:  # forwarded to the main thread
+        events.put(("error", e))
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _make_pool(workers: int, encoder: Encoder | None) -> ProcessPoolExecutor:
+    """Worker processes. Forked when this process runs no other thread: a fork
+    starts in milliseconds and inherits the loaded tokenizer. Otherwise (a
+    fork would copy other threads' locks) from a forkserver."""
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        ctx = mp.get_context("fork")
+    else:
+        ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
+        encoder = None  # workers parse the tokenizer themselves
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(encoder,))
+    pool.submit(int).result()  # start the processes now, before this process starts threads
+    return pool
+
+
+@contextlib.contextmanager
+def _one_core_tokenizer():
+    """In-process builds: keep the HF tokenizer on this thread (one worker = one core)."""
+    old = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = old
 
 
 # --------------------------------------------------------------------------
@@ -263,6 +378,8 @@ def _prepare_out(cfg: BuildConfig, settings: dict) -> bool:
         raise PackerError(f"output {out} exists and is not a folder")
     entries = sorted(os.listdir(out)) if os.path.isdir(out) else []
     ours = {S.MANIFEST, "build.json", S.SHARD_DIR, S.UNIT_DIR}
+    if cfg.resume and not os.path.exists(build_json) and all(e in ours or e.startswith(".tmp-") for e in entries):
+        entries = []  # killed before build.json was written: nothing to keep, start afresh
     if entries and cfg.resume:
         if not os.path.exists(build_json):
             raise PackerError(f"cannot resume: {out} holds no packer build (no build.json)")
@@ -314,7 +431,8 @@ def _finished(out: str, unit: Unit) -> dict | None:
 
 
 def build(cfg: BuildConfig, progress=None) -> BuildResult:
-    """Run a build. ``progress`` (optional) is called as progress(done_bytes, docs, tokens, units_done)."""
+    """Run a build. ``progress`` (optional) is called as
+    progress(done_bytes, docs, tokens, units_done, units, total_bytes)."""
     t0 = time.perf_counter()
     if cfg.seq_len < 2:
         raise PackerError(f"--seq-len must be at least 2 (got {cfg.seq_len})")
@@ -350,62 +468,109 @@ def build(cfg: BuildConfig, progress=None) -> BuildResult:
             records[u.index] = rec
         else:
             todo.append(u)
-    total_bytes = sum(u.weight for u in units)
-    done_before = sum(u.weight for u in units if u.index in records)
-    workers = cfg.workers or os.cpu_count() or 1
-    workers = max(1, min(workers, len(todo) or 1))
-
-    ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-    counters = ctx.Array("q", 3)
-    counters[0] = done_before
-
-    def report():
-        if progress is not None:
-            progress(counters[0], counters[1], counters[2], len(records), len(units), total_bytes)
-
-    if workers == 1 or len(todo) <= 1:
-        global _counters
-        _counters = counters
-        try:
-            for u in todo:
-                records[u.index] = run_unit(u, job)
-                report()
-        finally:
-            _counters = None
-    else:
-        _run_pool(todo, job, workers, ctx, counters, records, report)
+    if todo:
+        workers = max(1, min(cfg.workers or os.cpu_count() or 1, _chunks_at_most(todo)))
+        with _one_core_tokenizer():
+            encoder = _get_encoder(tok)  # parsed once here; forked workers inherit it
+            _run(todo, job, workers, encoder, records, units, progress)
 
     manifest = _manifest(cfg, tok, job, settings, units, records, found)
+    faults.point("manifest")
     S.write_json(os.path.join(cfg.out, S.MANIFEST), manifest)
     return BuildResult(manifest, time.perf_counter() - t0, len(todo), len(units) - len(todo), notes)
 
 
-def _run_pool(todo, job, workers, ctx, counters, records, report) -> None:
-    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(counters,))
-    pending: dict = {}
-    queue = list(reversed(todo))
+def _chunks_at_most(todo: list[Unit]) -> int:
+    """An upper bound on the chunks the units make: more workers than that would idle."""
+    return sum(max(1, -(-u.weight // PART_BYTES)) + len(u.slices) for u in todo)
+
+
+def _run(todo, job, workers, encoder, records, units, progress) -> None:
+    """Read, tokenize and assemble the ``todo`` units on ``workers`` cores; fill ``records``."""
+    total_bytes = sum(u.weight for u in units)
+    before = sum(u.weight for u in units if u.index in records)
+    done_bytes = [before]  # raw bytes read (parquet reports none until its unit is done)
+    finished = before  # planned bytes of finished units
+    docs = tokens = 0
+    lock = threading.Lock()
+
+    def on_bytes(n: int) -> None:  # called from reader threads
+        with lock:
+            done_bytes[0] += n
+
+    def report() -> None:
+        if progress is not None:
+            shown = min(max(done_bytes[0], finished), total_bytes)
+            progress(shown, docs, tokens, len(records), len(units), total_bytes)
+
+    pool = _make_pool(workers, encoder) if workers > 1 else None
+    ex = pool or _Inline()
+    events: queue.Queue = queue.Queue()
+    # Chunks read but not yet tokenized: enough that no core waits on the
+    # reader, few enough that memory does not grow with the corpus.
+    slots = threading.Semaphore(2 * workers + 2)
+    stop = threading.Event()
+    reader = threading.Thread(target=_read_units, args=(todo, job.text_field, events, slots, stop, on_bytes),
+                              name="packer-reader", daemon=True)
+    by_index = {u.index: u for u in todo}
+    chunks: dict[int, dict[int, ChunkResult]] = {u.index: {} for u in todo}
+    n_chunks: dict[int, int] = {}
+    failure: BaseException | None = None
+
+    def deliver(kind, u, seq):
+        def cb(fut):
+            events.put(("result", kind, u, seq, fut))
+        return cb
+
+    def maybe_assemble(u: int) -> None:
+        got = chunks[u]
+        if n_chunks.get(u) == len(got):
+            parts = [got[i] for i in range(len(got))]
+            del chunks[u]
+            ex.submit(assemble_unit, job, by_index[u], parts).add_done_callback(deliver("unit", u, None))
+
+    reader.start()
     try:
-        while queue or pending:
-            while queue and len(pending) < 2 * workers:
-                u = queue.pop()
-                pending[pool.submit(run_unit, u, job)] = u
-            done, _ = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
-            for fut in done:
-                u = pending.pop(fut)
+        while len(records) < len(units):
+            ev = events.get()
+            if ev[0] == "chunk":
+                _, u, seq, parts = ev
+                ex.submit(encode_chunk, job, u.index, parts).add_done_callback(deliver("chunk", u.index, seq))
+            elif ev[0] == "end":
+                n_chunks[ev[1].index] = ev[2]
+                maybe_assemble(ev[1].index)
+            elif ev[0] == "result":
+                _, kind, u, seq, fut = ev
                 try:
-                    records[u.index] = fut.result()
+                    res = fut.result()
                 except BrokenProcessPool:
                     raise PackerError(
-                        f"a worker process died (killed, or out of memory) while building unit {u.index}; "
+                        f"a worker process died (killed, or out of memory) while building unit {u}; "
                         "nothing half-written was kept: rerun with --resume"
                     ) from None
-            report()
-    except BaseException:
-        for p in list(getattr(pool, "_processes", {}).values()):
-            p.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
+                if kind == "chunk":
+                    slots.release()
+                    chunks[u][seq] = res
+                    docs += len(res.lengths)
+                    tokens += len(res.tokens)
+                    maybe_assemble(u)
+                else:
+                    records[u] = res
+                    finished += by_index[u].weight
+                report()
+            elif ev[0] == "error":
+                raise ev[1]
+    except BaseException as e:
+        failure = e
         raise
-    pool.shutdown(wait=True)
+    finally:
+        stop.set()
+        if pool is not None:
+            if failure is not None:
+                for p in list(getattr(pool, "_processes", {}).values()):
+                    p.terminate()
+            pool.shutdown(wait=failure is None, cancel_futures=True)
+        reader.join(timeout=5)
 
 
 def _manifest(cfg, tok, job, settings, units, records, found) -> dict:

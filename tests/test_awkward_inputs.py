@@ -199,19 +199,26 @@ def test_unreadable_input_is_an_error(tmp_path):
 
 
 # 22: a file that vanishes after discovery is counted as unreadable; the rest is built.
-def test_file_vanishing_mid_build(tmp_path):
+def test_file_vanishing_mid_build(tmp_path, monkeypatch):
+    import importlib
+
+    build_module = importlib.import_module("packer.build")  # packer.build is also the function
     root = tmp_path / "in"
     root.mkdir()
     (root / "a.txt").write_bytes(b"first" * 1000)  # each file over unit_bytes: its own unit
     (root / "b.txt").write_bytes(b"second" * 1000)
     (root / "c.txt").write_bytes(b"third" * 1000)
     out = str(tmp_path / "out")
+    real_discover = build_module.discover
 
-    def progress(*a):  # called after each unit: remove a file the next units need
-        if (root / "b.txt").exists():
-            os.unlink(root / "b.txt")
+    def discover_then_remove(*a, **kw):  # b.txt is planned, then gone before it is read
+        found = real_discover(*a, **kw)
+        os.unlink(root / "b.txt")
+        return found
 
-    build(BuildConfig(inputs=(str(root),), out=out, seq_len=64, workers=1, unit_bytes=4096), progress=progress)
+    # (Files are read ahead of tokenizing, so a progress callback is too late to race the reader.)
+    monkeypatch.setattr(build_module, "discover", discover_then_remove)
+    build(BuildConfig(inputs=(str(root),), out=out, seq_len=64, workers=1, unit_bytes=4096))
     docs, m = read_documents(out)
     assert [bytes(d[:-1].astype("uint8").tolist()) for d in docs] == [b"first" * 1000, b"third" * 1000]
     assert skipped(m) == {"unreadable": 1}
