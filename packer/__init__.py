@@ -15,19 +15,28 @@ from .build import BuildConfig, build
 from .errors import PackerError
 from .pack import Layout, pack
 
-__all__ = ["BuildConfig", "build", "pack", "Layout", "PackerError", "PackedDataset", "collate"]
+__all__ = [
+    "BuildConfig", "build", "pack", "Layout", "PackerError",
+    "PackedDataset", "PackedSampler", "PackedLoader", "collate", "block_mask", "dense_mask",
+]
 __version__ = "0.1.0"
+
+# Training-side names and the module each lives in; imported on first use.
+_LAZY = {
+    "PackedDataset": "dataset",
+    "PackedSampler": "sampler",
+    "PackedLoader": "sampler",
+    "collate": "batching",
+    "block_mask": "masks",
+    "dense_mask": "masks",
+}
 
 
 def __getattr__(name):
     # torch is imported only when the dataset side is asked for, so a CPU box
     # can build shards without importing it.
-    if name == "PackedDataset":
-        from .dataset import PackedDataset
+    if name in _LAZY:
+        import importlib
 
-        return PackedDataset
-    if name == "collate":
-        from .dataset import collate
-
-        return collate
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'packer' has no attribute {name!r}")

@@ -1,0 +1,243 @@
+"""Train a small GPT on packer shards, in plain PyTorch.
+
+    packer build corpus/ out/ --seq-len 1024 --tokenizer gpt2/tokenizer.json
+    python examples/train_gpt.py --data out/ --steps 200            # GPU: varlen attention
+    python examples/train_gpt.py --data out/ --steps 20 --attn dense --d-model 64 --layers 2   # CPU
+
+Every packed row holds several documents; attention is document-causal (a
+token sees only earlier tokens of its own document piece), positions restart
+per piece (RoPE reads ``position_ids``), and the labels are -100 where a
+prediction would cross a boundary. Three ways to apply the mask (``--attn``):
+
+- ``varlen``: ``torch.nn.attention.varlen.varlen_attn`` over the flattened
+  batch with ``cu_seqlens`` (CUDA; the default there);
+- ``flex``: ``flex_attention`` with a ``BlockMask`` (compiled on CUDA);
+- ``dense``: SDPA with a (B, 1, L, L) boolean mask (anywhere; the CPU default).
+
+``--ckpt PATH`` saves model, optimizer and data-loader state every
+``--save-every`` steps; ``--resume`` continues from it and reads exactly
+the rows the uninterrupted run would have read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from packer import PackedDataset, PackedLoader, PackedSampler, block_mask, dense_mask
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    rope_base: float = 10000.0
+
+
+@dataclass
+class Mask:
+    """How attention is restricted; built once per batch, shared by all layers."""
+
+    kind: str  # "varlen" | "flex" | "dense" | "causal" (no document mask: a control)
+    dense: torch.Tensor | None = None  # (B, 1, L, L) bool
+    block: object | None = None  # flex BlockMask
+    cu_seqlens: torch.Tensor | None = None  # (S + 1,) int32
+    max_seqlen: int = 0
+
+
+def make_mask(batch: dict, kind: str, device: torch.device) -> Mask:
+    if kind == "dense":
+        return Mask(kind, dense=dense_mask(batch["document_ids"].to(device)))
+    if kind == "flex":
+        return Mask(kind, block=block_mask(batch["document_ids"].to(device), compile=device.type == "cuda"))
+    if kind == "varlen":
+        return Mask(kind, cu_seqlens=batch["cu_seqlens"].to(device), max_seqlen=int(batch["max_seqlen"]))
+    if kind == "causal":
+        return Mask(kind)
+    raise ValueError(f"unknown attention {kind!r}")
+
+
+_flex = None
+
+
+def attend(q, k, v, mask: Mask):
+    """q, k, v: (B, H, L, D) -> (B, H, L, D)."""
+    if mask.kind == "dense":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.dense)
+    if mask.kind == "causal":
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if mask.kind == "flex":
+        global _flex
+        if _flex is None:
+            from torch.nn.attention.flex_attention import flex_attention
+
+            _flex = torch.compile(flex_attention) if q.is_cuda else flex_attention
+        return _flex(q, k, v, block_mask=mask.block)
+    if mask.kind == "varlen":
+        from torch.nn.attention.varlen import varlen_attn
+
+        B, H, L, D = q.shape
+        flat = [t.transpose(1, 2).reshape(B * L, H, D) for t in (q, k, v)]
+        cu, mx = mask.cu_seqlens, mask.max_seqlen
+        out = varlen_attn(*flat, cu, cu, mx, mx, window_size=(-1, 0))  # (-1, 0): causal
+        return out.view(B, L, H, D).transpose(1, 2)
+    raise ValueError(f"unknown attention {mask.kind!r}")
+
+
+def rope(x, position_ids, base: float):
+    """Rotary embedding driven by position_ids (B, L); x: (B, H, L, D)."""
+    D = x.shape[-1]
+    inv = base ** (-torch.arange(0, D, 2, device=x.device, dtype=torch.float32) / D)
+    ang = position_ids[:, None, :, None].float() * inv  # (B, 1, L, D/2)
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        self.norm1, self.norm2 = nn.RMSNorm(d), nn.RMSNorm(d)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.proj = nn.Linear(d, d, bias=False)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d, bias=False), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d, bias=False))
+
+    def forward(self, x, position_ids, mask: Mask):
+        B, L, d = x.shape
+        H = self.cfg.n_heads
+        q, k, v = self.qkv(self.norm1(x)).view(B, L, 3, H, d // H).permute(2, 0, 3, 1, 4)
+        q, k = rope(q, position_ids, self.cfg.rope_base), rope(k, position_ids, self.cfg.rope_base)
+        y = attend(q, k, v, mask).transpose(1, 2).reshape(B, L, d)
+        x = x + self.proj(y)
+        return x + self.mlp(self.norm2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = nn.RMSNorm(cfg.d_model)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+
+    def forward(self, input_ids, position_ids, mask: Mask):
+        """(B, L) ids and positions -> (B, L, vocab) logits (lm_head tied to the embedding)."""
+        x = self.embed(input_ids)
+        for blk in self.blocks:
+            x = blk(x, position_ids, mask)
+        return self.norm(x) @ self.embed.weight.T
+
+
+def token_losses(logits, labels):
+    """Per-slot loss of predicting labels[t + 1] from logits[t]: (B, L - 1), 0 where ignored.
+
+    The HF convention: labels are not shifted in the batch, the loss shifts.
+    """
+    B, L, V = logits.shape
+    return F.cross_entropy(
+        logits[:, :-1].reshape(-1, V).float(), labels[:, 1:].reshape(-1), ignore_index=-100, reduction="none"
+    ).view(B, L - 1)
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", action="append", required=True, help="build folder (repeat to mix builds)")
+    p.add_argument("--weights", type=float, nargs="+", help="mixing weights, one per --data")
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--attn", choices=("auto", "varlen", "flex", "dense"), default="auto")
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ckpt", help="checkpoint file")
+    p.add_argument("--save-every", type=int, default=0)
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> list[float]:
+    """Train; returns the loss of every step run."""
+    args = parse(argv)
+    device = torch.device(args.device)
+    attn = args.attn if args.attn != "auto" else ("varlen" if device.type == "cuda" else "dense")
+    torch.manual_seed(args.seed)
+
+    ds = PackedDataset(args.data)
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    sampler = PackedSampler(ds, weights=args.weights, seed=args.seed, rank=rank, world_size=world)
+    loader = PackedLoader(ds, args.batch_size, sampler=sampler, num_workers=args.workers,
+                          pin_memory=device.type == "cuda", drop_last=True,
+                          persistent_workers=args.workers > 0)
+
+    model = GPT(GPTConfig(ds.vocab_size, args.d_model, args.layers, args.heads)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
+    step = 0
+    if args.resume and args.ckpt and os.path.exists(args.ckpt):
+        ck = torch.load(args.ckpt, map_location=device, weights_only=False)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        loader.load_state_dict(ck["data"])
+        torch.set_rng_state(ck["rng"])
+        step = ck["step"]
+        print(f"resumed at step {step}, epoch {sampler.epoch}, row {ck['data']['position']}")
+
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+    losses: list[float] = []
+    t0, tokens = time.perf_counter(), 0
+    while step < args.steps:
+        for batch in loader:
+            ids = batch["input_ids"].to(device, non_blocking=True)
+            labels = batch["labels"].to(device, non_blocking=True)
+            pos = batch["position_ids"].to(device, non_blocking=True)
+            mask = make_mask(batch, attn, device)
+            with amp:
+                logits = model(ids, pos, mask)
+            tl = token_losses(logits, labels)
+            n = (labels[:, 1:] != -100).sum()
+            loss = tl.sum() / n.clamp(min=1)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            step += 1
+            losses.append(loss.item())
+            tokens += int(n)
+            if step % args.log_every == 0 or step == args.steps:
+                dt = time.perf_counter() - t0
+                print(f"step {step} loss {losses[-1]:.4f} ({attn}) {tokens / dt:,.0f} trained tokens/s")
+            if args.ckpt and args.save_every and step % args.save_every == 0:
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "data": loader.state_dict(),
+                            "rng": torch.get_rng_state(), "step": step}, args.ckpt)
+            if step >= args.steps:
+                break
+        else:
+            sampler.set_epoch(sampler.epoch + 1)  # the epoch ran out: the next one
+    if losses and not all(math.isfinite(x) for x in losses):
+        raise SystemExit("loss is not finite")
+    return losses
+
+
+if __name__ == "__main__":
+    main()

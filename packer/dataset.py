@@ -1,0 +1,439 @@
+"""PackedDataset: the rows of one or more packer builds as training tensors.
+
+``PackedDataset("out/")`` is a map-style ``torch.utils.data.Dataset`` over
+every row of every shard, in manifest order (several builds: concatenated in
+the order given). ``ds[i]`` is one packed row of ``L = seq_len`` slots::
+
+    input_ids     (L,)  int64   token ids (``input_ids_dtype`` to change)
+    labels        (L,)  int64   input_ids, but -100 at the first slot of every
+                                piece and on padding (HF convention: the
+                                model shifts, so no loss term predicts a token
+                                from another document or from padding)
+    position_ids  (L,)  int64   0, 1, 2, ... restarting at every piece; the
+                                padding tail counts as one more piece
+    doc_lens      (P,)  int32   the piece lengths of the row, as in the shard
+
+What is copied, and why (docs/dataset.md has the long form):
+
+- Shards are memory-mapped, privately and copy-on-write
+  (``torch.from_file(shared=False)``), lazily, by each process on first
+  touch: nothing is read until a row is, no file descriptor stays open, and
+  a tensor that views the map can be written to without touching the file.
+- The token data is copied once per row read, into the output tensor: torch
+  can neither embed nor index with uint16, so uint16 ids are widened. The
+  one exception is ``input_ids_dtype=torch.int32`` over a uint32 build: then
+  ``ds[i]["input_ids"]`` is a view of the map (uint32 ids are < 2**31).
+- The piece index (``doc_lens``) is copied from the map into a small NumPy
+  array per shard when the shard is first touched: 8 bytes per row plus 4
+  per piece, under 0.5% of the token bytes at seq_len 2048.
+- ``labels`` is a second copy (it differs from input_ids); ``position_ids``
+  is computed.
+
+The DataLoader path: ``__getitems__`` (which DataLoader calls with a whole
+batch of indices) builds the batch's (B, L) tensors in a few vectorised
+NumPy operations and hands out rows that are views of them; ``collate``
+sees that and returns those tensors without stacking again. In a worker
+process they are allocated in shared memory, so the trip to the main
+process copies nothing either.
+
+Validation on open: every manifest (format version known), the builds agree
+on seq_len, dtype, pad id and tokenizer fingerprint, every shard exists with
+the manifest's byte size and a readable Arrow schema with the manifest's
+row count. ``verify=True`` also hashes every shard (xxh3_128, against the
+manifest) and checks every piece index: a full read of the build, off by
+default. A shard's piece index is checked anyway when a process first maps
+it, and every batch is checked for ids >= vocab_size; either failure raises
+``ShardError`` naming the shard.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, get_worker_info
+
+from . import shards as S
+from .errors import PackerError, ShardError
+
+IGNORE_INDEX = -100  # what torch's cross_entropy and HF models skip
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """One build of a PackedDataset; its rows are ``[start, start + rows)``."""
+
+    path: str
+    rows: int
+    start: int
+    manifest: dict
+
+
+@dataclass(frozen=True)
+class _ShardEntry:
+    path: str  # absolute file path
+    rows: int
+    nbytes: int
+    checksum: str
+
+
+class _Mapped:
+    """One shard mapped in this process.
+
+    ``tokens`` is a flat view of the mapped file in the shard dtype; row r
+    occupies ``tokens[row_at[r] : row_at[r] + L]``. Row r's pieces are
+    ``lens[piece_at[r] : piece_at[r + 1]]`` (starting at slots ``slot[...]``)
+    and fill ``used[r]`` slots. Index arrays are int64 except lens and slot.
+    """
+
+    __slots__ = ("storage", "tokens", "row_at", "piece_at", "lens", "slot", "used")
+
+    def __init__(self, storage, tokens, row_at, piece_at, lens, slot, used):
+        self.storage = storage  # keeps the mapping alive
+        self.tokens = tokens
+        self.row_at = row_at
+        self.piece_at = piece_at
+        self.lens = lens
+        self.slot = slot  # where each piece starts in its row
+        self.used = used
+
+
+class PackedDataset(Dataset):
+    """Map-style dataset over all rows of one or more packer builds.
+
+    ``paths``: a build folder, or a sequence of them (their rows are
+    concatenated; use ``PackedSampler(weights=...)`` to mix them).
+    ``verify``: hash every shard against the manifest on open (reads all).
+    ``input_ids_dtype``: ``torch.int64`` (default) or ``torch.int32``.
+    """
+
+    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], *, verify: bool = False,
+                 input_ids_dtype: torch.dtype = torch.int64):
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        paths = [os.fspath(p) for p in paths]
+        if not paths:
+            raise PackerError("PackedDataset needs at least one build folder")
+        if input_ids_dtype not in (torch.int64, torch.int32):
+            raise PackerError(f"input_ids_dtype must be torch.int64 or torch.int32, not {input_ids_dtype}")
+        seen: dict[str, str] = {}
+        for p in paths:
+            real = os.path.realpath(p)
+            if real in seen:
+                raise PackerError(f"{p}: build named twice (as {seen[real]}); to weight it, use PackedSampler(weights=...)")
+            seen[real] = p
+
+        builds, entries, first = [], [], None
+        for p in paths:
+            m = S.read_manifest(p)
+            if first is None:
+                first = (p, m)
+            else:
+                _check_compatible(first, (p, m))
+            start = sum(b.rows for b in builds)
+            rows = 0
+            for sh in m["shards"]:
+                try:
+                    e = _ShardEntry(os.path.join(p, sh["path"]), int(sh["rows"]), int(sh["bytes"]), sh.get(S.CHECKSUM, ""))
+                except (KeyError, TypeError, ValueError):
+                    raise ShardError(f"{os.path.join(p, S.MANIFEST)}: malformed shard entry {sh!r}") from None
+                entries.append(e)
+                rows += e.rows
+            builds.append(BuildInfo(p, rows, start, m))
+
+        m = first[1]
+        self.builds: tuple[BuildInfo, ...] = tuple(builds)
+        self.seq_len: int = int(m["seq_len"])
+        self.dtype: str = m["dtype"]  # storage dtype of input_ids: uint16 or uint32
+        self.pad_id: int = m.get("pad_id")
+        self.eos_id: int | None = m.get("eos_id")
+        self.vocab_size: int = int(m.get("vocab_size") or m["tokenizer"]["vocab_size"])
+        self.tokenizer_fingerprint: str = m["tokenizer"].get("fingerprint")
+        self.input_ids_dtype = input_ids_dtype
+        self._np_dtype = np.dtype(self.dtype)
+        self._entries = tuple(entries)
+        self._starts = np.cumsum([0] + [e.rows for e in entries], dtype=np.int64)
+        self._len = int(self._starts[-1])
+        for e in entries:
+            _check_file(e, self.seq_len, self.dtype, verify)
+        self._starts_list = self._starts.tolist()
+        self._ids_np = np.int64 if input_ids_dtype == torch.int64 else np.int32
+        # uint32 ids are < 2**31 (vocab_size), so int32 can view them without a copy.
+        self._ids_view = input_ids_dtype == torch.int32 and self.dtype == "uint32"
+        self._arange = np.arange(self.seq_len, dtype=np.int64)
+        self._arange_cache = self._arange
+        self._pid = os.getpid()
+        self._maps: dict[int, _Mapped] = {}
+        if verify:
+            for k in range(len(entries)):
+                self._map(k)  # checks every piece index
+
+    # -- sizes --------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._len
+
+    @property
+    def build_rows(self) -> tuple[int, ...]:
+        """Rows per build, in the order given (what PackedSampler mixes)."""
+        return tuple(b.rows for b in self.builds)
+
+    @property
+    def shard_paths(self) -> tuple[str, ...]:
+        return tuple(e.path for e in self._entries)
+
+    # -- pickling: never ship maps to another process -------------------------
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_maps"] = {}
+        state["_arange_cache"] = self._arange
+        return state
+
+    # -- reading ------------------------------------------------------------
+
+    def __getitem__(self, i) -> dict[str, torch.Tensor]:
+        i = self._index(i)
+        k = bisect_right(self._starts_list, i) - 1
+        m = self._mapped(k)
+        j = i - self._starts_list[k]
+        L = self.seq_len
+        a = m.row_at[j]
+        raw = m.tokens[a:a + L]
+        if raw.max() >= self.vocab_size:
+            self._bad_token(raw[None, :], [k], [j])
+        if self._ids_view:
+            ids = raw.view(np.int32)  # a view of the private map: no copy
+        else:
+            ids = raw.astype(self._ids_np)  # the one copy of the token data (widening)
+        p0, p1 = m.piece_at[j], m.piece_at[j + 1]
+        lens, slot, u = m.lens[p0:p1], m.slot[p0:p1], m.used[j]
+        lab = raw.astype(np.int64)
+        lab[slot] = IGNORE_INDEX  # no prediction across a boundary
+        if p1 - p0 == 1 and u == L:  # one piece fills the row: the common case for long documents
+            pos = self._arange.copy()
+        else:
+            if u < L:
+                lens = np.append(lens, L - u)
+                slot = np.append(slot, u)
+                lab[u:] = IGNORE_INDEX  # none of or from padding
+            pos = self._arange - np.repeat(slot, lens)
+        return {
+            "input_ids": torch.from_numpy(ids),
+            "labels": torch.from_numpy(lab),
+            "position_ids": torch.from_numpy(pos),
+            "doc_lens": torch.from_numpy(m.lens[p0:p1].copy()),
+        }
+
+    def __getitems__(self, indices) -> list[dict[str, torch.Tensor]]:
+        """Rows ``indices``, built together; each row's tensors view (B, L) batch tensors."""
+        b = self.batch(indices)
+        counts = np.diff(b["_piece_at"]).tolist()
+        return [
+            {"input_ids": i, "labels": t, "position_ids": p, "doc_lens": d}
+            for i, t, p, d in zip(
+                b["input_ids"].unbind(0), b["labels"].unbind(0), b["position_ids"].unbind(0),
+                torch.split(b["doc_lens"], counts),
+            )
+        ]
+
+    def batch(self, indices) -> dict[str, torch.Tensor]:
+        """Rows ``indices`` as (B, L) tensors: input_ids, labels, position_ids.
+
+        Also ``doc_lens`` (P,) int32, the pieces of all rows in order, and
+        ``_piece_at`` (B + 1,) int64 NumPy, where each row's pieces begin in it.
+        """
+        idx = self._indices(indices)
+        B, L = len(idx), self.seq_len
+        # A worker's batch goes to the main process: build it in shared memory
+        # so that the trip copies nothing (what default_collate does too).
+        if get_worker_info() is not None:
+            ids_t = torch.empty((B, L), dtype=self.input_ids_dtype).share_memory_()
+            lab_t = torch.empty((B, L), dtype=torch.int64).share_memory_()
+            pos_t = torch.empty((B, L), dtype=torch.int64).share_memory_()
+            ids, lab, pos = ids_t.numpy(), lab_t.numpy(), pos_t.numpy()
+        else:
+            ids, lab, pos = np.empty((B, L), self._ids_np), np.empty((B, L), np.int64), np.empty((B, L), np.int64)
+            ids_t, lab_t, pos_t = torch.from_numpy(ids), torch.from_numpy(lab), torch.from_numpy(pos)
+
+        sid = np.searchsorted(self._starts, idx, side="right") - 1
+        local = (idx - self._starts[sid]).tolist()
+        used = np.empty(B, dtype=np.int64)
+        piece_at = np.zeros(B + 1, dtype=np.int64)
+        starts, lens = [], []  # per row: flat slot of each piece start, piece lengths
+        maps = self._maps if self._pid == os.getpid() else {}
+        for r, k in enumerate(sid.tolist()):
+            m = maps.get(k) or self._mapped(k)
+            j = local[r]
+            a = m.row_at[j]
+            ids[r] = m.tokens[a:a + L]  # the one copy of the token data (widening if uint16)
+            p0, p1 = m.piece_at[j], m.piece_at[j + 1]
+            starts.append(m.slot[p0:p1] + r * L)
+            lens.append(m.lens[p0:p1])
+            piece_at[r + 1] = piece_at[r] + (p1 - p0)
+            used[r] = m.used[j]
+        if B and ids.max() >= self.vocab_size:
+            self._bad_token(ids, sid, local)
+
+        # Every piece, and every padding tail, starts a segment; a slot's
+        # position is its distance from the last segment start at or before it.
+        pad = np.flatnonzero(used < L)
+        starts.append(pad * L + used[pad])
+        starts = np.concatenate(starts)
+        flat = pos.reshape(-1)
+        flat[:] = 0
+        flat[starts] = starts
+        np.maximum.accumulate(flat, out=flat)
+        np.subtract(self._flat_arange(B * L), flat, out=flat)
+        np.copyto(lab, ids)
+        lab.reshape(-1)[starts] = IGNORE_INDEX  # no prediction across a boundary
+        if len(pad):
+            lab[self._arange[None, :] >= used[:, None]] = IGNORE_INDEX  # none of or from padding
+        doc_lens = torch.from_numpy(np.concatenate(lens)) if B else torch.zeros(0, dtype=torch.int32)
+        return {"input_ids": ids_t, "labels": lab_t, "position_ids": pos_t, "doc_lens": doc_lens, "_piece_at": piece_at}
+
+    def _flat_arange(self, n: int) -> np.ndarray:
+        if len(self._arange_cache) < n:
+            self._arange_cache = np.arange(n, dtype=np.int64)
+        return self._arange_cache[:n]
+
+    def _indices(self, indices) -> np.ndarray:
+        if isinstance(indices, torch.Tensor):
+            indices = indices.numpy(force=True)
+        idx = np.asarray(indices)
+        if idx.size and idx.dtype.kind not in "iu":
+            raise TypeError(f"PackedDataset indices are integers, not {idx.dtype}")
+        idx = idx.astype(np.int64).reshape(-1)
+        idx = np.where(idx < 0, idx + self._len, idx)
+        if idx.size and (idx.min() < 0 or idx.max() >= self._len):
+            raise IndexError(f"row index out of range for PackedDataset of {self._len} rows")
+        return idx
+
+    def _index(self, i) -> int:
+        try:
+            i = operator.index(i)  # ints, NumPy ints, 0-d integer tensors; not floats or strings
+        except TypeError:
+            raise TypeError(f"PackedDataset indices are integers, not {type(i).__name__}") from None
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError(f"row {i} out of range for PackedDataset of {self._len} rows")
+        return i
+
+    def _bad_token(self, ids, sid, local):
+        r = int(np.argmax(ids.max(axis=1) >= self.vocab_size))
+        e = self._entries[int(sid[r])]
+        raise ShardError(
+            f"{e.path}: row {int(local[r])} holds token id {int(ids[r].max())} >= vocab_size {self.vocab_size} "
+            "(corrupt shard? PackedDataset(verify=True) checks every byte against the manifest)"
+        )
+
+    # -- mapping --------------------------------------------------------------
+
+    def _mapped(self, k: int) -> _Mapped:
+        if self._pid != os.getpid():  # forked: map afresh in this process
+            self._pid, self._maps = os.getpid(), {}
+        m = self._maps.get(k)
+        if m is None:
+            m = self._maps[k] = self._map(k)
+        return m
+
+    def _map(self, k: int) -> _Mapped:
+        e = self._entries[k]
+        return _map_shard(e, self.seq_len, self._np_dtype)
+
+
+# --------------------------------------------------------------------------
+# Opening and checking shards.
+
+
+def _check_compatible(a: tuple[str, dict], b: tuple[str, dict]) -> None:
+    (pa_, ma), (pb, mb) = a, b
+    for key, get in (
+        ("seq_len", lambda m: m["seq_len"]),
+        ("dtype", lambda m: m["dtype"]),
+        ("pad_id", lambda m: m.get("pad_id")),
+        ("tokenizer fingerprint", lambda m: m["tokenizer"].get("fingerprint")),
+    ):
+        if get(ma) != get(mb):
+            raise PackerError(
+                f"{pb}: {key} {get(mb)!r} differs from {get(ma)!r} in {pa_}; builds read together must agree"
+            )
+
+
+def _check_file(e: _ShardEntry, seq_len: int, dtype: str, verify: bool) -> None:
+    """Cheap checks for every shard on open; ``verify`` adds the checksum."""
+    try:
+        size = os.path.getsize(e.path)
+    except FileNotFoundError:
+        raise ShardError(f"{e.path}: shard is missing") from None
+    except OSError as err:
+        raise ShardError(f"{e.path}: cannot read shard ({err.strerror})") from None
+    if size != e.nbytes:
+        what = "truncated" if size < e.nbytes else "longer than the manifest says"
+        raise ShardError(f"{e.path}: shard is {what} ({size} bytes, manifest says {e.nbytes})")
+    if verify:
+        got = S.file_checksum(e.path)
+        if got != e.checksum:
+            raise ShardError(f"{e.path}: checksum mismatch ({S.CHECKSUM} {got}, manifest says {e.checksum}): shard is corrupt")
+    table = S.open_shard(e.path, seq_len, dtype)
+    if table.num_rows != e.rows:
+        raise ShardError(f"{e.path}: {table.num_rows} rows, manifest says {e.rows}")
+
+
+def _map_shard(e: _ShardEntry, seq_len: int, dt: np.dtype) -> _Mapped:
+    """Map one shard privately and copy out its piece index, checking it."""
+    try:
+        storage = torch.from_file(e.path, shared=False, size=e.nbytes, dtype=torch.uint8)
+    except RuntimeError as err:
+        raise ShardError(f"{e.path}: cannot map shard ({str(err).splitlines()[0]})") from None
+    mem = storage.numpy()  # writable: private pages
+    table = S.open_shard_buffer(mem, e.path, seq_len, str(dt))
+    if table.num_rows != e.rows:
+        raise ShardError(f"{e.path}: {table.num_rows} rows, manifest says {e.rows}")
+    base = mem.ctypes.data
+    isz = dt.itemsize
+    row_at, piece_at, lens = [], [np.zeros(1, np.int64)], []
+    n_pieces = 0
+    for batch in table.to_batches():
+        n = batch.num_rows
+        if not n:
+            continue
+        ids, dl = batch.column(0), batch.column(1)
+        child = ids.values
+        addr = child.buffers()[1].address + (child.offset + ids.offset * seq_len) * isz
+        off = addr - base
+        if off < 0 or off % isz or off + n * seq_len * isz > len(mem):
+            raise ShardError(f"{e.path}: input_ids lie outside the file: shard is corrupt")
+        row_at.append(off // isz + np.arange(n, dtype=np.int64) * seq_len)
+        offs = dl.offsets.to_numpy().astype(np.int64)
+        vals = dl.values.to_numpy()
+        if offs[0] < 0 or np.any(np.diff(offs) < 0) or offs[-1] > len(vals):
+            raise ShardError(f"{e.path}: doc_lens offsets are out of order: shard is corrupt")
+        lens.append(vals[offs[0]:offs[-1]])
+        piece_at.append(offs[1:] - offs[0] + n_pieces)
+        n_pieces += int(offs[-1] - offs[0])
+    row_at = np.concatenate(row_at) if row_at else np.zeros(0, np.int64)
+    piece_at = np.concatenate(piece_at)
+    lens = np.concatenate(lens) if lens else np.zeros(0, np.uint32)
+    if len(lens) and (lens.min() < 1 or lens.max() > seq_len):
+        raise ShardError(f"{e.path}: a doc_lens entry is outside 1..{seq_len}: shard is corrupt")
+    lens = lens.astype(np.int32)  # the copy of the index; int32 is what torch indexes with
+    cum = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=cum[1:])
+    used = cum[piece_at[1:]] - cum[piece_at[:-1]]
+    if len(used) and used.max() > seq_len:
+        r = int(np.argmax(used > seq_len))
+        raise ShardError(f"{e.path}: row {r}'s doc_lens sum to {int(used[r])} > seq_len {seq_len}: shard is corrupt")
+    usable = len(mem) - len(mem) % isz
+    tokens = mem[:usable].view(dt)
+    del table  # the index is copied; the Arrow objects are not needed any more
+    row_of_piece = np.repeat(np.arange(len(used), dtype=np.int64), np.diff(piece_at))
+    slot = (cum[:-1] - cum[piece_at[:-1]][row_of_piece]).astype(np.int32)
+    return _Mapped(storage, tokens, row_at, piece_at, lens, slot, used)
+

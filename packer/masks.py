@@ -1,0 +1,70 @@
+"""Document-causal attention masks built from a collated batch.
+
+A query slot may attend to a key slot when both lie in the same segment
+(``document_ids`` equal) and the key is not after the query. Three ways to
+apply that, fastest first on a GPU:
+
+- varlen flash attention: no mask at all, pass ``batch["cu_seqlens"]`` and
+  ``batch["max_seqlen"]`` with q, k, v flattened to (B*L, H, D):
+  ``torch.nn.attention.varlen.varlen_attn(q, k, v, cu, cu, mx, mx, window_size=(-1, 0))``
+  or flash-attn's ``flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, causal=True)``;
+- ``block_mask(batch)``: a flex-attention ``BlockMask`` for
+  ``flex_attention(q, k, v, block_mask=...)`` with q, k, v of (B, H, L, D);
+- ``dense_mask(batch)``: a (B, 1, L, L) boolean mask for
+  ``F.scaled_dot_product_attention(q, k, v, attn_mask=...)``, for setups with
+  neither (CPU, older torch). It costs B*L*L bytes and a slower kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+_compiled_create_block_mask = None
+
+
+def _document_ids(batch_or_ids) -> torch.Tensor:
+    ids = batch_or_ids["document_ids"] if isinstance(batch_or_ids, Mapping) else batch_or_ids
+    if ids.dim() != 2:
+        raise ValueError(f"document_ids must be (B, L), got shape {tuple(ids.shape)}")
+    return ids
+
+
+def document_causal(document_ids: torch.Tensor):
+    """The flex-attention ``mask_mod`` of a (B, L) ``document_ids`` tensor."""
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (document_ids[b, q_idx] == document_ids[b, kv_idx]) & (q_idx >= kv_idx)
+
+    return mask_mod
+
+
+def block_mask(batch_or_ids, *, block_size: int = 128, compile: bool = False):
+    """A document-causal flex-attention ``BlockMask`` of shape (B, 1, L, L).
+
+    ``batch_or_ids``: a collated batch, or its (B, L) ``document_ids``; the
+    mask lives on their device, so move them first (``batch["document_ids"]
+    .to("cuda")``). ``compile=True`` builds it with
+    ``torch.compile(create_block_mask)`` (faster per step on a GPU once
+    compiled). L need not be a multiple of ``block_size``.
+    """
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    ids = _document_ids(batch_or_ids)
+    B, L = ids.shape
+    fn = create_block_mask
+    if compile:
+        global _compiled_create_block_mask
+        if _compiled_create_block_mask is None:
+            _compiled_create_block_mask = torch.compile(create_block_mask)
+        fn = _compiled_create_block_mask
+    return fn(document_causal(ids), B, None, L, L, device=ids.device, BLOCK_SIZE=block_size)
+
+
+def dense_mask(batch_or_ids) -> torch.Tensor:
+    """(B, 1, L, L) bool, True where attention is allowed (SDPA's convention)."""
+    ids = _document_ids(batch_or_ids)
+    L = ids.shape[1]
+    causal = torch.ones(L, L, dtype=torch.bool, device=ids.device).tril_()
+    return ((ids[:, :, None] == ids[:, None, :]) & causal)[:, None]

@@ -1,0 +1,225 @@
+"""Sampling: a deterministic, resumable, rank-sharded order over packed rows.
+
+``PackedSampler`` decides which rows each rank reads in which order:
+
+- **Epoch order.** A global order of the epoch's rows, a pure function of
+  (seed, epoch) and the build sizes. Without weights it is a permutation of
+  all rows (every row once per epoch); ``shuffle=False`` keeps row order.
+- **Mixing.** With ``weights`` (one per build), an epoch has
+  ``num_samples`` rows (default: all rows), build k contributing
+  ``n_k ~ w_k * num_samples`` (largest remainder, so they sum exactly). Each
+  build is read as an endless stream of fresh permutations of its rows
+  (pass p shuffled by (seed, k, p)); epoch e takes the stream's next
+  ``n_k`` rows, so an upweighted build repeats rows, in a new order each
+  pass, and a downweighted one is not repeated until all its rows were
+  seen. The builds are interleaved by jittered stride: the j-th row of
+  build k gets time (j + u) / w_k, u uniform in [0, 1) (seeded), and rows
+  go out in time order. Every prefix of the epoch order then holds each
+  build's share to within 1 + w_k * K rows (K builds), and the jitter keeps
+  a periodic pattern from being aliased onto ranks.
+- **Ranks.** Rank r of W reads positions ``start + r, start + r + W, ...``
+  of the epoch order, ``(M - start) // W`` of them (M = epoch size): the
+  shares are disjoint and equal, the last < W rows are dropped, and after j
+  steps all ranks together have read exactly the prefix ``start + j*W``.
+- **Resume.** ``state_dict()`` holds the epoch and that global position, so a
+  trainer that stops mid-epoch resumes reading exactly the rows it would
+  have read next, even with another world size. A digest of the epoch order
+  is kept too: loading refuses a state whose order cannot be reproduced
+  (other data, other seed or NumPy).
+
+``PackedSampler.state_dict()`` counts the rows the sampler has handed out;
+a DataLoader with workers prefetches, so it hands out more than the loop
+has consumed. ``PackedLoader`` (a DataLoader) counts what the loop received
+and gives the exact state; with a plain DataLoader, pass
+``consumed=rows_this_rank_consumed_this_epoch`` to ``state_dict``.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+import xxhash
+from torch.utils.data import DataLoader, Sampler
+
+from .batching import collate
+from .errors import PackerError
+
+# Tags keep the random streams of different purposes apart (NumPy seeds from the whole list).
+_PERMUTE, _STREAM, _MIX = 1, 2, 3
+
+
+class PackedSampler(Sampler[int]):
+    """Indices of this rank's rows, epoch by epoch; see the module docstring.
+
+    ``source``: a PackedDataset (its builds' row counts), a row count, or a
+    sequence of per-build row counts.
+    """
+
+    def __init__(self, source, *, weights: Sequence[float] | None = None, num_samples: int | None = None,
+                 shuffle: bool = True, seed: int = 0, rank: int = 0, world_size: int = 1):
+        if hasattr(source, "build_rows"):
+            sizes = list(source.build_rows)
+        elif isinstance(source, (int, np.integer)):
+            sizes = [int(source)]
+        else:
+            sizes = [int(s) for s in source]
+        if not sizes or min(sizes) < 0:
+            raise PackerError(f"PackedSampler needs row counts >= 0, got {sizes}")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise PackerError(f"rank {rank} is not in 0..world_size-1 (world_size {world_size})")
+        self.sizes = tuple(sizes)
+        self.offsets = tuple(int(x) for x in np.cumsum([0] + sizes[:-1]))
+        self.seed, self.rank, self.world_size, self.shuffle = int(seed), int(rank), int(world_size), bool(shuffle)
+        self.weights = None
+        total = sum(sizes)
+        if weights is not None:
+            w = np.asarray(weights, dtype=np.float64)
+            if w.shape != (len(sizes),) or not np.all(np.isfinite(w)) or w.min() < 0 or w.sum() <= 0:
+                raise PackerError(f"weights must be {len(sizes)} finite numbers >= 0 with a positive sum, got {list(weights)}")
+            self.weights = tuple(float(x) for x in w / w.sum())
+            for k, (wk, n) in enumerate(zip(self.weights, sizes)):
+                if wk > 0 and n == 0:
+                    raise PackerError(f"build {k} has weight {weights[k]} but no rows")
+        elif num_samples is not None and num_samples != total:
+            self.weights = tuple(n / total for n in sizes)  # sample by size, with replacement across epochs
+        self.num_samples = int(total if num_samples is None else num_samples)
+        if self.num_samples < 0:
+            raise PackerError(f"num_samples must be >= 0, got {num_samples}")
+        self.epoch = 0
+        self._resume = 0  # global position where the next iteration starts
+        self._iter_start: int | None = None  # where the current (or last) iteration started
+        self._yielded = 0
+        self._cache: tuple[int, np.ndarray, str] | None = None
+
+    # -- the epoch order ------------------------------------------------------
+
+    def epoch_order(self, epoch: int | None = None) -> np.ndarray:
+        """The global order of an epoch (all ranks): row indices, shape (num_samples,)."""
+        epoch = self.epoch if epoch is None else int(epoch)
+        if self._cache is None or self._cache[0] != epoch:
+            order = self._mixed(epoch) if self.weights is not None else self._permuted(epoch)
+            order = order.astype(np.int64, copy=False)
+            self._cache = (epoch, order, xxhash.xxh3_64_hexdigest(order.tobytes()))
+        return self._cache[1]
+
+    def _permuted(self, epoch: int) -> np.ndarray:
+        n = self.num_samples
+        if not self.shuffle:
+            return np.arange(n, dtype=np.int64)
+        return np.random.default_rng([self.seed, _PERMUTE, epoch]).permutation(n)
+
+    def _stream(self, k: int, a: int, b: int) -> np.ndarray:
+        """Positions [a, b) of build k's endless stream of per-pass permutations."""
+        n = self.sizes[k]
+        out = []
+        for p in range(a // n, (b - 1) // n + 1):
+            rows = np.random.default_rng([self.seed, _STREAM, k, p]).permutation(n) if self.shuffle else np.arange(n)
+            lo, hi = max(a - p * n, 0), min(b - p * n, n)
+            out.append(rows[lo:hi])
+        return np.concatenate(out) + self.offsets[k]
+
+    def _mixed(self, epoch: int) -> np.ndarray:
+        w = np.asarray(self.weights)
+        quota = w * self.num_samples
+        n = np.floor(quota).astype(np.int64)
+        short = self.num_samples - int(n.sum())
+        n[np.argsort(-(quota - n), kind="stable")[:short]] += 1  # largest remainder
+        rng = np.random.default_rng([self.seed, _MIX, epoch])
+        rows, times = [], []
+        for k, nk in enumerate(n.tolist()):
+            if nk == 0:
+                continue
+            rows.append(self._stream(k, epoch * nk, (epoch + 1) * nk))
+            times.append((np.arange(nk) + rng.random(nk)) / w[k])
+        if not rows:
+            return np.zeros(0, dtype=np.int64)
+        order = np.argsort(np.concatenate(times), kind="stable")
+        return np.concatenate(rows)[order]
+
+    # -- iteration ------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch to iterate next; a new epoch starts at its beginning."""
+        if int(epoch) != self.epoch:
+            self.epoch, self._resume, self._iter_start, self._yielded = int(epoch), 0, None, 0
+
+    def _share(self, start: int) -> int:
+        return max(self.num_samples - start, 0) // self.world_size
+
+    def __len__(self) -> int:
+        """Rows this rank reads in the next iteration."""
+        return self._share(self._resume)
+
+    def __iter__(self) -> Iterator[int]:
+        start, self._resume = self._resume, 0  # a resumed position applies to one iteration
+        order = self.epoch_order()
+        self._iter_start, self._yielded = start, 0
+        mine = order[start + self.rank: start + self._share(start) * self.world_size: self.world_size]
+        for i in mine.tolist():
+            self._yielded += 1
+            yield i
+
+    # -- checkpointing --------------------------------------------------------
+
+    def state_dict(self, consumed: int | None = None) -> dict:
+        """Where to resume. ``consumed``: rows this rank's loop consumed in this
+        iteration (default: rows the sampler handed out, exact without prefetch)."""
+        if self._iter_start is None:
+            position = self._resume
+        else:
+            n = self._yielded if consumed is None else int(consumed)
+            position = self._iter_start + n * self.world_size
+        self.epoch_order()
+        return {
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "position": position,
+            "num_samples": self.num_samples,
+            "order_digest": self._cache[2],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("seed") != self.seed or state.get("num_samples") != self.num_samples:
+            raise PackerError(
+                f"cannot resume: state is for seed {state.get('seed')} and {state.get('num_samples')} rows per epoch, "
+                f"this sampler has seed {self.seed} and {self.num_samples}"
+            )
+        self.epoch, self._iter_start, self._yielded = int(state["epoch"]), None, 0
+        self._resume = int(state["position"])
+        self.epoch_order()
+        if state.get("order_digest") != self._cache[2]:
+            raise PackerError(
+                "cannot resume: this epoch's row order differs from the saved one "
+                "(other builds, weights or shuffle, or another NumPy)"
+            )
+
+
+class PackedLoader(DataLoader):
+    """A DataLoader over a PackedDataset whose ``state_dict`` is exact.
+
+    It counts the rows the loop has received (not what workers prefetched)
+    and asks its ``PackedSampler`` for the state at that point. Defaults:
+    ``collate_fn=packer.collate``; any other DataLoader argument passes through.
+    """
+
+    def __init__(self, dataset, batch_size: int = 1, *, sampler: PackedSampler, collate_fn=collate, **kwargs):
+        if not isinstance(sampler, PackedSampler):
+            raise PackerError("PackedLoader needs a PackedSampler")
+        super().__init__(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate_fn, **kwargs)
+        self._received: int | None = None
+
+    def __iter__(self):
+        self._received = 0
+        share = len(self.sampler)
+        for batch in super().__iter__():
+            self._received = min(self._received + self.batch_size, share)
+            yield batch
+
+    def state_dict(self) -> dict:
+        return self.sampler.state_dict(consumed=self._received)
+
+    def load_state_dict(self, state: dict) -> None:
+        self._received = None
+        self.sampler.load_state_dict(state)

@@ -1,0 +1,341 @@
+"""PackedDataset: rows, labels and positions against the shards; validation; processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from packer import BuildConfig, PackedDataset, build, collate
+from packer.errors import PackerError, ShardError
+
+# --------------------------------------------------------------------------
+# An independent reader (pyarrow only, as docs/format.md shows) and the
+# definition of labels and positions, written the slow, obvious way.
+
+
+def shard_rows(out: str):
+    """(input_ids, doc_lens) of every row of a build, in manifest order."""
+    m = json.load(open(os.path.join(out, "manifest.json")))
+    for sh in m["shards"]:
+        r = pa.ipc.open_file(pa.memory_map(os.path.join(out, sh["path"])))
+        for b in range(r.num_record_batches):
+            batch = r.get_batch(b)
+            ids = batch.column("input_ids").values.to_numpy().reshape(-1, m["seq_len"])
+            lens = batch.column("doc_lens").to_pylist()
+            yield from zip(ids, lens)
+
+
+def expected(ids: np.ndarray, lens: list[int]):
+    L = len(ids)
+    pos = np.empty(L, dtype=np.int64)
+    lab = ids.astype(np.int64)
+    s = 0
+    for n in lens:
+        pos[s:s + n] = np.arange(n)
+        lab[s] = -100  # the first token of a piece is not predicted from what came before
+        s += n
+    pos[s:] = np.arange(L - s)  # the padding tail is a segment of its own
+    lab[s:] = -100
+    return pos, lab
+
+
+@pytest.fixture(scope="module")
+def ds(sample_build):
+    return PackedDataset(sample_build)
+
+
+def test_every_row_matches_its_shard(sample_build, ds):
+    rows = list(shard_rows(sample_build))
+    assert len(ds) == len(rows) == json.load(open(os.path.join(sample_build, "manifest.json")))["totals"]["rows"]
+    multi = padded = 0
+    for i, (ids, lens) in enumerate(rows):
+        item = ds[i]
+        pos, lab = expected(ids, lens)
+        assert item["input_ids"].dtype == torch.int64 and item["input_ids"].shape == (ds.seq_len,)
+        np.testing.assert_array_equal(item["input_ids"].numpy(), ids)
+        np.testing.assert_array_equal(item["labels"].numpy(), lab)
+        np.testing.assert_array_equal(item["position_ids"].numpy(), pos)
+        assert item["doc_lens"].tolist() == lens
+        multi += len(lens) > 1
+        padded += sum(lens) < ds.seq_len
+    assert multi > 100 and padded > 10  # the sample exercises boundaries and padding
+
+
+def test_batched_rows_equal_single_rows(ds):
+    idx = random.Random(0).sample(range(len(ds)), 300) + [0, len(ds) - 1, 5, 5]
+    for chunk in (idx[:1], idx[:8], idx):
+        got = ds.__getitems__(chunk)
+        assert len(got) == len(chunk)
+        for i, row in zip(chunk, got):
+            ref = ds[i]
+            assert row.keys() == ref.keys()
+            for k in ref:
+                assert torch.equal(row[k], ref[k]), (i, k)
+
+
+def test_no_label_crosses_a_document(ds):
+    # Under the HF shift, slot t predicts labels[t + 1]: that target must be in t's piece.
+    for i in range(0, len(ds), 7):
+        item = ds[i]
+        doc = np.repeat(np.arange(len(item["doc_lens"])), item["doc_lens"].numpy())
+        lab = item["labels"].numpy()
+        t = np.flatnonzero(lab[1:] != -100)
+        assert np.all(t + 1 < len(doc)) and np.all(doc[t] == doc[t + 1])
+
+
+def test_indexing(ds):
+    assert torch.equal(ds[-1]["input_ids"], ds[len(ds) - 1]["input_ids"])
+    assert torch.equal(ds[np.int64(3)]["labels"], ds[3]["labels"])
+    assert torch.equal(ds[torch.tensor(3)]["labels"], ds[3]["labels"])
+    with pytest.raises(IndexError):
+        ds[len(ds)]
+    with pytest.raises(IndexError):
+        ds.__getitems__([0, len(ds)])
+    with pytest.raises(TypeError):
+        ds["3"]
+
+
+def test_rows_are_writable_copies(ds):
+    a = ds[10]
+    a["input_ids"].fill_(0)
+    a["labels"].fill_(0)
+    assert ds[10]["input_ids"].max() > 0 and ds[10]["labels"].max() > 0
+
+
+def test_input_ids_int32_on_uint16_build_is_a_widening_copy(sample_build, ds):
+    ds32 = PackedDataset(sample_build, input_ids_dtype=torch.int32)
+    for i in (0, 17, len(ds) - 1):
+        x = ds32[i]["input_ids"]
+        assert x.dtype == torch.int32 and torch.equal(x.long(), ds[i]["input_ids"])
+    b = collate(ds32.__getitems__([1, 2, 3]))
+    assert b["input_ids"].dtype == torch.int32 and b["labels"].dtype == torch.int64
+
+
+# --------------------------------------------------------------------------
+# A uint32 build (vocab > 65536) through the real build path.
+
+
+@pytest.fixture(scope="module")
+def wide_build(tmp_path_factory):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+
+    d = tmp_path_factory.mktemp("wide")
+    vocab = {"[UNK]": 0, "</s>": 1} | {f"w{i}": i + 2 for i in range(70000)}
+    tok = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = WhitespaceSplit()
+    tok.add_special_tokens(["</s>"])
+    tok.save(str(d / "tokenizer.json"))
+    rng = random.Random(1)
+    texts = [" ".join(f"w{rng.randrange(70000)}" for _ in range(rng.randrange(1, 150))) for _ in range(300)]
+    with open(d / "in.jsonl", "w") as f:
+        f.writelines(json.dumps({"text": t}) + "\n" for t in texts)
+    out = str(d / "out")
+    build(BuildConfig(inputs=(str(d / "in.jsonl"),), out=out, seq_len=64, tokenizer=str(d / "tokenizer.json"), workers=1))
+    return out
+
+
+def test_uint32_build_int32_rows_are_views_of_a_private_map(wide_build):
+    ds = PackedDataset(wide_build, input_ids_dtype=torch.int32)
+    assert ds.dtype == "uint32"
+    rows = list(shard_rows(wide_build))
+    assert max(int(ids.max()) for ids, _ in rows) > 65536
+    for i, (ids, lens) in enumerate(rows):
+        item = ds[i]
+        pos, lab = expected(ids, lens)
+        np.testing.assert_array_equal(item["input_ids"].numpy(), ids.astype(np.int64))
+        np.testing.assert_array_equal(item["labels"].numpy(), lab)
+        np.testing.assert_array_equal(item["position_ids"].numpy(), pos)
+    a, b = ds[3]["input_ids"], ds[3]["input_ids"]
+    assert a.dtype == torch.int32 and a.data_ptr() == b.data_ptr()  # both view the same mapped bytes
+    a[0] = -7  # copy-on-write: this process's page changes, the file does not
+    assert PackedDataset(wide_build, verify=True)[3]["input_ids"][0] == int(rows[3][0][0])
+    wide64 = PackedDataset(wide_build)
+    assert wide64[3]["input_ids"].dtype == torch.int64  # the default widens (a copy)
+
+
+# --------------------------------------------------------------------------
+# Validation on open.
+
+
+def _shard(out: str, k: int = 0) -> str:
+    m = json.load(open(os.path.join(out, "manifest.json")))
+    return os.path.join(out, m["shards"][k]["path"])
+
+
+def _buffer_offset(path: str, column: str) -> int:
+    """File offset of the first record batch's values buffer of ``column``."""
+    src = pa.memory_map(path)
+    base = src.read_buffer(1).address
+    src.seek(0)
+    values = pa.ipc.open_file(src).get_batch(0).column(column).values
+    return values.buffers()[1].address - base
+
+
+def _patch(path: str, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def test_missing_shard(sample_build, copy_build):
+    out = copy_build(sample_build)
+    os.unlink(_shard(out, 2))
+    with pytest.raises(ShardError, match=r"000002\.arrow: shard is missing"):
+        PackedDataset(out)
+
+
+def test_truncated_shard(sample_build, copy_build):
+    out = copy_build(sample_build)
+    p = _shard(out, 1)
+    size = os.path.getsize(p)
+    os.truncate(p, size - 100)
+    with pytest.raises(ShardError, match=rf"000001\.arrow: shard is truncated \({size - 100} bytes, manifest says {size}\)"):
+        PackedDataset(out)
+
+
+def test_damaged_bytes_anywhere_give_a_shard_error_or_nothing(sample_build, copy_build):
+    """Damage in metadata, footer or data: a ShardError naming the shard, or rows read
+    with no error (damage to padding or token bytes); never another exception.
+    verify=True refuses every one."""
+    out = copy_build(sample_build)
+    p = _shard(out)
+    size = os.path.getsize(p)
+    body = _buffer_offset(p, "input_ids")
+    rng = random.Random(0)
+    offsets = list(range(0, body, 24)) + [size - k for k in range(4, 64, 8)] + [rng.randrange(size) for _ in range(10)]
+    original = open(p, "rb").read()
+    n_rows = json.load(open(os.path.join(out, "manifest.json")))["shards"][0]["rows"]
+    refused = 0
+    for off in offsets:
+        _patch(p, off, bytes(b ^ 0xA5 for b in original[off:off + 4]))
+        try:
+            ds = PackedDataset(out)
+            for a in range(0, n_rows, 512):
+                ds.__getitems__(range(a, min(a + 512, n_rows)))
+        except ShardError as e:
+            assert str(e).startswith(p + ":"), e
+            refused += 1
+        with pytest.raises(ShardError, match=r"000000\.arrow: (checksum mismatch|not a readable)"):
+            PackedDataset(out, verify=True)
+        _patch(p, off, original[off:off + 4])
+    assert refused > len(offsets) // 3  # most metadata damage is caught without reading everything
+
+
+def test_flipped_token_byte_is_caught_by_verify(sample_build, copy_build):
+    out = copy_build(sample_build)
+    p = _shard(out)
+    off = _buffer_offset(p, "input_ids") + 2 * 100
+    with open(p, "rb") as f:
+        f.seek(off)
+        old = f.read(2)
+    _patch(p, off, bytes([old[0] ^ 1, old[1]]))  # still a valid id: only the checksum can tell
+    ds = PackedDataset(out)  # cheap checks pass: same size, same structure
+    assert ds[0]["input_ids"][100] != int.from_bytes(old, "little")
+    with pytest.raises(ShardError, match=r"000000\.arrow: checksum mismatch"):
+        PackedDataset(out, verify=True)
+
+
+def test_out_of_vocab_token_is_refused_on_read(sample_build, copy_build):
+    out = copy_build(sample_build)
+    p = _shard(out)
+    _patch(p, _buffer_offset(p, "input_ids") + 2 * 5, (60000).to_bytes(2, "little"))
+    ds = PackedDataset(out)
+    with pytest.raises(ShardError, match=r"000000\.arrow: row 0 holds token id 60000 >= vocab_size 257"):
+        ds[0]
+    with pytest.raises(ShardError, match=r"000000\.arrow: row 0"):
+        ds.__getitems__([4000, 0])
+    assert ds[1]["input_ids"].max() < 257  # other rows still read
+
+
+def test_corrupt_piece_index_is_refused(sample_build, copy_build):
+    out = copy_build(sample_build)
+    p = _shard(out, 3)
+    _patch(p, _buffer_offset(p, "doc_lens"), (5000).to_bytes(4, "little"))
+    with pytest.raises(ShardError, match=r"000003\.arrow: checksum mismatch"):
+        PackedDataset(out, verify=True)
+    m = json.load(open(os.path.join(out, "manifest.json")))
+    ds = PackedDataset(out)  # without verify, a shard's index is checked when first mapped
+    first = sum(s["rows"] for s in m["shards"][:3])
+    assert ds[0]["doc_lens"].sum() <= 256  # other shards still read
+    with pytest.raises(ShardError, match=r"000003\.arrow: a doc_lens entry is outside 1\.\.256: shard is corrupt"):
+        ds[first]
+
+
+def test_unknown_format_version(sample_build, copy_build):
+    out = copy_build(sample_build)
+    mp = os.path.join(out, "manifest.json")
+    m = json.load(open(mp))
+    m["format_version"] = 99
+    json.dump(m, open(mp, "w"))
+    with pytest.raises(ShardError, match="format version 99 is not supported"):
+        PackedDataset(out)
+
+
+def test_not_a_build(tmp_path):
+    with pytest.raises(PackerError, match="not a packer build"):
+        PackedDataset(str(tmp_path))
+
+
+def test_builds_that_disagree_are_refused(sample_build, copy_build, wide_build):
+    with pytest.raises(PackerError, match=r"seq_len 64 differs from 256"):
+        PackedDataset([sample_build, wide_build])
+    out = copy_build(sample_build)
+    mp = os.path.join(out, "manifest.json")
+    m = json.load(open(mp))
+    m["tokenizer"]["fingerprint"] = "0" * 64
+    json.dump(m, open(mp, "w"))
+    with pytest.raises(PackerError, match=r"tokenizer fingerprint '0000.*' differs"):
+        PackedDataset([sample_build, out])
+    with pytest.raises(PackerError, match="named twice"):
+        PackedDataset([sample_build, sample_build])
+
+
+def test_several_builds_concatenate(sample_build, copy_build, ds):
+    out = copy_build(sample_build)
+    both = PackedDataset([sample_build, out])
+    n = len(ds)
+    assert len(both) == 2 * n and both.build_rows == (n, n)
+    for i in (0, 123, n - 1):
+        assert torch.equal(both[n + i]["input_ids"], ds[i]["input_ids"])
+        assert torch.equal(both[n + i]["labels"], ds[i]["labels"])
+
+
+# --------------------------------------------------------------------------
+# Processes: pickling, fork, spawn.
+
+
+def test_pickle_carries_no_mapped_data(ds):
+    ds[0], ds[len(ds) - 1]  # map some shards in this process
+    blob = pickle.dumps(ds)
+    assert len(blob) < 50_000  # paths and sizes, not megabytes of rows
+    again = pickle.loads(blob)
+    for i in (0, 999, len(ds) - 1):
+        assert torch.equal(again[i]["input_ids"], ds[i]["input_ids"])
+
+
+def _batches(loader):
+    return [(b["input_ids"].clone(), b["labels"].clone(), b["cu_seqlens"].clone()) for b in loader]
+
+
+@pytest.mark.parametrize("ctx", ["fork", "spawn"])
+def test_workers_give_the_same_batches(ds, ctx):
+    ds[5]  # mapped in the parent before the workers fork
+    idx = list(range(0, len(ds), 97))[:96]
+    ref = _batches(DataLoader(ds, batch_size=8, sampler=idx, collate_fn=collate))
+    workers = 2 if ctx == "fork" else 1
+    got = _batches(DataLoader(ds, batch_size=8, sampler=idx, collate_fn=collate, num_workers=workers,
+                              multiprocessing_context=ctx, pin_memory=False))
+    assert len(got) == len(ref) == 12
+    for a, b in zip(ref, got):
+        for x, y in zip(a, b):
+            assert torch.equal(x, y)
