@@ -54,7 +54,8 @@ def read_row(out: str, row: int) -> RowView:
     m = S.read_manifest(out)
     total = sum(int(e["rows"]) for e in m["shards"])
     if not 0 <= row < total:
-        raise PackerError(f"row {row} does not exist: {out} holds {total:,} rows (0..{total - 1})")
+        held = f"{total:,} rows (0..{total - 1})" if total else "no rows"
+        raise PackerError(f"row {row} does not exist: {out} holds {held}")
     first = 0
     for e in m["shards"]:
         if row < first + e["rows"]:

@@ -25,6 +25,7 @@ file. ``ShardError`` is raised only when the manifest itself cannot be read.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from dataclasses import dataclass, field
 
@@ -152,20 +153,36 @@ class Report:
 # One pass over one shard.
 
 
-class _HashingReader:
-    """A read-only file object that hashes every byte it hands out (for pa.PythonFile)."""
+class _MappedReader:
+    """A read-only file object over a memory map that hashes every byte it hands out.
 
-    def __init__(self, f, hasher, on_bytes=None):
-        self._f, self._h, self._on = f, hasher, on_bytes
+    ``read`` returns zero-copy memoryview slices, so pa.PythonFile parses the
+    Arrow stream straight from the page cache while the bytes are hashed: one
+    pass, no copy. Pages already consumed are dropped from this process's
+    page tables (MADV_DONTNEED: they stay in the page cache, a later touch
+    maps them again), so resident memory stays at about ``DROP_EVERY``
+    whatever the shard size.
+    """
+
+    DROP_EVERY = 16 << 20
+
+    def __init__(self, mm: mmap.mmap, hasher, on_bytes=None):
+        self._mm, self._mv, self._h, self._on = mm, memoryview(mm), hasher, on_bytes
         self.pos = 0
+        self._dropped = 0
         self.closed = False
 
-    def read(self, n: int = -1) -> bytes:
-        data = self._f.read(n)
+    def read(self, n: int = -1):
+        end = len(self._mv) if n is None or n < 0 else min(len(self._mv), self.pos + n)
+        data = self._mv[self.pos : end]
         self._h.update(data)
-        self.pos += len(data)
         if self._on is not None:
-            self._on(len(data))
+            self._on(end - self.pos)
+        if self.pos - self._dropped >= self.DROP_EVERY and hasattr(mmap, "MADV_DONTNEED"):
+            upto = self.pos // mmap.PAGESIZE * mmap.PAGESIZE
+            self._mm.madvise(mmap.MADV_DONTNEED, self._dropped, upto - self._dropped)
+            self._dropped = upto
+        self.pos = end
         return data
 
     def tell(self) -> int:
@@ -180,8 +197,11 @@ class _HashingReader:
     def writable(self) -> bool:
         return False
 
-    def close(self) -> None:  # the caller owns the underlying file
+    def close(self) -> None:  # the caller owns the map
         self.closed = True
+
+    def release(self) -> None:
+        self._mv.release()
 
 
 class _ShardScan:
@@ -271,7 +291,8 @@ class _ShardScan:
             self.found["row_overflow"] += len(over) - MAX_PER_KIND
 
         if self.deep:
-            ids = np.asarray(cols["input_ids"].flatten())  # zero-copy view, (n * L,)
+            fsl = cols["input_ids"]
+            ids = np.asarray(fsl.values[fsl.offset * L : (fsl.offset + n) * L])  # zero-copy view, (n * L,)
             if len(ids) and int(ids.max()) >= self.vocab:
                 bad = np.flatnonzero(ids >= self.vocab)
                 for i in bad[:MAX_PER_KIND]:
@@ -345,35 +366,49 @@ def _scan_deep(scan: _ShardScan, full: str, entry: dict, fig: ShardFigures, on_b
 
     An IPC file is ``ARROW1\\0\\0``, an IPC stream (schema, batches, end marker),
     then a footer that indexes the batches. The stream is parsed as it is
-    read; the footer, by then in the page cache, is opened afterwards to make
-    sure a memory-mapping reader will find the same batches.
+    read (zero-copy from a memory map); the footer is opened afterwards to
+    make sure a memory-mapping reader will find the same batches.
     """
     h = xxhash.xxh3_128()
     parsed, batches = False, 0
-    with open(full, "rb", buffering=BLOCK) as f:
-        reader = _HashingReader(f, h, on_bytes)
-        if reader.read(8)[:6] != MAGIC:
-            scan.problem("unreadable", "not an Arrow IPC file (no ARROW1 magic at the start)")
-        else:
-            try:
-                stream = pa.ipc.open_stream(pa.PythonFile(reader, mode="r"))
-                if scan.check_schema(stream.schema):
-                    for batch in stream:
-                        scan.batch(batch)
-                        batches += 1
-                    parsed = True
-            except (pa.ArrowInvalid, pa.ArrowIOError, OSError, ValueError) as e:
-                scan.problem("unreadable", f"not a readable Arrow file ({str(e).splitlines()[0]})")
-        while reader.read(BLOCK):  # the footer, or whatever a failed parse left: the hash covers it all
-            pass
+    try:
+        with open(full, "rb") as f:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as e:  # ValueError: an empty file cannot be mapped
+        scan.problem("unreadable", f"cannot read the file ({e})")
+        return scan.all_problems()
+    if hasattr(mmap, "MADV_SEQUENTIAL"):
+        mm.madvise(mmap.MADV_SEQUENTIAL)  # aggressive read-ahead on a cold file
+    reader = _MappedReader(mm, h, on_bytes)
+    if bytes(reader.read(8)[:6]) != MAGIC:
+        scan.problem("unreadable", "not an Arrow IPC file (no ARROW1 magic at the start)")
+    else:
+        try:
+            stream = pa.ipc.open_stream(pa.PythonFile(reader, mode="r"))
+            if scan.check_schema(stream.schema):
+                for batch in stream:
+                    scan.batch(batch)
+                    batches += 1
+                parsed = True
+            del stream
+            batch = None
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError, ValueError) as e:
+            scan.problem("unreadable", f"not a readable Arrow file ({str(e).splitlines()[0]})")
+    while len(reader.read(BLOCK)):  # the footer, or whatever a failed parse left: the hash covers it all
+        pass
     if parsed:
         try:
-            n = pa.ipc.open_file(pa.memory_map(full, "r")).num_record_batches
+            n = pa.ipc.open_file(pa.py_buffer(mm)).num_record_batches  # reads the footer only
             if n != batches:
                 scan.problem("unreadable", f"the Arrow footer indexes {n} record batches, the file holds {batches}")
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
             scan.problem("unreadable", f"the Arrow file footer is damaged ({str(e).splitlines()[0]})")
         scan.finish(fig)
+    try:
+        reader.release()
+        mm.close()
+    except BufferError:  # an Arrow buffer still points into it: unmapped when that goes
+        pass
     found = []
     if h.hexdigest() != entry[S.CHECKSUM]:
         found.append(Problem(scan.path, "checksum", f"{S.CHECKSUM} checksum mismatch: the file was changed or damaged"))
@@ -529,6 +564,7 @@ def figures(rep: Report) -> dict:
         "ok": rep.ok,
         "problems": [{"path": p.path, "kind": p.kind, "message": p.message} for p in rep.problems],
         "measured_from": "shards" if complete else "manifest",
+        "shards_measured": len(measured),
         "seq_len": seq_len,
         "dtype": m["dtype"],
         "tokenizer": m["tokenizer"],
@@ -608,9 +644,9 @@ def table_lines(fig: dict) -> list[str]:
         f"rows             {n(fig['rows'])} x {fig['seq_len']} ({fig['dtype']})",
         f"padding          {n(fig['padding'])} slots ({fig['padding_pct']:.3f}%)",
         f"documents split  {n(fig['documents_split'])}",
-        f"pieces per row   mean {pr['mean'] if pr['mean'] is not None else '-'}, max {n(pr['max'])}",
-        f"row fill         mean {rf['mean_pct'] if rf['mean_pct'] is not None else '-'}%, "
-        f"min {rf['min_pct'] if rf['min_pct'] is not None else '-'}%, {n(rf['full_rows'])} rows full",
+        f"pieces per row   mean {pr['mean']}, max {pr['max']}" if pr["mean"] is not None else "pieces per row   -",
+        f"row fill         mean {rf['mean_pct']}%, min {rf['min_pct']}%, {n(rf['full_rows'])} rows full"
+        if rf["mean_pct"] is not None else "row fill         -",
         f"doc length       p50 {n(dl['p50'])}  p90 {n(dl['p90'])}  p99 {n(dl['p99'])}  max {n(dl['max'])} tokens (exact)",
         f"shards           {len(fig['shards'])}, tokens per shard min {n(tps['min'])} / mean {n(tps['mean'])} / max {n(tps['max'])}",
         f"tokenizer        {tok['name']} ({tok['kind']}, vocab {tok['vocab_size']}, {eos}, pad {tok['pad_id']})",
