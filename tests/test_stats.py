@@ -427,3 +427,13 @@ def test_dist_matches_numpy_nearest_rank():
         assert d.percentile(p) == int(np.percentile(all_, p, method="inverted_cdf")), p
     assert d.mean() == pytest.approx(all_.mean())
     assert Dist().percentile(50) is None
+
+
+def test_shard_path_outside_the_build(sample_build, copy_build):
+    out = copy_build(sample_build)
+    m = manifest(out)
+    m["shards"][0]["path"] = "../../etc/passwd"
+    save_manifest(out, m)
+    res = run("stats", out)
+    assert_caught(res, "../../etc/passwd", "outside the build folder")
+    assert_caught(res, "shards/000000.arrow", "extra")  # the real file is now unaccounted for
