@@ -1,0 +1,164 @@
+"""PackedSampler and PackedLoader: shuffle, ranks, resume, mixing."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from packer import PackedDataset, PackedLoader, PackedSampler
+from packer.errors import PackerError
+
+
+def test_shuffle_is_a_deterministic_permutation_that_changes_by_epoch():
+    s = PackedSampler([700, 300, 11], seed=3)
+    e0 = list(s)
+    assert sorted(e0) == list(range(1011))
+    assert e0 == list(PackedSampler([700, 300, 11], seed=3))  # deterministic
+    assert e0 != list(range(1011))
+    s.set_epoch(1)
+    e1 = list(s)
+    assert sorted(e1) == list(range(1011)) and e1 != e0
+    s.set_epoch(0)
+    assert list(s) == e0  # an epoch's order depends on (seed, epoch) only
+    assert list(PackedSampler(1011, seed=4)) != e0
+    assert list(PackedSampler(1011, shuffle=False)) == list(range(1011))
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 8])
+def test_ranks_are_disjoint_equal_and_cover(world):
+    n = 1011
+    shares = [list(PackedSampler(n, seed=1, rank=r, world_size=world)) for r in range(world)]
+    assert len({len(x) for x in shares}) == 1 and len(shares[0]) == n // world
+    flat = list(itertools.chain(*shares))
+    assert len(set(flat)) == len(flat)  # disjoint
+    assert len(flat) == n - n % world  # all rows but fewer than world_size
+    # step j of all ranks together is the slice [j*W, (j+1)*W) of the epoch order
+    order = PackedSampler(n, seed=1).epoch_order()
+    for j in range(len(shares[0])):
+        assert sorted(s[j] for s in shares) == sorted(order[j * world:(j + 1) * world])
+
+
+@pytest.mark.parametrize("world,stop", [(1, 0), (1, 37), (4, 100), (4, 252)])
+def test_resumed_sampler_yields_exactly_the_rest(world, stop):
+    n = 1011
+    for r in range(world):
+        full = list(PackedSampler(n, seed=5, rank=r, world_size=world))
+        s = PackedSampler(n, seed=5, rank=r, world_size=world)
+        it = iter(s)
+        seen = [next(it) for _ in range(stop)]
+        state = s.state_dict()
+        fresh = PackedSampler(n, seed=5, rank=r, world_size=world)
+        fresh.load_state_dict(state)
+        assert len(fresh) == len(full) - stop
+        assert seen + list(fresh) == full
+        assert list(fresh) == full  # the resumed position applies to one pass only
+
+
+def test_resume_with_another_world_size_reads_the_unread_rows():
+    n, W1, W2, steps = 1000, 4, 3, 50
+    samplers = [PackedSampler(n, seed=2, rank=r, world_size=W1) for r in range(W1)]
+    its = [iter(s) for s in samplers]
+    read = {next(it) for it in its for _ in range(steps)}
+    state = samplers[0].state_dict()
+    assert all(s.state_dict() == state for s in samplers)
+    rest = []
+    for r in range(W2):
+        s = PackedSampler(n, seed=2, rank=r, world_size=W2)
+        s.load_state_dict(state)
+        rest += list(s)
+    assert not read & set(rest)
+    assert len(read) + len(rest) == n - (n - W1 * steps) % W2
+
+
+def test_state_from_another_order_is_refused():
+    s = PackedSampler(1000, seed=1)
+    state = s.state_dict()
+    with pytest.raises(PackerError, match="seed"):
+        PackedSampler(1000, seed=2).load_state_dict(state)
+    other = PackedSampler([500, 500], seed=1, weights=[0.9, 0.1])
+    with pytest.raises(PackerError, match="row order differs"):
+        other.load_state_dict(state)
+
+
+def test_mixing_follows_the_weights_in_every_prefix():
+    sizes, w = [1000, 120, 7], [0.5, 0.3, 0.2]
+    M = 6000
+    s = PackedSampler(sizes, weights=w, num_samples=M, seed=0)
+    order = s.epoch_order()
+    assert len(order) == M
+    build = np.searchsorted(np.cumsum(sizes), order, side="right")
+    counts = np.stack([np.cumsum(build == k) for k in range(3)], 1)  # (M, K): rows of each build in every prefix
+    expected = np.arange(1, M + 1)[:, None] * np.array(w)[None, :]
+    K = len(sizes)
+    tol = 1 + np.array(w) * K  # the bound stated in packer/sampler.py
+    assert np.all(np.abs(counts - expected) <= tol[None, :] + 1e-9)
+    assert counts[-1].tolist() == [3000, 1800, 1200]
+    # each build's stream is whole passes of permutations: build 1 (120 rows, 1800 reads) = 15 passes
+    b1 = order[build == 1] - 1000
+    for p in range(15):
+        assert sorted(b1[p * 120:(p + 1) * 120]) == list(range(120))
+    assert len({tuple(b1[p * 120:(p + 1) * 120]) for p in range(15)}) == 15  # a fresh order each pass
+    assert np.array_equal(order, PackedSampler(sizes, weights=w, num_samples=M, seed=0).epoch_order())
+
+
+def test_a_downweighted_build_is_read_through_before_repeating():
+    s = PackedSampler([1000, 100], weights=[0.1, 0.9], num_samples=1000, seed=0)
+    seen = []
+    for e in range(10):  # build 0 gets 100 rows per epoch: all 1000 in 10 epochs
+        s.set_epoch(e)
+        o = s.epoch_order()
+        seen += o[o < 1000].tolist()
+    assert sorted(seen) == list(range(1000))
+
+
+def test_mixing_spreads_builds_over_ranks():
+    # A fixed stride would put all of A on rank 0 and all of B on rank 1; the jitter mixes.
+    shares = [np.array(list(PackedSampler([500, 500], weights=[1, 1], seed=0, rank=r, world_size=2))) for r in range(2)]
+    for x in shares:
+        assert 0.4 < np.mean(x < 500) < 0.6
+
+
+def test_bad_arguments():
+    with pytest.raises(PackerError):
+        PackedSampler([10, 10], weights=[1.0])
+    with pytest.raises(PackerError):
+        PackedSampler([10, 0], weights=[1.0, 1.0])
+    with pytest.raises(PackerError):
+        PackedSampler(10, rank=2, world_size=2)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_resume_sees_exactly_the_batches_it_would_have_seen(sample_build, workers):
+    ds = PackedDataset(sample_build)
+    B, stop = 8, 9
+
+    def run(loader, n):
+        return [b["input_ids"].clone() for _, b in zip(range(n), loader)]
+
+    full = run(PackedLoader(ds, B, sampler=PackedSampler(ds, seed=7, rank=1, world_size=2)), 20)
+    loader = PackedLoader(ds, B, sampler=PackedSampler(ds, seed=7, rank=1, world_size=2), num_workers=workers)
+    first = run(loader, stop)  # workers have prefetched beyond this point
+    state = loader.state_dict()
+    assert state["position"] == stop * B * 2
+    resumed = PackedLoader(ds, B, sampler=PackedSampler(ds, seed=7, rank=1, world_size=2), num_workers=workers)
+    resumed.load_state_dict(state)
+    rest = run(resumed, 20 - stop)
+    assert len(first + rest) == len(full)
+    for a, b in zip(first + rest, full):
+        assert torch.equal(a, b)
+
+
+def test_loader_with_weights_over_two_builds(sample_build, copy_build):
+    other = copy_build(sample_build)
+    ds = PackedDataset([sample_build, other])
+    n = ds.build_rows[0]
+    s = PackedSampler(ds, weights=[3, 1], num_samples=400, seed=0)
+    batches = list(PackedLoader(ds, 10, sampler=s))
+    assert len(batches) == 40 and all(b["input_ids"].shape == (10, ds.seq_len) for b in batches)
+    order = s.epoch_order()
+    assert np.sum(order >= n) == 100  # build 1's share: 1/4 of 400
+    want = torch.stack([ds[int(i)]["input_ids"] for i in order[:10]])
+    assert torch.equal(batches[0]["input_ids"], want)
