@@ -1,0 +1,171 @@
+"""End-to-end `packer build` against the tokenizer's own ceiling, side by side.
+
+For each worker count N (default 1 and 2), in one run and interleaved over
+``--rounds``:
+
+- ceiling: HF tokenizers encoding the corpus's texts, already in memory, on
+  N cores (a subprocess pinned to cores 0..N-1; RAYON_NUM_THREADS=N). Both
+  ``encode_batch`` and ``encode_batch_fast`` are timed on a sample first and
+  the faster is timed on the whole corpus. Only the encode calls are timed:
+  no reading, parsing, id extraction, packing or writing.
+- build: the ``packer build`` command, end to end (process start to exit,
+  with --workers N), pinned to the same N cores.
+
+It prints the ratio ceiling_time / build_time (1.0 = the build costs
+nothing beyond tokenizing) per round, the median, and a JSON line; and the
+same ratio of CPU seconds (all processes and threads), which shows the
+work added on top of tokenizing even when other jobs share the machine and
+make wall-clock times wander.
+
+    python bench/build_bench.py bench_out/real/real.jsonl --workers 1 2 --rounds 2
+    python bench/build_bench.py bench_out/real/txt --workers 1 2      # many small files
+    python bench/build_bench.py sample_data --workers 1 2
+
+Inputs: a .jsonl file, a folder of .txt files, or any folder packer reads
+(texts for the ceiling come from ``packer.sources.read_slice``, so they are
+exactly what the build tokenizes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
+
+_CEILING = r"""
+import json, os, sys, time
+from packer.sources import discover, plan_slices, read_slice
+from packer.tokenizer import resolve_tokenizer, Encoder
+inputs, tok_path, batch_chars = sys.argv[1].split("\0"), sys.argv[2], int(sys.argv[3])
+texts = []
+for sl, _ in plan_slices(discover(inputs).files, 1 << 62):
+    texts.extend(t for t in read_slice(sl) if isinstance(t, str))
+tok = Encoder(resolve_tokenizer(tok_path))._tok  # the same tokenizer the build uses (truncation off)
+batches, cur, n = [], [], 0
+for t in texts:
+    cur.append(t); n += len(t)
+    if n >= batch_chars:
+        batches.append(cur); cur, n = [], 0
+if cur:
+    batches.append(cur)
+
+def run(fn, bs):
+    t, c = time.perf_counter(), time.process_time(); count = 0
+    for b in bs:
+        count += sum(len(e) for e in fn(b, add_special_tokens=False))
+    return time.perf_counter() - t, count, time.process_time() - c
+
+sample = [texts[i] for i in range(0, len(texts), max(1, len(texts) // 200))]
+probe = {name: run(getattr(tok, name), [sample])[0] for name in ("encode_batch", "encode_batch_fast")}
+best = min(probe, key=probe.get)
+seconds, tokens, cpu = run(getattr(tok, best), batches)
+print(json.dumps({"method": best, "probe_s": probe, "seconds": seconds, "tokens": tokens, "cpu": cpu,
+                  "docs": len(texts), "chars": sum(map(len, texts))}))
+"""
+
+
+def _pinned_env(n: int, extra: dict) -> tuple[list[str], dict]:
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < n:
+        sys.exit(f"asked for {n} cores, this process may use only {len(cores)}")
+    cpus = ",".join(str(c) for c in cores[:n])
+    env = {**os.environ, **extra}
+    return ["taskset", "-c", cpus], env
+
+
+def ceiling(inputs: list[str], tok: str, n: int, batch_chars: int) -> dict:
+    pin, env = _pinned_env(n, {"RAYON_NUM_THREADS": str(n), "TOKENIZERS_PARALLELISM": "true" if n > 1 else "false"})
+    r = subprocess.run(pin + [sys.executable, "-c", _CEILING, "\0".join(inputs), tok, str(batch_chars)],
+                       capture_output=True, text=True, env=env)
+    if r.returncode:
+        sys.exit(r.stderr)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def build(inputs: list[str], tok: str, n: int, extra_args: list[str]) -> dict:
+    pin, env = _pinned_env(n, {})
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
+        out = os.path.join(d, "out")
+        cmd = pin + [sys.executable, "-m", "packer.cli", "build", *inputs, out, "--tokenizer", tok,
+                     "--workers", str(n), "-q", *extra_args]
+        t, ru = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        seconds = time.perf_counter() - t
+        ru2 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (ru2.ru_utime - ru.ru_utime) + (ru2.ru_stime - ru.ru_stime)  # the build and all its workers
+        if r.returncode:
+            sys.exit(r.stderr)
+        with open(os.path.join(out, "manifest.json")) as f:
+            m = json.load(f)
+    return {"seconds": seconds, "cpu": cpu, "tokens": m["totals"]["tokens"], "docs": m["totals"]["documents"],
+            "shards": len(m["shards"]), "cmd": " ".join(cmd[3:])}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("inputs", nargs="+")
+    ap.add_argument("--tokenizer", default=GPT2)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--batch-mb", type=float, default=8, help="text per encode call of the ceiling (MB of chars)")
+    ap.add_argument("--build-args", default="", help="extra packer build arguments, e.g. '--unit-mb 16'")
+    ap.add_argument("--json", help="append the results as one JSON line to this file")
+    args = ap.parse_args(argv)
+    tok = os.path.abspath(args.tokenizer)
+    extra = args.build_args.split()
+    rows = []
+    for rnd in range(args.rounds):
+        for n in args.workers:
+            c = ceiling(args.inputs, tok, n, int(args.batch_mb * 1e6))
+            b = build(args.inputs, tok, n, extra)
+            ratio = c["seconds"] / b["seconds"]
+            cpu_ratio = c["cpu"] / b["cpu"]
+            rows.append({"round": rnd, "workers": n, "ceiling_s": c["seconds"], "ceiling_method": c["method"],
+                         "build_s": b["seconds"], "ratio": ratio, "ceiling_cpu_s": c["cpu"], "build_cpu_s": b["cpu"],
+                         "cpu_ratio": cpu_ratio, "tokens": c["tokens"], "docs": c["docs"],
+                         "chars": c["chars"], "build_tokens_with_eos": b["tokens"], "shards": b["shards"],
+                         "probe_s": c["probe_s"], "cmd": b["cmd"]})
+            print(f"round {rnd} workers {n}: ceiling {c['seconds']:.2f}s ({c['method']}, "
+                  f"{c['tokens'] / c['seconds'] / 1e6:.3f} Mtok/s), build {b['seconds']:.2f}s "
+                  f"({c['tokens'] / b['seconds'] / 1e6:.3f} Mtok/s): ratio {ratio:.3f}; "
+                  f"CPU s ceiling {c['cpu']:.2f} build {b['cpu']:.2f}: ratio {cpu_ratio:.3f}", flush=True)
+    print(f"\ninputs {' '.join(args.inputs)}: {rows[0]['docs']} docs, {rows[0]['tokens']:,} tokens (no EOS), "
+          f"{rows[0]['chars'] / 1e6:.1f} M chars")
+    print("workers  wall ratio (build tokens/s / ceiling tokens/s; target >= 0.95)  |  CPU-time ratio")
+    summary, cpu_summary = {}, {}
+    for n in args.workers:
+        rs = [r["ratio"] for r in rows if r["workers"] == n]
+        cs = [r["cpu_ratio"] for r in rows if r["workers"] == n]
+        summary[n], cpu_summary[n] = statistics.median(rs), statistics.median(cs)
+        print(f"{n:>7}  median {summary[n]:.3f} (best {max(rs):.3f}; rounds {', '.join(f'{x:.3f}' for x in rs)})"
+              f"  |  median {cpu_summary[n]:.3f}")
+    if len(args.workers) > 1:
+        base = min(args.workers)
+        for n in args.workers:
+            if n == base:
+                continue
+            sp = [statistics.median([r["ceiling_s"] for r in rows if r["workers"] == base]) /
+                  statistics.median([r["ceiling_s"] for r in rows if r["workers"] == n]),
+                  statistics.median([r["build_s"] for r in rows if r["workers"] == base]) /
+                  statistics.median([r["build_s"] for r in rows if r["workers"] == n])]
+            print(f"speed-up {base}->{n} workers: ceiling x{sp[0]:.2f}, build x{sp[1]:.2f}")
+    result = {"bench": "build_bench", "inputs": args.inputs, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "rows": rows, "median_ratio": summary, "median_cpu_ratio": cpu_summary}
+    line = json.dumps(result)
+    print(line)
+    if args.json:
+        with open(args.json, "a") as f:
+            f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""`packer build` from a slow mount: does reading hide behind tokenizing?
+
+For two layouts of the same real text (one big .jsonl; thousands of small
+.txt files of a few KB) and two bandwidths (below, then above, the rate at
+which N cores tokenize), it mounts the corpus through ``bench/slowfs.py``
+(FUSE: per-request latency + bandwidth cap) and times, side by side:
+
+- read: the pure read time, every byte of the corpus read through the mount
+  by 32 threads (4 MB ranges of big files read in parallel), nothing else;
+- tokenize: the tokenizer ceiling, texts in memory, on N cores
+  (``build_bench.ceiling``);
+- build: ``packer build`` reading from the mount, --workers N, end to end.
+
+Target: build <= 1.1 x max(read, tokenize). Needs root, /dev/fuse, fuse +
+libfuse2 (apt) and fusepy (pip).
+
+    python bench/slow_bench.py --mb 6 --workers 1 --latency-ms 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from build_bench import GPT2, ceiling  # bench/ is the script's folder, first on sys.path
+from slowfs import SlowMount
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def make_corpora(src_jsonl: str, out: str, mb: float, piece_bytes: int = 3000) -> tuple[str, str]:
+    """bench_out/slow/big/one.jsonl (the first ``mb`` MB of documents) and
+    bench_out/slow/small/ (the same texts cut at line ends into ~3 KB .txt files)."""
+    big, small = os.path.join(out, "big"), os.path.join(out, "small")
+    stamp = os.path.join(out, f".made-{mb}")
+    if os.path.exists(stamp):
+        return big, small
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(big)
+    n_files = total = 0
+    with open(src_jsonl, "rb") as f, open(os.path.join(big, "one.jsonl"), "wb") as g:
+        for line in f:
+            if total >= mb * 1e6:
+                break
+            g.write(line)
+            total += len(line)
+            text = json.loads(line)["text"]
+            piece = []
+            for ln in text.splitlines(keepends=True):
+                piece.append(ln)
+                if sum(map(len, piece)) >= piece_bytes:
+                    n_files = _write_piece(small, n_files, piece)
+                    piece = []
+            if piece:
+                n_files = _write_piece(small, n_files, piece)
+    open(stamp, "w").close()
+    return big, small
+
+
+def _write_piece(folder: str, i: int, piece: list[str]) -> int:
+    d = os.path.join(folder, f"{i // 1000:03d}")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"{i:06d}.txt"), "w", encoding="utf-8") as t:
+        t.write("".join(piece))
+    return i + 1
+
+
+def pure_read(root: str, threads: int = 32, block: int = 4 << 20) -> tuple[float, int]:
+    """Seconds to read every byte under ``root`` with ``threads`` readers at once."""
+    t = time.perf_counter()
+    files = []
+    for dirpath, _, names in os.walk(root):
+        files.extend(os.path.join(dirpath, n) for n in names)
+
+    def ranges():
+        for p in files:
+            size = os.path.getsize(p)
+            for off in range(0, max(size, 1), block):
+                yield p, off
+
+    def read(job):
+        p, off = job
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            return len(os.pread(fd, block, off))
+        finally:
+            os.close(fd)
+
+    with ThreadPoolExecutor(threads) as ex:
+        n = sum(ex.map(read, ranges()))
+    return time.perf_counter() - t, n
+
+
+def build(root: str, tok: str, n: int) -> float:
+    cores = sorted(os.sched_getaffinity(0))[:n]
+    with tempfile.TemporaryDirectory() as d:
+        cmd = ["taskset", "-c", ",".join(map(str, cores)), sys.executable, "-m", "packer.cli", "build", root,
+               os.path.join(d, "out"), "--tokenizer", tok, "--workers", str(n), "-q"]
+        t = time.perf_counter()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            sys.exit(r.stderr)
+        return time.perf_counter() - t
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--src", default=os.path.join(REPO, "bench_out", "real", "real.jsonl"))
+    ap.add_argument("--mb", type=float, default=6, help="corpus size taken from --src")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--latency-ms", type=float, default=2.0)
+    ap.add_argument("--below", type=float, default=0.5, help="slow bandwidth, as a fraction of the tokenize rate")
+    ap.add_argument("--above", type=float, default=3.0, help="fast bandwidth, as a multiple of the tokenize rate")
+    ap.add_argument("--tokenizer", default=GPT2)
+    ap.add_argument("--json", help="append the results as one JSON line to this file")
+    args = ap.parse_args(argv)
+    tok = os.path.abspath(args.tokenizer)
+    big, small = make_corpora(args.src, os.path.join(REPO, "bench_out", "slow"), args.mb)
+    rows = []
+    mnt = tempfile.mkdtemp(prefix="slowfs-")
+    for name, root in (("one big file", big), ("many small files", small)):
+        n_files = sum(len(f) for _, _, f in os.walk(root))
+        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+        c = ceiling([root], tok, args.workers, 8_000_000)
+        rate = size / c["seconds"]  # input bytes per second that N cores tokenize
+        for label, factor in (("below", args.below), ("above", args.above)):
+            mbps = rate * factor / 1e6
+            with SlowMount(root, mnt, args.latency_ms, mbps):
+                read_s, nbytes = pure_read(mnt)
+            with SlowMount(root, mnt, args.latency_ms, mbps):
+                build_s = build(mnt, tok, args.workers)
+            bound = max(read_s, c["seconds"])
+            row = {"layout": name, "files": n_files, "bytes": size, "bandwidth": label, "mbps": mbps,
+                   "latency_ms": args.latency_ms, "workers": args.workers, "read_s": read_s,
+                   "tokenize_s": c["seconds"], "build_s": build_s, "ratio": build_s / bound}
+            rows.append(row)
+            print(f"{name:17s} ({n_files} files, {size / 1e6:.1f} MB) bandwidth {mbps:6.2f} MB/s ({label} tokenize "
+                  f"rate {rate / 1e6:.2f} MB/s): read {read_s:6.2f}s tokenize {c['seconds']:6.2f}s "
+                  f"build {build_s:6.2f}s -> build / max = {build_s / bound:.3f}", flush=True)
+    os.rmdir(mnt)
+    line = json.dumps({"bench": "slow_bench", "time": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows})
+    print(line)
+    if args.json:
+        with open(args.json, "a") as f:
+            f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
