@@ -1,0 +1,402 @@
+"""tiktoken as the engine for byte-level BPE tokenizer.json files, where it gives HF's ids exactly.
+
+tiktoken runs the same algorithm as HF ``tokenizers`` for byte-level BPE (a
+regex cuts the text into pieces, each piece's UTF-8 bytes are merged pairwise,
+lowest rank first) about 4x faster. ``convert`` decides whether a
+tokenizer.json can be expressed in it *exactly* and builds the pieces of a
+``tiktoken.Encoding`` in memory (nothing downloaded, nothing written);
+``TiktokenEncoder`` encodes with it; ``check`` compares it with HF on a fixed
+set of hard strings plus a sample of the input, and the build falls back to
+HF on any difference.
+
+Why the conversion is exact (the conditions ``convert`` checks):
+
+- **Pieces.** No normalizer; the pre-tokenizer is ``ByteLevel(use_regex=True)``
+  (the GPT-2 pattern) or ``Split(regex, isolated) + ByteLevel(use_regex=False)``
+  (the Llama-3 / Qwen family); no prefix space. The regex engines differ
+  (Oniguruma in HF, fancy-regex in tiktoken), which is what the hard strings
+  (every code point of the scripts in use, Unicode whitespace, contractions
+  with case-folding look-alikes) and the input sample are there to catch.
+- **Merges.** tiktoken merges the adjacent pair whose *concatenation* has the
+  lowest rank (= token id), leftmost first; HF merges the adjacent pair that
+  comes first in its merge list, leftmost first. ``convert`` requires
+  (a) merge order = id order: each merge's result has an id no lower than the
+  previous merge's (a token may have several merges, as in tokenizers
+  converted from tiktoken), and (b) HF's merges alone turn every token's
+  bytes into that one token. Then the two runs agree step by step. In any
+  state HF reaches, two adjacent tokens x, y inside a piece were built from
+  their own bytes only, so HF's run on t = x + y alone passes through
+  [x][y]; by (b) it ends in [t], so (x, y) is one of HF's merges, and the
+  same for every pair tiktoken could merge. Moreover HF's run on t has one
+  last two-token state, so every pair that makes t, anywhere, is the same
+  split: both sides pick the same lowest-ranked merge and break ties by
+  position. (Tokens no merge makes are left out, as HF never produces them.)
+- **Whole pieces.** tiktoken returns a piece that is itself a token as that
+  token; HF does too (``ignore_merges``) or gets there by merging ((b)).
+- **Added tokens.** HF cuts added tokens (``<|endoftext|>`` ...) out of the text
+  wherever their literal string appears, with ``add_special_tokens=False``
+  too, and tiktoken's ordinary encoding does not. A text that contains one
+  (rare) is encoded by HF itself, as is a text Python cannot encode as UTF-8
+  (lone surrogates: HF raises, as it would without tiktoken).
+
+The token ids never depend on which engine ran, so neither do the shards.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable
+
+import numpy as np
+
+# HF's ByteLevel(use_regex=True) pattern: the same string as tiktoken's gpt2/r50k.
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+_NOOP_POST = {"ByteLevel", "TemplateProcessing", "RobertaProcessing", "BertProcessing"}  # add nothing without special tokens
+
+
+class NotExpressible(Exception):
+    """The tokenizer.json cannot be run by tiktoken with HF's ids; ``str(e)`` says why (one line)."""
+
+
+@lru_cache(maxsize=1)
+def byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, reversed: the printable char that stands for each byte -> the byte."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """What a ``tiktoken.Encoding`` is built from, plus what stays with HF."""
+
+    pat_str: str  # the split regex
+    ranks: dict  # bytes -> token id, every token HF's BPE can produce
+    added: tuple[str, ...]  # literal strings HF cuts out of the text: such a text is encoded by HF
+    vocab_size: int  # ids are < vocab_size
+    note: str  # how it was derived, for the manifest
+
+
+def _pattern(pre: dict | None) -> str:
+    """The one regex that cuts text into pieces as ``pre`` does, or NotExpressible."""
+    if pre is None:
+        raise NotExpressible("no pre-tokenizer (tiktoken needs a split pattern)")
+    kind = pre.get("type")
+    if kind == "ByteLevel":
+        if pre.get("add_prefix_space"):
+            raise NotExpressible("ByteLevel pre-tokenizer adds a prefix space")
+        if not pre.get("use_regex", True):
+            raise NotExpressible("ByteLevel pre-tokenizer without a split pattern (whole text as one piece)")
+        return GPT2_PATTERN
+    if kind == "Sequence":
+        steps = pre.get("pretokenizers") or []
+        if len(steps) == 2 and steps[0].get("type") == "Split" and steps[1].get("type") == "ByteLevel":
+            split, bl = steps
+            if bl.get("add_prefix_space") or bl.get("use_regex", True):
+                raise NotExpressible("Split followed by a ByteLevel that splits again or adds a prefix space")
+            pat = split.get("pattern") or {}
+            if "Regex" not in pat:
+                raise NotExpressible("Split on a plain string, not a regex")
+            if split.get("behavior") != "Isolated" or split.get("invert"):
+                raise NotExpressible(f"Split behaviour {split.get('behavior')}/invert={split.get('invert')} (only Isolated)")
+            return pat["Regex"]
+        if len(steps) == 1:
+            return _pattern(steps[0])
+        raise NotExpressible("pre-tokenizer sequence " + "+".join(str(s.get("type")) for s in steps))
+    raise NotExpressible(f"pre-tokenizer {kind}")
+
+
+def _noop_normalizer(norm: dict | None) -> bool:
+    if norm is None:
+        return True
+    return norm.get("type") == "Sequence" and all(_noop_normalizer(n) for n in norm.get("normalizers") or [])
+
+
+def _noop_post(post: dict | None) -> bool:
+    if post is None:
+        return True
+    if post.get("type") == "Sequence":
+        return all(_noop_post(p) for p in post.get("processors") or [])
+    return post.get("type") in _NOOP_POST
+
+
+def convert(tokenizer_json: str, check_merges: bool = True) -> Conversion:
+    """Derive a tiktoken encoding from an HF tokenizer.json, or raise ``NotExpressible``.
+
+    ``check_merges=False`` skips condition (b) of the module docstring (HF
+    encodes every token once, ~0.2 s per 50k tokens): for a worker rebuilding
+    a conversion the main process already checked.
+    """
+    try:
+        d = json.loads(tokenizer_json)
+    except ValueError as e:
+        raise NotExpressible(f"not JSON ({e})") from None
+    model = d.get("model") or {}
+    if model.get("type") != "BPE":
+        raise NotExpressible(f"model {model.get('type')}, not BPE")
+    if model.get("dropout") not in (None, 0, 0.0):
+        raise NotExpressible(f"BPE dropout {model['dropout']} (random merges)")
+    for key in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(key):
+            raise NotExpressible(f"BPE {key} {model[key]!r}")
+    if model.get("byte_fallback"):
+        raise NotExpressible("BPE byte_fallback (a SentencePiece-style vocabulary)")
+    if not _noop_normalizer(d.get("normalizer")):
+        raise NotExpressible(f"normalizer {d['normalizer'].get('type')} changes the text")
+    if not _noop_post(d.get("post_processor")):
+        raise NotExpressible(f"post-processor {d['post_processor'].get('type')}")
+    pat = _pattern(d.get("pre_tokenizer"))
+
+    vocab: dict[str, int] = model.get("vocab") or {}
+    b2 = byte_decoder()
+    if any(c not in vocab for c in b2):
+        raise NotExpressible("vocabulary lacks some of the 256 byte-level symbols (not a byte-level BPE)")
+    if len(set(vocab.values())) != len(vocab):
+        raise NotExpressible("vocabulary maps two tokens to one id")
+    added = d.get("added_tokens") or []
+    added_str = {a["content"] for a in added if a.get("content")}
+
+    # Merges: every result's id must be no lower than the previous result's
+    # (merge order = id order; a token may have several merges).
+    made_by: set[str] = set()
+    last = -1
+    for i, m in enumerate(model.get("merges") or []):
+        a, b = m.split(" ", 1) if isinstance(m, str) else m
+        t = a + b
+        if a not in vocab or b not in vocab or t not in vocab:
+            raise NotExpressible(f"merge {i} ({a!r} {b!r}) names a token outside the vocabulary")
+        r = vocab[t]
+        if r < last:
+            raise NotExpressible(f"merge {i} ({a!r} {b!r}) is out of token-id order: tiktoken ranks merges by id")
+        last = r
+        made_by.add(t)
+
+    ranks: dict[bytes, int] = {}
+    left_out = []
+    for tok, i in vocab.items():
+        if len(tok) == 1 or tok in made_by:
+            try:
+                ranks[bytes(b2[c] for c in tok)] = i
+            except KeyError:
+                raise NotExpressible(f"token {tok!r} is not byte-level") from None
+        elif model.get("ignore_merges") and tok not in added_str:
+            # HF returns such a token for a piece that equals it, and tiktoken
+            # would also build it out of two neighbours: refuse.
+            raise NotExpressible(f"token {tok!r} (id {i}) is made by no merge while ignore_merges is on")
+        else:
+            left_out.append(tok)  # HF's merges never produce it: neither may tiktoken
+
+    if check_merges:
+        _check_each_token_merges_to_itself(d, [t for t in vocab if len(t) > 1 and t in made_by])
+
+    vocab_size = max(max(vocab.values()), max((a["id"] for a in added), default=0)) + 1
+    note = (
+        f"{len(ranks)} ranks from the byte-level vocabulary, {len(model.get('merges') or [])} merges in id order, "
+        f"{'GPT-2 pattern' if pat == GPT2_PATTERN else 'Split pattern'}"
+        + (f", {len(left_out)} token(s) no merge makes left out" if left_out else "")
+    )
+    return Conversion(pat, ranks, tuple(sorted(added_str)), vocab_size, note)
+
+
+def _merge_only_model_json(d: dict) -> str:
+    """The tokenizer.json reduced to its BPE model, merges only (no whole-word shortcut)."""
+    model = dict(d["model"])
+    model["ignore_merges"] = False
+    model["dropout"] = None
+    return json.dumps({"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+                       "pre_tokenizer": None, "model": model, "post_processor": None, "decoder": None})
+
+
+def _check_each_token_merges_to_itself(d: dict, tokens: list[str]) -> None:
+    """Condition (b): HF's merges alone turn each token's bytes into that token."""
+    from tokenizers import Tokenizer
+
+    model = Tokenizer.from_str(_merge_only_model_json(d)).model
+    vocab = d["model"]["vocab"]
+    for t in tokens:  # already in byte-level symbols: straight to the BPE model, as one word
+        got = model.tokenize(t)
+        if len(got) != 1 or got[0].id != vocab[t]:
+            raise NotExpressible(f"HF's merges turn token {t!r} into {len(got)} tokens, tiktoken would keep it whole")
+
+
+# --------------------------------------------------------------------------
+# Encoding.
+
+
+class TiktokenEncoder:
+    """Encodes texts to HF's ids with tiktoken; the rare text tiktoken must not
+    see (an added token's literal string inside, or not encodable as UTF-8)
+    goes to HF. Single-threaded: the build runs one per core."""
+
+    def __init__(self, tokenizer_json: str, conv: Conversion | None = None, hf=None):
+        import tiktoken
+
+        self.conv = conv if conv is not None else convert(tokenizer_json, check_merges=False)
+        self._json = tokenizer_json
+        self._hf = hf  # loaded on first need
+        enc = tiktoken.Encoding("packer-converted", pat_str=self.conv.pat_str, mergeable_ranks=self.conv.ranks,
+                                special_tokens={})
+        self._core = enc._core_bpe  # the Rust encoder: no Python wrapper per call
+        self._buffer = self._core.encode_to_tiktoken_buffer
+        self._none: frozenset = frozenset()
+        self.to_hf = 0  # texts handed to HF so far
+        added = self.conv.added
+        if not added:
+            self._needs_hf = lambda text: False
+        elif len(added) <= 4:
+            self._needs_hf = lambda text: any(a in text for a in added)
+        else:  # one scan for all of them (sorted longest first, though any hit sends the text to HF)
+            rx = re.compile("|".join(re.escape(a) for a in sorted(added, key=len, reverse=True)))
+            self._needs_hf = lambda text: rx.search(text) is not None
+
+    def _hf_encode(self, texts: list[str]) -> list[list[int]]:
+        if self._hf is None:
+            from tokenizers import Tokenizer
+
+            self._hf = Tokenizer.from_str(self._json)
+        self.to_hf += len(texts)
+        return [e.ids for e in self._hf.encode_batch(texts, add_special_tokens=False)]
+
+    def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
+        """One uint32 array of ids per text (no EOS)."""
+        out: list = [None] * len(texts)
+        hf_at = []
+        for i, t in enumerate(texts):
+            if self._needs_hf(t):
+                hf_at.append(i)
+                continue
+            try:
+                out[i] = np.frombuffer(self._buffer(t, self._none), dtype=np.uint32)
+            except UnicodeEncodeError:
+                hf_at.append(i)
+        if hf_at:
+            for i, ids in zip(hf_at, self._hf_encode([texts[i] for i in hf_at])):
+                out[i] = np.asarray(ids, dtype=np.uint32)
+        return out
+
+    def encode_flat(self, texts: list[str], eos: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, lengths): every text's ids then ``eos`` (if not None), back to back, uint32;
+        lengths int64 (len(texts),), EOS included."""
+        arrays = self.encode_arrays(texts)
+        extra = 0 if eos is None else 1
+        lengths = np.fromiter((len(a) + extra for a in arrays), dtype=np.int64, count=len(arrays))
+        if not arrays:
+            return np.zeros(0, np.uint32), lengths
+        if eos is None:
+            return np.concatenate(arrays), lengths
+        e = np.array([eos], dtype=np.uint32)
+        pieces = [e] * (2 * len(arrays))
+        pieces[0::2] = arrays
+        return np.concatenate(pieces), lengths
+
+
+# --------------------------------------------------------------------------
+# The check against HF.
+
+
+def _sweep(ranges: Iterable[tuple[int, int]], per: int = 64) -> list[str]:
+    """Every code point of ``ranges`` in a letter context and a digit/space context, ``per`` to a string."""
+    cps = [c for lo, hi in ranges for c in range(lo, hi) if not 0xD800 <= c <= 0xDFFF]
+    return ["".join(f"a{chr(c)} {chr(c)}1 " for c in cps[i : i + per]) for i in range(0, len(cps), per)]
+
+
+def hard_strings(added: Iterable[str] = ()) -> list[str]:
+    """Strings where tiktoken and HF are most likely to part, if they ever do (deterministic)."""
+    ws = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u180e\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008" \
+         "\u2009\u200a\u200b\u2028\u2029\u202f\u205f\u3000\ufeff"
+    out = [
+        # whitespace runs, alone and around words, every Unicode space
+        " ", "  ", "   ", "\n", "\n\n\n", "\t\t", " \n", "\n ", " \n \n ", "a  b", "a   b  ", "a \n b", "  a", "a\r\nb\r\n",
+        "x" + ws + "y", *[f"a{c}b {c}{c}c {c} d{c}" for c in ws], "\u3000\u3000日本", "end.   \n\n   ",
+        # digits and numbers
+        "1234567890", "3.14159", "1,000,000.00", "0x1F", "٣٤٥ ۶۷", "①②③", "Ⅻ ⅻ", "x² y³ ½ ¾", "１２３", "𝟙𝟚𝟛",
+        "12345678901234567890", " 2024-01-01T00:00:00Z", "v1.2.3-rc4",
+        # contractions, and their case-folding look-alikes
+        "don't I'm we'll they've she'd it's", "DON'T IT'S WE'LL", "'s 't 're 've 'm 'll 'd", "'S 'T 'RE 'VE 'M 'LL 'D",
+        "’s ’t ’re", "'ſ 'K 'İ 'ı 'ﬅ", "''s ''", "x's's 'sss", " 's", "'", "''''",
+        # emoji, CJK and other scripts, combining marks
+        "👍 👍🏽 👨‍👩‍👧‍👦 🇺🇸 ❤️ 1️⃣", "😀" * 40, "你好，世界！", "日本語のテキスト。カタカナ ｶﾀｶﾅ", "한국어 텍스트",
+        "مرحبا بالعالم", "שָׁלוֹם", "नमस्ते दुनिया", "สวัสดีครับ", "தமிழ்", "e\u0301 a\u0300\u0301\u0302 Z̷̢͔a̸l̶g̵o̴",
+        "Ελληνικά Кириллица Ѐ", "ǅ ǈ ǋ ᾈ", "\u00ad\u200c\u200d\u2060",
+        # byte-level look-alikes, control and odd code points
+        "Ġthe Ċ ĠĠ Ã©", "\x00", "\x01\x02\x7f", "a\x00b", "\ue000\uf8ff", "\uffff\ufffe \U0010ffff", "\u0378\u0379",
+        "\U000e0001\U000e0041", "\ufffd",
+        # code and markup
+        "def f(x):\n    return x**2  # sq\n\n\tpass\n", '{"a": [1, 2.5e-3, null]}', "<div class=\"a\">&amp;</div>",
+        "https://example.com/a_b?c=d&e=%20", "**bold** _it_ `code` # H1\n- [ ] item", "C:\\Users\\a\\b.txt",
+        # long pieces
+        "a" * 3000, " " * 2000, "ab" * 1500, "9" * 1000, "Pneumonoultramicroscopicsilicovolcanoconiosis" * 40,
+        "\n" * 500, "-" * 777, "=" * 129, "_" * 100 + "a", ".\n" * 200,
+        # special-token look-alikes (the real ones are handed to HF, these must not be)
+        "<|endoftext|", "|endoftext|>", "<|endoftext |>", "< |endoftext|>", "<|ENDOFTEXT|>", "<||>", "<|im_start|>",
+        "</s> <s> [SEP] [CLS] <pad> <unk> <|eot_id|>", "<|endoftext|><|endoftext|>", "<|endo<|endoftext|>ftext|>",
+        "a<|endoftext|>b", " <|endoftext|> ",
+        # not encodable as UTF-8 (HF refuses these; so must the backend)
+        "\ud800", "a\udc80b", "\udfff\ud800",
+    ]
+    for a in sorted(added)[:64]:
+        out += [a, f"x{a}y", f" {a} ", a[:-1], a[1:], a + a, a.upper()]
+    # Every code point of the scripts most text uses, and a stride through the rest.
+    out += _sweep([(0x80, 0x800), (0x900, 0xE00), (0x1E00, 0x2C00), (0x3000, 0x3100), (0xFF00, 0xFFF0),
+                   (0x1F300, 0x1FA00)])
+    out += _sweep([(c, c + 1) for c in range(0x800, 0x110000, 97)])
+    return out
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    ok: bool
+    texts: int  # texts compared
+    tokens: int  # HF tokens compared
+    difference: str  # "" when ok: else the first difference, one line
+
+
+def _outcomes(fn, texts: list[str]) -> list:
+    """ids per text, or the exception type's name where encoding fails."""
+    try:
+        return fn(texts)
+    except Exception:
+        out = []
+        for t in texts:
+            try:
+                out.extend(fn([t]))
+            except Exception as e:
+                out.append(type(e).__name__)
+        return out
+
+
+def check(enc: TiktokenEncoder, hf, texts: list[str], what: str) -> CheckResult:
+    """Compare ``enc`` with the HF tokenizer ``hf`` on ``texts``; ``what`` names them in the message.
+
+    A text HF cannot encode must fail in ``enc`` too (any exception counts as
+    the same outcome: the build stops either way).
+    """
+    ref = _outcomes(lambda ts: [e.ids for e in hf.encode_batch_fast(ts, add_special_tokens=False)], texts)
+    got = _outcomes(lambda ts: [a.tolist() for a in enc.encode_arrays(ts)], texts)
+    tokens = 0
+    for i, (r, g) in enumerate(zip(ref, got)):
+        if isinstance(r, str) or isinstance(g, str):
+            if isinstance(r, str) != isinstance(g, str):
+                return CheckResult(False, i + 1, tokens, f"{what} {i} ({_show(texts[i])}): HF gives "
+                                   f"{r if isinstance(r, str) else 'ids'}, tiktoken {g if isinstance(g, str) else 'ids'}")
+            continue
+        tokens += len(r)
+        if r != g:
+            j = next((k for k, (x, y) in enumerate(zip(r, g)) if x != y), min(len(r), len(g)))
+            return CheckResult(False, i + 1, tokens, f"{what} {i} ({_show(texts[i])}): token {j} differs "
+                               f"(HF {r[j:j + 3]}, tiktoken {g[j:j + 3]})")
+    return CheckResult(True, len(texts), tokens, "")
+
+
+def _show(text: str, n: int = 30) -> str:
+    return repr(text[:n] + ("..." if len(text) > n else ""))

@@ -1,0 +1,316 @@
+"""The tiktoken backend gives HF's ids exactly, or is refused.
+
+Every comparison here is HF ``tokenizers`` (the reference) against the
+converted tiktoken encoding on the same strings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+
+pytest.importorskip("tiktoken")
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
+
+from packer import tiktoken_backend as T  # noqa: E402
+from packer.sources import Skip, discover, plan_slices, read_slice  # noqa: E402
+from packer.tokenizer import resolve_tokenizer  # noqa: E402
+
+from .conftest import REPO, SAMPLE  # noqa: E402
+
+SAMPLE_ONCE = (os.path.join(SAMPLE, "corpus.jsonl"), os.path.join(SAMPLE, "txt"))  # not the .gz/.zst/.parquet copies
+REAL = os.path.join(REPO, "bench_out", "real", "real.jsonl")
+LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+U = {b: c for c, b in T.byte_decoder().items()}  # byte -> its byte-level symbol
+
+
+def texts_of(*paths: str, limit: int | None = None) -> list[str]:
+    out = []
+    for sl, _ in plan_slices(discover(list(paths)).files, 1 << 30):
+        for rec in read_slice(sl):
+            if not isinstance(rec, Skip):
+                out.append(rec)
+                if limit is not None and len(out) >= limit:
+                    return out
+    return out
+
+
+@pytest.fixture(scope="module")
+def gpt2(gpt2_path):
+    """(tokenizer.json as packer uses it, its conversion, the encoder, the HF tokenizer)."""
+    js = resolve_tokenizer(gpt2_path).json
+    conv = T.convert(js)
+    return js, conv, T.TiktokenEncoder(js, conv), Tokenizer.from_str(js)
+
+
+def hf_ids(hf, texts):
+    return [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+
+
+def tk_ids(enc, texts):
+    return [a.tolist() for a in enc.encode_arrays(texts)]
+
+
+# --------------------------------------------------------------------------
+# GPT-2: converted, and identical.
+
+
+def test_gpt2_converts_with_its_pattern_and_every_merge(gpt2):
+    js, conv, _, _ = gpt2
+    d = json.loads(js)
+    assert conv.pat_str == T.GPT2_PATTERN
+    assert conv.added == ("<|endoftext|>",)
+    # every vocabulary token but the added one is a rank, under its own id
+    assert len(conv.ranks) == len(d["model"]["vocab"]) - 1
+    b2 = T.byte_decoder()
+    for tok, i in list(d["model"]["vocab"].items())[::97]:
+        if tok != "<|endoftext|>":
+            assert conv.ranks[bytes(b2[c] for c in tok)] == i
+
+
+def test_gpt2_same_ids_on_hard_strings(gpt2):
+    _, conv, enc, hf = gpt2
+    hard = T.hard_strings(conv.added)
+    r = T.check(enc, hf, hard, "hard string")
+    assert r.ok, r.difference
+    assert r.texts == len(hard) and r.tokens > 100_000
+
+
+def test_gpt2_same_ids_on_sample_data(gpt2):
+    _, _, enc, hf = gpt2
+    texts = texts_of(*SAMPLE_ONCE)
+    assert len(texts) > 100
+    ref = hf_ids(hf, texts)
+    assert tk_ids(enc, texts) == ref
+    assert sum(map(len, ref)) > 100_000
+
+
+def test_gpt2_same_ids_on_real_text(gpt2):
+    if not os.path.exists(REAL):
+        pytest.skip("bench_out/real/real.jsonl not present (python bench/real_corpus.py bench_out/real --mb 60)")
+    _, _, enc, hf = gpt2
+    texts = texts_of(REAL, limit=120)  # all of it: bench/tokenizer_bench.py --check
+    assert tk_ids(enc, texts) == hf_ids(hf, texts)
+
+
+def test_special_token_literal_is_the_special_token_as_in_hf(gpt2):
+    """HF cuts an added token's literal string out of the text and gives its id,
+    with add_special_tokens=False too; so must the backend."""
+    _, _, enc, hf = gpt2
+    texts = ["a<|endoftext|>b", "<|endoftext|>", "x <|endoftext|><|endoftext|> y", "<|endoftext|", "<|ENDOFTEXT|>"]
+    ref = hf_ids(hf, texts)
+    assert 50256 in ref[0] and ref[1] == [50256] and ref[2].count(50256) == 2
+    assert 50256 not in ref[3] and 50256 not in ref[4]
+    before = enc.to_hf
+    assert tk_ids(enc, texts) == ref
+    assert enc.to_hf - before == 3  # the three holding the literal went to HF, the look-alikes did not
+
+
+def test_unencodable_text_fails_in_both(gpt2):
+    _, _, enc, hf = gpt2
+    with pytest.raises(Exception):
+        hf.encode_batch(["a\ud800b"], add_special_tokens=False)
+    with pytest.raises(Exception):
+        enc.encode_arrays(["ok", "a\ud800b"])
+    r = T.check(enc, hf, ["fine", "a\udc80b", "fine too"], "t")
+    assert r.ok and r.texts == 3
+
+
+def test_encode_flat_is_the_arrays_back_to_back_with_eos(gpt2):
+    _, _, enc, hf = gpt2
+    texts = texts_of(*SAMPLE_ONCE, limit=50) + ["a<|endoftext|>b", " "]
+    ref = hf_ids(hf, texts)
+    ids, lengths = enc.encode_flat(texts, eos=50256)
+    assert lengths.tolist() == [len(r) + 1 for r in ref]
+    assert ids.tolist() == [i for r in ref for i in r + [50256]]
+    ids, lengths = enc.encode_flat(texts, eos=None)
+    assert ids.tolist() == [i for r in ref for i in r] and lengths.tolist() == [len(r) for r in ref]
+    ids, lengths = enc.encode_flat([], eos=1)
+    assert len(ids) == 0 and len(lengths) == 0
+
+
+def test_llama3_style_split_pattern_and_all_splits_merges(gpt2):
+    """A tokenizer converted from tiktoken (Llama-3 style): a Split regex, then
+    ByteLevel without its own regex, every split of every token listed as a
+    merge, whole-word lookup on. Accepted, and identical."""
+    js, _, _, _ = gpt2
+    d = json.loads(js)
+    vocab = d["model"]["vocab"]
+    merges = []
+    for t, r in vocab.items():
+        if len(t) > 1 and t != "<|endoftext|>":
+            local = sorted(((t[:k], t[k:]) for k in range(1, len(t)) if t[:k] in vocab and t[k:] in vocab),
+                           key=lambda p: (vocab[p[0]], vocab[p[1]]))
+            merges += [(r, a, b) for a, b in local]
+    merges.sort(key=lambda m: m[0])
+    d["model"]["merges"] = [[a, b] for _, a, b in merges]
+    d["model"]["ignore_merges"] = True
+    d["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    js3 = json.dumps(d)
+    conv = T.convert(js3)
+    assert conv.pat_str == LLAMA3_PATTERN
+    enc, hf = T.TiktokenEncoder(js3, conv), Tokenizer.from_str(js3)
+    r = T.check(enc, hf, T.hard_strings(conv.added) + texts_of(*SAMPLE_ONCE, limit=60), "text")
+    assert r.ok, r.difference
+
+
+# --------------------------------------------------------------------------
+# Refusals: each names its reason, and where the reason is about merges the
+# refused conversion would really have given other ids.
+
+
+def byte_level_json(merges: list[tuple[str, str]], extra: list[str], **model) -> str:
+    """A byte-level BPE over all 256 bytes (ids 0..255), then ``extra`` tokens in order."""
+    vocab = {U[b]: b for b in range(256)}
+    for t in extra:
+        vocab[t] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, **model))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return tok.to_str()
+
+
+def naive(js: str) -> T.TiktokenEncoder:
+    """The conversion without its checks: every vocabulary token a rank, under its id."""
+    d = json.loads(js)
+    b2 = T.byte_decoder()
+    ranks = {bytes(b2[c] for c in t): i for t, i in d["model"]["vocab"].items()}
+    return T.TiktokenEncoder(js, T.Conversion(T._pattern(d["pre_tokenizer"]), ranks, (), len(ranks), ""))
+
+
+def test_refuses_wordpiece():
+    tok = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1, "##b": 2}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer()
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    with pytest.raises(T.NotExpressible, match="WordPiece"):
+        T.convert(tok.to_str())
+
+
+def test_refuses_a_normalizer_that_changes_text():
+    d = json.loads(byte_level_json([], []))
+    d["normalizer"] = {"type": "Lowercase"}
+    with pytest.raises(T.NotExpressible, match="normalizer Lowercase"):
+        T.convert(json.dumps(d))
+    d["normalizer"] = {"type": "Sequence", "normalizers": []}  # a no-op is fine
+    T.convert(json.dumps(d))
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"pre_tokenizer": {"type": "Whitespace"}}, "pre-tokenizer Whitespace"),
+    ({"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": True, "use_regex": True}}, "prefix space"),
+    ({"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}}, "one piece"),
+    ({"model.dropout": 0.1}, "dropout"),
+    ({"model.continuing_subword_prefix": "##"}, "continuing_subword_prefix"),
+    ({"model.byte_fallback": True}, "byte_fallback"),
+    ({"post_processor": {"type": "SomethingNew"}}, "post-processor"),
+])
+def test_refuses_what_tiktoken_cannot_do(change, reason):
+    d = json.loads(byte_level_json([], []))
+    for k, v in change.items():
+        if k.startswith("model."):
+            d["model"][k[6:]] = v
+        else:
+            d[k] = v
+    with pytest.raises(T.NotExpressible, match=reason):
+        T.convert(json.dumps(d))
+
+
+def test_refuses_a_vocabulary_that_is_not_byte_level():
+    d = json.loads(byte_level_json([], []))
+    del d["model"]["vocab"][U[ord("a")]]
+    with pytest.raises(T.NotExpressible, match="256 byte-level"):
+        T.convert(json.dumps(d))
+
+
+def test_refuses_merges_out_of_id_order_which_would_differ():
+    # "ab" is merged first but has the higher id: HF gives [ab][c], tiktoken [a][bc].
+    js = byte_level_json([("a", "b"), ("b", "c")], ["bc", "ab"])
+    with pytest.raises(T.NotExpressible, match="out of token-id order"):
+        T.convert(js)
+    hf = Tokenizer.from_str(js)
+    assert tk_ids(naive(js), ["abc"]) != hf_ids(hf, ["abc"])
+
+
+def test_refuses_a_token_its_merges_do_not_rebuild_which_would_differ():
+    # bc (256) merges before ab (257); then ab+c never meets: HF's "abc" is [a][bc],
+    # tiktoken would take the piece "abc" whole (id 258).
+    js = byte_level_json([("b", "c"), ("a", "b"), ("ab", "c")], ["bc", "ab", "abc"])
+    with pytest.raises(T.NotExpressible, match="turn token 'abc' into 2 tokens"):
+        T.convert(js)
+    hf = Tokenizer.from_str(js)
+    assert hf_ids(hf, ["abc"]) == [[97, 256]]
+    assert tk_ids(naive(js), ["abc"]) == [[258]]
+
+
+def test_refuses_a_token_no_merge_makes_when_whole_words_are_looked_up():
+    js = byte_level_json([("a", "b")], ["ab", "xyz"], ignore_merges=True)
+    with pytest.raises(T.NotExpressible, match="made by no merge"):
+        T.convert(js)
+    # without the whole-word lookup HF never produces it: left out, and identical
+    js = byte_level_json([("a", "b")], ["ab", "xyz"])
+    conv = T.convert(js)
+    assert b"xyz" not in conv.ranks
+    texts = ["xyz abxyz ab", "xyzxyz"]
+    assert tk_ids(T.TiktokenEncoder(js, conv), texts) == hf_ids(Tokenizer.from_str(js), texts)
+
+
+# --------------------------------------------------------------------------
+# The theory, tested: random byte-level BPEs, trained and made up. Whatever
+# ``convert`` accepts must give HF's ids on random strings.
+
+
+def random_json(rng: random.Random) -> str:
+    if rng.random() < 0.5:  # trained by HF, then maybe rewritten as every-split merges (tiktoken style)
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tr = trainers.BpeTrainer(vocab_size=256 + rng.randint(5, 80), show_progress=False,
+                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(["".join(rng.choice("aabbcd  ") for _ in range(rng.randint(5, 50))) for _ in range(200)], tr)
+        d = json.loads(tok.to_str())
+        if rng.random() < 0.5:
+            v = d["model"]["vocab"]
+            ms = sorted(((r, t[:k], t[k:]) for t, r in v.items() for k in range(1, len(t)) if t[:k] in v and t[k:] in v),
+                        key=lambda m: (m[0], v[m[1]], v[m[2]]))
+            d["model"]["merges"] = [[a, b] for _, a, b in ms]
+            d["model"]["ignore_merges"] = rng.random() < 0.5
+        return json.dumps(d)
+    vocab_extra, merges, toks = [], [], list("abc")
+    for _ in range(rng.randint(1, 30)):  # made up: random pairs, some tokens made twice
+        a, b = rng.choice(toks), rng.choice(toks)
+        if len(a + b) > 7:
+            continue
+        if a + b in vocab_extra:
+            if (a, b) not in merges:
+                merges.append((a, b))
+            continue
+        vocab_extra.append(a + b)
+        toks.append(a + b)
+        merges.append((a, b))
+    if rng.random() < 0.5:
+        merges.sort(key=lambda m: vocab_extra.index(m[0] + m[1]))
+    return byte_level_json(merges, vocab_extra, ignore_merges=rng.random() < 0.3)
+
+
+def test_whatever_is_accepted_is_identical_on_random_tokenizers():
+    rng = random.Random(1234)
+    accepted = refused = 0
+    for _ in range(120):
+        js = random_json(rng)
+        try:
+            conv = T.convert(js)
+        except T.NotExpressible:
+            refused += 1
+            continue
+        accepted += 1
+        texts = ["".join(rng.choice("aabbcd  ") for _ in range(rng.randint(1, 50))) for _ in range(150)]
+        r = T.check(T.TiktokenEncoder(js, conv), Tokenizer.from_str(js), texts, "random text")
+        assert r.ok, (r.difference, js)
+    assert accepted > 40 and refused > 5  # both paths were exercised
