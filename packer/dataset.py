@@ -32,9 +32,9 @@ What is copied, and why (docs/dataset.md has the long form):
 The DataLoader path: ``__getitems__`` (which DataLoader calls with a whole
 batch of indices) builds the batch's (B, L) tensors in a few vectorised
 NumPy operations and hands out rows that are views of them; ``collate``
-sees that and returns those tensors without stacking again. In a worker
-process they are allocated in shared memory, so the trip to the main
-process copies nothing either.
+sees that and returns those tensors without stacking again (in a worker
+process it copies the whole batch into one shared-memory block instead:
+see packer/batching.py).
 
 Validation on open: every manifest (format version known), the builds agree
 on seq_len, dtype, pad id and tokenizer fingerprint, every shard exists with
@@ -51,17 +51,31 @@ from __future__ import annotations
 import operator
 import os
 from bisect import bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import Dataset
 
 from . import shards as S
 from .errors import PackerError, ShardError
 
 IGNORE_INDEX = -100  # what torch's cross_entropy and HF models skip
+
+# Counts forks of this process: a dataset whose maps were made under another
+# count drops them and maps afresh (a DataLoader worker maps its own shards).
+# Cheaper than os.getpid() on every read.
+_forks = 0
+
+
+def _after_fork() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 @dataclass(frozen=True)
@@ -85,22 +99,49 @@ class _ShardEntry:
 class _Mapped:
     """One shard mapped in this process.
 
-    ``tokens`` is a flat view of the mapped file in the shard dtype; row r
-    occupies ``tokens[row_at[r] : row_at[r] + L]``. Row r's pieces are
-    ``lens[piece_at[r] : piece_at[r + 1]]`` (starting at slots ``slot[...]``)
-    and fill ``used[r]`` slots. Index arrays are int64 except lens and slot.
+    ``tokens`` is a flat view of the mapped file in the shard dtype. ``row``
+    is (rows, 4) int64: for row r, where its tokens start in ``tokens``, where
+    its pieces start and end in ``lens`` (and ``slot``: where each piece
+    starts in its row), and how many slots they fill. One fetch and
+    ``tolist()`` per row read is cheaper than four NumPy scalar reads.
     """
 
-    __slots__ = ("storage", "tokens", "row_at", "piece_at", "lens", "slot", "used")
+    __slots__ = ("storage", "tokens", "row", "lens", "slot")
 
-    def __init__(self, storage, tokens, row_at, piece_at, lens, slot, used):
+    def __init__(self, storage, tokens, row, lens, slot):
         self.storage = storage  # keeps the mapping alive
         self.tokens = tokens
-        self.row_at = row_at
-        self.piece_at = piece_at
+        self.row = row
         self.lens = lens
-        self.slot = slot  # where each piece starts in its row
-        self.used = used
+        self.slot = slot
+
+
+class Row(Mapping):
+    """One row of a batch built by ``PackedDataset.__getitems__``: a read-only
+    mapping with the keys of ``ds[i]``, whose tensors view the batch's."""
+
+    __slots__ = ("batch", "index")
+    KEYS = ("input_ids", "labels", "position_ids", "doc_lens")
+
+    def __init__(self, batch: dict, index: int):
+        self.batch, self.index = batch, index
+
+    def __getitem__(self, key):
+        if key == "doc_lens":
+            at = self.batch["_piece_at"]
+            return self.batch["_doc_lens"][int(at[self.index]):int(at[self.index + 1])]
+        if key in self.KEYS:
+            return self.batch[key][self.index]
+        raise KeyError(key)
+
+    def __iter__(self):
+        return iter(self.KEYS)
+
+    def __len__(self):
+        return len(self.KEYS)
+
+    def __repr__(self):
+        return f"Row({self.index} of a batch of {self.batch['input_ids'].shape[0]})"
 
 
 class PackedDataset(Dataset):
@@ -167,7 +208,7 @@ class PackedDataset(Dataset):
         self._ids_view = input_ids_dtype == torch.int32 and self.dtype == "uint32"
         self._arange = np.arange(self.seq_len, dtype=np.int64)
         self._arange_cache = self._arange
-        self._pid = os.getpid()
+        self._fork = _forks  # maps made before a fork are dropped in the child
         self._maps: dict[int, _Mapped] = {}
         if verify:
             for k in range(len(entries)):
@@ -200,102 +241,99 @@ class PackedDataset(Dataset):
     def __getitem__(self, i) -> dict[str, torch.Tensor]:
         i = self._index(i)
         k = bisect_right(self._starts_list, i) - 1
-        m = self._mapped(k)
+        m = self._maps.get(k) if self._fork == _forks else None
+        if m is None:
+            m = self._mapped(k)
         j = i - self._starts_list[k]
         L = self.seq_len
-        a = m.row_at[j]
+        a, p0, p1, u = m.row[j].tolist()
         raw = m.tokens[a:a + L]
-        if raw.max() >= self.vocab_size:
-            self._bad_token(raw[None, :], [k], [j])
         if self._ids_view:
             ids = raw.view(np.int32)  # a view of the private map: no copy
+            lab = raw.astype(np.int64)
         else:
             ids = raw.astype(self._ids_np)  # the one copy of the token data (widening)
-        p0, p1 = m.piece_at[j], m.piece_at[j + 1]
-        lens, slot, u = m.lens[p0:p1], m.slot[p0:p1], m.used[j]
-        lab = raw.astype(np.int64)
-        lab[slot] = IGNORE_INDEX  # no prediction across a boundary
+            lab = ids.astype(np.int64)  # (a copy: labels differ from input_ids)
+        if lab.max() >= self.vocab_size:  # on int64: several times faster than on uint16
+            self._bad_token(lab[None, :], [k], [j])
+        lens = m.lens[p0:p1]
         if p1 - p0 == 1 and u == L:  # one piece fills the row: the common case for long documents
+            lab[0] = IGNORE_INDEX
             pos = self._arange.copy()
         else:
+            slot = m.slot[p0:p1]
+            lab[slot] = IGNORE_INDEX  # no prediction across a boundary
             if u < L:
-                lens = np.append(lens, L - u)
-                slot = np.append(slot, u)
                 lab[u:] = IGNORE_INDEX  # none of or from padding
-            pos = self._arange - np.repeat(slot, lens)
+                pos = self._arange - np.repeat(np.append(slot, u), np.append(lens, L - u))
+            else:
+                pos = self._arange - np.repeat(slot, lens)
         return {
             "input_ids": torch.from_numpy(ids),
             "labels": torch.from_numpy(lab),
             "position_ids": torch.from_numpy(pos),
-            "doc_lens": torch.from_numpy(m.lens[p0:p1].copy()),
+            "doc_lens": torch.from_numpy(lens.copy()),
         }
 
-    def __getitems__(self, indices) -> list[dict[str, torch.Tensor]]:
-        """Rows ``indices``, built together; each row's tensors view (B, L) batch tensors."""
-        b = self.batch(indices)
-        counts = np.diff(b["_piece_at"]).tolist()
-        return [
-            {"input_ids": i, "labels": t, "position_ids": p, "doc_lens": d}
-            for i, t, p, d in zip(
-                b["input_ids"].unbind(0), b["labels"].unbind(0), b["position_ids"].unbind(0),
-                torch.split(b["doc_lens"], counts),
-            )
-        ]
+    def __getitems__(self, indices) -> list["Row"]:
+        """Rows ``indices``, built together (DataLoader calls this with a whole batch).
 
-    def batch(self, indices) -> dict[str, torch.Tensor]:
-        """Rows ``indices`` as (B, L) tensors: input_ids, labels, position_ids.
-
-        Also ``doc_lens`` (P,) int32, the pieces of all rows in order, and
-        ``_piece_at`` (B + 1,) int64 NumPy, where each row's pieces begin in it.
+        Each ``Row`` is a read-only mapping with the keys of ``ds[i]``; its
+        tensors are views of the batch's (B, L) tensors, made when a key is
+        read. ``collate`` takes the batch tensors themselves, without stacking.
         """
+        b = self.batch(indices)
+        return [Row(b, r) for r in range(len(b["_piece_at"]) - 1)]
+
+    def batch(self, indices) -> dict:
+        """Rows ``indices`` as one batch: what ``collate([ds[i] for i in indices])``
+        returns (input_ids, labels, position_ids, document_ids, cu_seqlens,
+        max_seqlen), built directly. Also ``_doc_lens`` (P,) int32, the pieces of
+        all rows in order, and ``_piece_at`` (B + 1,) int64 NumPy, where each
+        row's pieces begin in it (what ``Row`` reads)."""
         idx = self._indices(indices)
         B, L = len(idx), self.seq_len
-        # A worker's batch goes to the main process: build it in shared memory
-        # so that the trip copies nothing (what default_collate does too).
-        if get_worker_info() is not None:
-            ids_t = torch.empty((B, L), dtype=self.input_ids_dtype).share_memory_()
-            lab_t = torch.empty((B, L), dtype=torch.int64).share_memory_()
-            pos_t = torch.empty((B, L), dtype=torch.int64).share_memory_()
-            ids, lab, pos = ids_t.numpy(), lab_t.numpy(), pos_t.numpy()
-        else:
-            ids, lab, pos = np.empty((B, L), self._ids_np), np.empty((B, L), np.int64), np.empty((B, L), np.int64)
-            ids_t, lab_t, pos_t = torch.from_numpy(ids), torch.from_numpy(lab), torch.from_numpy(pos)
+        ids, lab, pos = np.empty((B, L), self._ids_np), np.empty((B, L), np.int64), np.empty((B, L), np.int64)
 
         sid = np.searchsorted(self._starts, idx, side="right") - 1
         local = (idx - self._starts[sid]).tolist()
-        used = np.empty(B, dtype=np.int64)
-        piece_at = np.zeros(B + 1, dtype=np.int64)
-        starts, lens = [], []  # per row: flat slot of each piece start, piece lengths
-        maps = self._maps if self._pid == os.getpid() else {}
+        used, counts, lens = [], [0], []  # per row: slots filled, pieces, piece lengths
+        maps = self._maps if self._fork == _forks else {}
         for r, k in enumerate(sid.tolist()):
             m = maps.get(k) or self._mapped(k)
-            j = local[r]
-            a = m.row_at[j]
+            a, p0, p1, u = m.row[local[r]].tolist()
             ids[r] = m.tokens[a:a + L]  # the one copy of the token data (widening if uint16)
-            p0, p1 = m.piece_at[j], m.piece_at[j + 1]
-            starts.append(m.slot[p0:p1] + r * L)
             lens.append(m.lens[p0:p1])
-            piece_at[r + 1] = piece_at[r] + (p1 - p0)
-            used[r] = m.used[j]
+            counts.append(p1 - p0)
+            used.append(u)
+        used = np.array(used, dtype=np.int64)
+        piece_at = np.cumsum(counts, dtype=np.int64)
         if B and ids.max() >= self.vocab_size:
             self._bad_token(ids, sid, local)
 
-        # Every piece, and every padding tail, starts a segment; a slot's
-        # position is its distance from the last segment start at or before it.
+        # Segments, in slot order over the flattened batch: each row's pieces,
+        # then its padding tail if it has one. A slot's position is its
+        # distance from the start of its segment.
+        lens = np.concatenate(lens) if B else np.zeros(0, np.int32)
         pad = np.flatnonzero(used < L)
-        starts.append(pad * L + used[pad])
-        starts = np.concatenate(starts)
-        flat = pos.reshape(-1)
-        flat[:] = 0
-        flat[starts] = starts
-        np.maximum.accumulate(flat, out=flat)
-        np.subtract(self._flat_arange(B * L), flat, out=flat)
+        seg = np.insert(lens, piece_at[1:][pad], (L - used[pad]).astype(np.int32)) if len(pad) else lens
+        seg_start = np.cumsum(seg, dtype=np.int64)
+        seg_start -= seg
+        np.subtract(self._flat_arange(B * L), np.repeat(seg_start, seg), out=pos.reshape(-1))
         np.copyto(lab, ids)
-        lab.reshape(-1)[starts] = IGNORE_INDEX  # no prediction across a boundary
-        if len(pad):
-            lab[self._arange[None, :] >= used[:, None]] = IGNORE_INDEX  # none of or from padding
-        doc_lens = torch.from_numpy(np.concatenate(lens)) if B else torch.zeros(0, dtype=torch.int32)
-        return {"input_ids": ids_t, "labels": lab_t, "position_ids": pos_t, "doc_lens": doc_lens, "_piece_at": piece_at}
+        lab.reshape(-1)[seg_start] = IGNORE_INDEX  # no prediction across a boundary
+        for r in pad.tolist():
+            lab[r, used[r]:] = IGNORE_INDEX  # none of or from padding
+        cu = np.empty(len(seg) + 1, dtype=np.int32)
+        cu[0] = 0
+        np.cumsum(seg, out=cu[1:])
+        doc = np.repeat(np.arange(len(seg), dtype=np.int32), seg).reshape(B, L)
+        return {
+            "input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(lab), "position_ids": torch.from_numpy(pos),
+            "document_ids": torch.from_numpy(doc), "cu_seqlens": torch.from_numpy(cu),
+            "max_seqlen": int(seg.max()) if len(seg) else 0,
+            "_doc_lens": torch.from_numpy(lens), "_piece_at": piece_at,
+        }
 
     def _flat_arange(self, n: int) -> np.ndarray:
         if len(self._arange_cache) < n:
@@ -306,12 +344,18 @@ class PackedDataset(Dataset):
         if isinstance(indices, torch.Tensor):
             indices = indices.numpy(force=True)
         idx = np.asarray(indices)
-        if idx.size and idx.dtype.kind not in "iu":
-            raise TypeError(f"PackedDataset indices are integers, not {idx.dtype}")
-        idx = idx.astype(np.int64).reshape(-1)
-        idx = np.where(idx < 0, idx + self._len, idx)
-        if idx.size and (idx.min() < 0 or idx.max() >= self._len):
-            raise IndexError(f"row index out of range for PackedDataset of {self._len} rows")
+        if idx.dtype != np.int64:
+            if idx.size and idx.dtype.kind not in "iu":
+                raise TypeError(f"PackedDataset indices are integers, not {idx.dtype}")
+            idx = idx.astype(np.int64)
+        idx = idx.reshape(-1)
+        if idx.size:
+            if idx.min() < 0:
+                idx = np.where(idx < 0, idx + self._len, idx)
+                if idx.min() < 0:
+                    raise IndexError(f"row index out of range for PackedDataset of {self._len} rows")
+            if idx.max() >= self._len:
+                raise IndexError(f"row index out of range for PackedDataset of {self._len} rows")
         return idx
 
     def _index(self, i) -> int:
@@ -336,8 +380,8 @@ class PackedDataset(Dataset):
     # -- mapping --------------------------------------------------------------
 
     def _mapped(self, k: int) -> _Mapped:
-        if self._pid != os.getpid():  # forked: map afresh in this process
-            self._pid, self._maps = os.getpid(), {}
+        if self._fork != _forks:  # forked since: map afresh in this process
+            self._fork, self._maps = _forks, {}
         m = self._maps.get(k)
         if m is None:
             m = self._maps[k] = self._map(k)
@@ -435,5 +479,6 @@ def _map_shard(e: _ShardEntry, seq_len: int, dt: np.dtype) -> _Mapped:
     del table  # the index is copied; the Arrow objects are not needed any more
     row_of_piece = np.repeat(np.arange(len(used), dtype=np.int64), np.diff(piece_at))
     slot = (cum[:-1] - cum[piece_at[:-1]][row_of_piece]).astype(np.int32)
-    return _Mapped(storage, tokens, row_at, piece_at, lens, slot, used)
+    row = np.stack([row_at, piece_at[:-1], piece_at[1:], used], axis=1)
+    return _Mapped(storage, tokens, row, lens, slot)
 

@@ -1,0 +1,261 @@
+"""Loader throughput: PackedDataset against a nanoGPT-style np.memmap loader and a plain memcpy.
+
+    python bench/loader_bench.py                        # bench_out/loader/real_2048 (built if missing)
+    python bench/loader_bench.py --build out/ --batches 200 --rounds 3
+
+All variants read the same rows in the same random order, from the same
+token bytes: the packer build's shards, and ``tokens.bin`` (the build's
+input_ids written out flat as uint16, what nanoGPT's prepare.py makes):
+
+- random access, one row per call:
+  ``packed ds[i]``: input_ids, labels, position_ids, doc_lens (int64/int32);
+  ``nanoGPT row``: x and y as int64 from np.memmap (nanoGPT's get_batch, per row);
+  ``memcpy row``: the row's uint16 bytes copied into a preallocated buffer;
+- DataLoader, batch 8 x seq_len, 0/1/2 workers:
+  ``packed``: PackedDataset + packer.collate (input_ids, labels, position_ids,
+  document_ids, cu_seqlens, max_seqlen), rows fetched by __getitems__;
+  ``packed, per-row``: the same through ds[i] one row at a time (no __getitems__);
+  ``nanoGPT``: a map-style dataset returning nanoGPT's (x, y), default_collate;
+  ``memcpy``: a dataset returning the row's uint16 bytes, default_collate;
+- ``nanoGPT get_batch``: nanoGPT's own loop (np.memmap opened per batch, no DataLoader).
+
+Rounds interleave the variants; the median round is reported, with ratios to
+the nanoGPT loader of the same column, and to what an H200 trains GPT-2
+small at (--gpu-tokens-per-s, default 0.4M: /work/shared/gpu-reference.md).
+Data is in the page cache (read once before timing): this measures the
+loader, not the disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from packer import PackedDataset, collate
+
+GPT2 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "gpt2-tokenizer.json")
+
+
+# --------------------------------------------------------------------------
+# Baselines over tokens.bin.
+
+
+class NanoRows(Dataset):
+    """nanoGPT's get_batch, one row per item: (x, y) int64 from a uint16 memmap."""
+
+    def __init__(self, path: str, seq_len: int):
+        self.path, self.L = path, seq_len
+        self.n = (os.path.getsize(path) // 2 - 1) // seq_len
+        self.data = None
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if self.data is None:  # opened lazily in each worker
+            self.data = np.memmap(self.path, dtype=np.uint16, mode="r")
+        o = i * self.L
+        x = torch.from_numpy(self.data[o:o + self.L].astype(np.int64))
+        y = torch.from_numpy(self.data[o + 1:o + 1 + self.L].astype(np.int64))
+        return x, y
+
+    def __getstate__(self):
+        return {**self.__dict__, "data": None}
+
+
+class MemcpyRows(NanoRows):
+    """The row's uint16 bytes, copied: the floor for any loader of these bytes."""
+
+    def __getitem__(self, i):
+        if self.data is None:
+            self.data = np.memmap(self.path, dtype=np.uint16, mode="r")
+        o = i * self.L
+        return torch.from_numpy(np.array(self.data[o:o + self.L]))
+
+
+class PerRow(Dataset):
+    """A PackedDataset seen without its batched __getitems__ (one ds[i] per row)."""
+
+    def __init__(self, ds):
+        self.ds = ds
+
+    def __len__(self):
+        return len(self.ds)
+
+    def __getitem__(self, i):
+        return self.ds[i]
+
+
+class ListSampler(torch.utils.data.Sampler):
+    def __init__(self, idx):
+        self.idx = idx
+
+    def __iter__(self):
+        return iter(self.idx)
+
+    def __len__(self):
+        return len(self.idx)
+
+
+def nanogpt_get_batch(path, L, rows, B):
+    """nanoGPT's train.py get_batch, verbatim in spirit: memmap per batch, stack x and y."""
+    for a in range(0, len(rows) - B + 1, B):
+        data = np.memmap(path, dtype=np.uint16, mode="r")
+        ix = rows[a:a + B] * L
+        x = torch.stack([torch.from_numpy(data[i:i + L].astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + L].astype(np.int64)) for i in ix])
+        yield x, y
+
+
+# --------------------------------------------------------------------------
+
+
+def ensure_build(path: str) -> None:
+    if os.path.exists(os.path.join(path, "manifest.json")):
+        return
+    src = "bench_out/real/real.jsonl"
+    if not os.path.exists(src):
+        sys.exit(f"{path} is not a build and {src} is missing: run python bench/real_corpus.py bench_out/real --mb 60")
+    print(f"building {path} from {src} (GPT-2 tokenizer, seq_len 2048, 8 MB units)", flush=True)
+    subprocess.run(["packer", "build", src, path, "--seq-len", "2048", "--tokenizer", GPT2, "--unit-mb", "8", "-q"], check=True)
+
+
+def write_bin(ds: PackedDataset, path: str) -> None:
+    """The build's input_ids, flat, as nanoGPT's prepare.py writes them (plus one slot for y's last token)."""
+    if os.path.exists(path) and os.path.getsize(path) == (len(ds) * ds.seq_len + 1) * 2:
+        return
+    with open(path + ".tmp", "wb") as f:
+        for a in range(0, len(ds), 512):
+            b = ds.batch(range(a, min(a + 512, len(ds))))
+            f.write(b["input_ids"].numpy().astype(np.uint16).tobytes())
+        f.write(np.zeros(1, np.uint16).tobytes())
+    os.replace(path + ".tmp", path)
+
+
+def time_random(fn, rows) -> float:
+    t = time.perf_counter()
+    for i in rows:
+        fn(i)
+    return time.perf_counter() - t
+
+
+def time_loader(make, n_batches: int) -> float:
+    loader = make()
+    it = iter(loader)
+    next(it)  # workers started, first batch out: steady state from here
+    t = time.perf_counter()
+    for _ in range(n_batches):
+        next(it)
+    dt = time.perf_counter() - t
+    del it
+    return dt
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--build", default="bench_out/loader/real_2048")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--batches", type=int, default=200, help="timed batches per DataLoader variant and round")
+    p.add_argument("--rows", type=int, default=3000, help="timed rows per random-access variant and round")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--gpu-tokens-per-s", type=float, default=0.4e6)
+    p.add_argument("--out", default="bench_out/loader/results.json")
+    args = p.parse_args(argv)
+
+    ensure_build(args.build)
+    ds = PackedDataset(args.build)
+    L, B = ds.seq_len, args.batch
+    binpath = os.path.join(os.path.dirname(os.path.abspath(args.build)), os.path.basename(args.build.rstrip("/")) + ".tokens.bin")
+    write_bin(ds, binpath)
+    nano, memcpy = NanoRows(binpath, L), MemcpyRows(binpath, L)
+    assert len(nano) == len(ds)
+    for a in range(0, len(ds), 1024):  # same bytes, and all of them in the page cache
+        np.testing.assert_array_equal(nano.__getitem__(a)[0].numpy(), ds[a]["input_ids"].numpy())
+    rows = np.random.default_rng(0).permutation(len(ds))
+    print(f"build {args.build}: {len(ds)} rows x {L}, {len(ds.shard_paths)} shards, {os.cpu_count()} CPUs; "
+          f"torch {torch.__version__}", flush=True)
+
+    buf = np.empty(L, np.uint16)
+    mm = np.memmap(binpath, dtype=np.uint16, mode="r")
+
+    def memcpy_row(i):
+        np.copyto(buf, mm[i * L:(i + 1) * L])
+
+    random_variants = {
+        "packed ds[i]": lambda i: ds[i],
+        "nanoGPT row": nano.__getitem__,
+        "memcpy row": memcpy_row,
+    }
+    need = args.batches * B + B * 4
+    order = rows[:need].tolist()
+
+    def packed_loader(w):
+        return lambda: DataLoader(ds, B, sampler=ListSampler(order), collate_fn=collate, num_workers=w)
+
+    def perrow_loader(w):
+        return lambda: DataLoader(PerRow(ds), B, sampler=ListSampler(order), collate_fn=collate, num_workers=w)
+
+    def nano_loader(w):
+        return lambda: DataLoader(nano, B, sampler=ListSampler(order), num_workers=w)
+
+    def memcpy_loader(w):
+        return lambda: DataLoader(memcpy, B, sampler=ListSampler(order), num_workers=w)
+
+    loader_variants = {}
+    for w in args.workers:
+        loader_variants[("packed", w)] = packed_loader(w)
+        loader_variants[("packed, per-row", w)] = perrow_loader(w)
+        loader_variants[("nanoGPT", w)] = nano_loader(w)
+        loader_variants[("memcpy", w)] = memcpy_loader(w)
+
+    times: dict = {}
+    for r in range(args.rounds):
+        sub = rows[r * args.rows:(r + 1) * args.rows].tolist() if (r + 1) * args.rows <= len(rows) else rows[:args.rows].tolist()
+        for name, fn in random_variants.items():
+            times.setdefault(("random", name), []).append(len(sub) / time_random(fn, sub))
+        g = nanogpt_get_batch(binpath, L, rows[:need], B)
+        next(g)
+        t = time.perf_counter()
+        for _ in range(args.batches):
+            next(g)
+        times.setdefault(("loader", "nanoGPT get_batch", 0), []).append(args.batches * B / (time.perf_counter() - t))
+        for (name, w), make in loader_variants.items():
+            times.setdefault(("loader", name, w), []).append(args.batches * B / time_loader(make, args.batches))
+        print(f"round {r + 1}/{args.rounds} done", flush=True)
+
+    med = {k: statistics.median(v) for k, v in times.items()}
+    gpu = args.gpu_tokens_per_s
+    lines = ["| access | variant | workers | rows/s | tokens/s | x nanoGPT | x H200 need |", "|---|---|---:|---:|---:|---:|---:|"]
+    for k, v in med.items():
+        if k[0] == "random":
+            ref = med[("random", "nanoGPT row")]
+            lines.append(f"| ds[i], random | {k[1]} | - | {v:,.0f} | {v * L / 1e6:,.1f}M | {v / ref:.2f} | {v * L / gpu:,.0f} |")
+    for k, v in med.items():
+        if k[0] == "loader":
+            w = k[2]
+            ref = med[("loader", "nanoGPT", w)]
+            lines.append(f"| DataLoader {B}x{L} | {k[1]} | {w} | {v:,.0f} | {v * L / 1e6:,.1f}M | {v / ref:.2f} | {v * L / gpu:,.0f} |")
+    table = "\n".join(lines)
+    print()
+    print(table)
+    spread = {" / ".join(map(str, k)): (min(v), max(v)) for k, v in times.items()}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump({"build": args.build, "seq_len": L, "batch": B, "rows": len(ds), "cpus": os.cpu_count(),
+                   "gpu_tokens_per_s": gpu, "median_rows_per_s": {" / ".join(map(str, k)): v for k, v in med.items()},
+                   "min_max_rows_per_s": spread, "table": table}, f, indent=1)
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
