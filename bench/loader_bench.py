@@ -3,9 +3,11 @@
     python bench/loader_bench.py                        # bench_out/loader/real_2048 (built if missing)
     python bench/loader_bench.py --build out/ --batches 200 --rounds 3
 
-All variants read the same rows in the same random order, from the same
-token bytes: the packer build's shards, and ``tokens.bin`` (the build's
-input_ids written out flat as uint16, what nanoGPT's prepare.py makes):
+All variants read the same token bytes: the packer build's shards, and
+``tokens.bin`` (the build's input_ids written out flat as uint16, what
+nanoGPT's prepare.py makes). Each reads its own random rows (disjoint
+slices of one permutation), so no variant reads rows that another has just
+brought into the CPU caches:
 
 - random access, one row per call:
   ``packed ds[i]``: input_ids, labels, position_ids, doc_lens (int64/int32);
@@ -19,8 +21,13 @@ input_ids written out flat as uint16, what nanoGPT's prepare.py makes):
   ``memcpy``: a dataset returning the row's uint16 bytes, default_collate;
 - ``nanoGPT get_batch``: nanoGPT's own loop (np.memmap opened per batch, no DataLoader).
 
-Rounds interleave the variants; the median round is reported, with ratios to
-the nanoGPT loader of the same column, and to what an H200 trains GPT-2
+Variants of a group are timed in alternating chunks (20 rows, or 2
+batches; who goes first rotates), so that load from other processes hits
+them alike. Single-process variants are timed in CPU time of the thread
+(time.thread_time: rows per CPU-second, which other processes' load barely
+changes); DataLoaders with workers in wall time (the main process mostly
+waits). The median of the rounds is reported, with the median of the
+per-round ratios to the nanoGPT loader of the same group, and to what an H200 trains GPT-2
 small at (--gpu-tokens-per-s, default 0.4M: /work/shared/gpu-reference.md).
 Data is in the page cache (read once before timing): this measures the
 loader, not the disk.
@@ -141,23 +148,34 @@ def write_bin(ds: PackedDataset, path: str) -> None:
     os.replace(path + ".tmp", path)
 
 
-def time_random(fn, rows) -> float:
-    t = time.perf_counter()
-    for i in rows:
-        fn(i)
-    return time.perf_counter() - t
+def interleaved(variants: dict, n_items: int, chunk: int, rounds: int, clock) -> dict:
+    """Items/s of each variant, timed in alternating chunks so that load on the machine
+    hits every variant alike. ``variants[name]()`` returns a zero-argument callable that
+    produces the next item; ``clock`` is time.perf_counter (wall) or time.thread_time
+    (this thread's CPU time). Returns {name: [items/s of each round]}."""
+    take = {name: make() for name, make in variants.items()}
+    for f in take.values():
+        f()  # warm: workers started, first batch out
+    out = {name: [] for name in variants}
+    per_round = max(1, n_items // rounds)
+    names = list(take)
+    for _ in range(rounds):
+        spent = dict.fromkeys(variants, 0.0)
+        for c in range(max(1, per_round // chunk)):
+            for name in names[c % len(names):] + names[:c % len(names)]:  # rotate who goes first
+                f = take[name]
+                t = clock()
+                for _ in range(chunk):
+                    f()
+                spent[name] += clock() - t
+        for name in variants:
+            out[name].append(max(1, per_round // chunk) * chunk / spent[name])
+    return out
 
 
-def time_loader(make, n_batches: int) -> float:
-    loader = make()
-    it = iter(loader)
-    next(it)  # workers started, first batch out: steady state from here
-    t = time.perf_counter()
-    for _ in range(n_batches):
-        next(it)
-    dt = time.perf_counter() - t
-    del it
-    return dt
+def cycle_rows(rows):
+    it = iter(rows * 1000)
+    return lambda: next(it)
 
 
 def main(argv=None):
@@ -166,7 +184,7 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--batches", type=int, default=200, help="timed batches per DataLoader variant and round")
     p.add_argument("--rows", type=int, default=3000, help="timed rows per random-access variant and round")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--gpu-tokens-per-s", type=float, default=0.4e6)
     p.add_argument("--out", default="bench_out/loader/results.json")
@@ -191,60 +209,75 @@ def main(argv=None):
     def memcpy_row(i):
         np.copyto(buf, mm[i * L:(i + 1) * L])
 
+    # Each variant of a group reads its own rows (rows[j::V] for the j-th of V), so that
+    # none reads rows another has just pulled into the CPU caches: every read is a
+    # first read, as in an epoch over a real corpus.
+    def rows_of(j, V):
+        return rows[j::V].tolist() * 50
+
+    def random_variant(fn, j):
+        def make():
+            nxt = cycle_rows(rows_of(j, 3))
+            return lambda: fn(nxt())
+        return make
+
     random_variants = {
-        "packed ds[i]": lambda i: ds[i],
-        "nanoGPT row": nano.__getitem__,
-        "memcpy row": memcpy_row,
+        "packed ds[i]": random_variant(lambda i: ds[i], 0),
+        "nanoGPT row": random_variant(nano.__getitem__, 1),
+        "memcpy row": random_variant(memcpy_row, 2),
     }
-    need = args.batches * B + B * 4
-    order = rows[:need].tolist()
 
-    def packed_loader(w):
-        return lambda: DataLoader(ds, B, sampler=ListSampler(order), collate_fn=collate, num_workers=w)
+    def loader(make_dl):
+        def make():
+            it = iter(make_dl())
+            return lambda: next(it)
+        return make
 
-    def perrow_loader(w):
-        return lambda: DataLoader(PerRow(ds), B, sampler=ListSampler(order), collate_fn=collate, num_workers=w)
-
-    def nano_loader(w):
-        return lambda: DataLoader(nano, B, sampler=ListSampler(order), num_workers=w)
-
-    def memcpy_loader(w):
-        return lambda: DataLoader(memcpy, B, sampler=ListSampler(order), num_workers=w)
-
-    loader_variants = {}
-    for w in args.workers:
-        loader_variants[("packed", w)] = packed_loader(w)
-        loader_variants[("packed, per-row", w)] = perrow_loader(w)
-        loader_variants[("nanoGPT", w)] = nano_loader(w)
-        loader_variants[("memcpy", w)] = memcpy_loader(w)
+    def get_batch():
+        g = nanogpt_get_batch(binpath, L, np.array(rows_of(4, 5)), B)
+        return lambda: next(g)
 
     times: dict = {}
-    for r in range(args.rounds):
-        sub = rows[r * args.rows:(r + 1) * args.rows].tolist() if (r + 1) * args.rows <= len(rows) else rows[:args.rows].tolist()
-        for name, fn in random_variants.items():
-            times.setdefault(("random", name), []).append(len(sub) / time_random(fn, sub))
-        g = nanogpt_get_batch(binpath, L, rows[:need], B)
-        next(g)
-        t = time.perf_counter()
-        for _ in range(args.batches):
-            next(g)
-        times.setdefault(("loader", "nanoGPT get_batch", 0), []).append(args.batches * B / (time.perf_counter() - t))
-        for (name, w), make in loader_variants.items():
-            times.setdefault(("loader", name, w), []).append(args.batches * B / time_loader(make, args.batches))
-        print(f"round {r + 1}/{args.rounds} done", flush=True)
+    for name, v in interleaved(random_variants, args.rows * args.rounds, 20, args.rounds, time.thread_time).items():
+        times[("random", name)] = v
+    print("random access done", flush=True)
+    for w in args.workers:
+        group = {
+            "packed": loader(lambda: DataLoader(ds, B, sampler=ListSampler(rows_of(0, 5)), collate_fn=collate, num_workers=w)),
+            "packed, per-row": loader(lambda: DataLoader(PerRow(ds), B, sampler=ListSampler(rows_of(1, 5)), collate_fn=collate,
+                                                         num_workers=w)),
+            "nanoGPT": loader(lambda: DataLoader(nano, B, sampler=ListSampler(rows_of(2, 5)), num_workers=w)),
+            "memcpy": loader(lambda: DataLoader(memcpy, B, sampler=ListSampler(rows_of(3, 5)), num_workers=w)),
+        }
+        if w == 0:
+            group["nanoGPT get_batch"] = get_batch
+        # One process: its CPU time, which other processes' load barely touches. With
+        # workers the work is elsewhere and the main process waits: wall time.
+        clock = time.thread_time if w == 0 else time.perf_counter
+        for name, v in interleaved(group, args.batches * args.rounds, 2, args.rounds, clock).items():
+            times[("loader", name, w)] = [x * B for x in v]  # batches/s -> rows/s
+        print(f"DataLoader, {w} workers done", flush=True)
 
     med = {k: statistics.median(v) for k, v in times.items()}
     gpu = args.gpu_tokens_per_s
-    lines = ["| access | variant | workers | rows/s | tokens/s | x nanoGPT | x H200 need |", "|---|---|---:|---:|---:|---:|---:|"]
+    # Bytes handed to the trainer per token: what each variant returns.
+    out_bytes = {"packed ds[i]": 24, "nanoGPT row": 16, "memcpy row": 2, "packed": 28, "packed, per-row": 28,
+                 "nanoGPT": 16, "nanoGPT get_batch": 16, "memcpy": 2}
+    lines = ["| access | variant | workers | rows/s | tokens/s | bytes out/token | x nanoGPT | x H200 need |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+
+    def ratio(k, ref):  # median of the per-round ratios: rounds pair the variants in time
+        return statistics.median(a / b for a, b in zip(times[k], times[ref]))
+
+    ratios = {}
     for k, v in med.items():
         if k[0] == "random":
-            ref = med[("random", "nanoGPT row")]
-            lines.append(f"| ds[i], random | {k[1]} | - | {v:,.0f} | {v * L / 1e6:,.1f}M | {v / ref:.2f} | {v * L / gpu:,.0f} |")
+            ratios[k] = r = ratio(k, ("random", "nanoGPT row"))
+            lines.append(f"| ds[i], random | {k[1]} | - | {v:,.0f} | {v * L / 1e6:,.1f}M | {out_bytes[k[1]]} | {r:.2f} | {v * L / gpu:,.0f} |")
     for k, v in med.items():
         if k[0] == "loader":
-            w = k[2]
-            ref = med[("loader", "nanoGPT", w)]
-            lines.append(f"| DataLoader {B}x{L} | {k[1]} | {w} | {v:,.0f} | {v * L / 1e6:,.1f}M | {v / ref:.2f} | {v * L / gpu:,.0f} |")
+            ratios[k] = r = ratio(k, ("loader", "nanoGPT", k[2]))
+            lines.append(f"| DataLoader {B}x{L} | {k[1]} | {k[2]} | {v:,.0f} | {v * L / 1e6:,.1f}M | {out_bytes[k[1]]} | {r:.2f} | {v * L / gpu:,.0f} |")
     table = "\n".join(lines)
     print()
     print(table)
@@ -253,6 +286,8 @@ def main(argv=None):
     with open(args.out, "w") as f:
         json.dump({"build": args.build, "seq_len": L, "batch": B, "rows": len(ds), "cpus": os.cpu_count(),
                    "gpu_tokens_per_s": gpu, "median_rows_per_s": {" / ".join(map(str, k)): v for k, v in med.items()},
+                   "ratio_to_nanogpt": {" / ".join(map(str, k)): v for k, v in ratios.items()},
+                   "rows_per_s_by_round": {" / ".join(map(str, k)): v for k, v in times.items()},
                    "min_max_rows_per_s": spread, "table": table}, f, indent=1)
     print(f"\nwrote {args.out}")
 

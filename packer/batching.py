@@ -32,6 +32,8 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from .dataset import Row
+
 ROW_KEYS = ("input_ids", "labels", "position_ids")
 BATCH_KEYS = ROW_KEYS + ("document_ids", "cu_seqlens", "max_seqlen")
 
@@ -100,16 +102,14 @@ def collate_padding_free(rows: Sequence[Mapping[str, torch.Tensor]], flash_kwarg
 
 def _built_batch(rows):
     """The (B, L) batch that ``rows`` are, in order, if __getitems__ built them; else None."""
-    from .dataset import Row
-
     first = rows[0]
-    if not isinstance(first, Row):
+    if type(first) is not Row:
         return None
     b = first.batch
-    if b["input_ids"].shape[0] != len(rows):
+    if len(b["_piece_at"]) != len(rows) + 1:
         return None
     for i, r in enumerate(rows):
-        if not isinstance(r, Row) or r.batch is not b or r.index != i:
+        if type(r) is not Row or r.batch is not b or r.index != i:
             return None
     return b
 

@@ -23,9 +23,9 @@ What is copied, and why (docs/dataset.md has the long form):
   can neither embed nor index with uint16, so uint16 ids are widened. The
   one exception is ``input_ids_dtype=torch.int32`` over a uint32 build: then
   ``ds[i]["input_ids"]`` is a view of the map (uint32 ids are < 2**31).
-- The piece index (``doc_lens``) is copied from the map into a small NumPy
-  array per shard when the shard is first touched: 8 bytes per row plus 4
-  per piece, under 0.5% of the token bytes at seq_len 2048.
+- The piece index (``doc_lens``) is copied from the map into small NumPy
+  arrays per shard when the shard is first touched: 32 bytes per row plus 8
+  per piece, about 1% of the token bytes at seq_len 2048.
 - ``labels`` is a second copy (it differs from input_ids); ``position_ids``
   is computed.
 
@@ -204,9 +204,13 @@ class PackedDataset(Dataset):
             _check_file(e, self.seq_len, self.dtype, verify)
         self._starts_list = self._starts.tolist()
         self._ids_np = np.int64 if input_ids_dtype == torch.int64 else np.int32
+        if self._ids_np is np.int32 and self.vocab_size > 1 << 31:
+            raise PackerError(f"vocab_size {self.vocab_size} does not fit input_ids_dtype=torch.int32")
         # uint32 ids are < 2**31 (vocab_size), so int32 can view them without a copy.
         self._ids_view = input_ids_dtype == torch.int32 and self.dtype == "uint32"
         self._arange = np.arange(self.seq_len, dtype=np.int64)
+        # Ids >= vocab_size (a damaged shard) are caught on read, unless the dtype cannot hold any.
+        self._check_ids = self.vocab_size < np.iinfo(self._np_dtype).max + 1
         self._arange_cache = self._arange
         self._fork = _forks  # maps made before a fork are dropped in the child
         self._maps: dict[int, _Mapped] = {}
@@ -254,7 +258,7 @@ class PackedDataset(Dataset):
         else:
             ids = raw.astype(self._ids_np)  # the one copy of the token data (widening)
             lab = ids.astype(np.int64)  # (a copy: labels differ from input_ids)
-        if lab.max() >= self.vocab_size:  # on int64: several times faster than on uint16
+        if self._check_ids and lab.max() >= self.vocab_size:
             self._bad_token(lab[None, :], [k], [j])
         lens = m.lens[p0:p1]
         if p1 - p0 == 1 and u == L:  # one piece fills the row: the common case for long documents
@@ -293,46 +297,56 @@ class PackedDataset(Dataset):
         row's pieces begin in it (what ``Row`` reads)."""
         idx = self._indices(indices)
         B, L = len(idx), self.seq_len
-        ids, lab, pos = np.empty((B, L), self._ids_np), np.empty((B, L), np.int64), np.empty((B, L), np.int64)
+        if self._ids_np is np.int64:
+            ids, lab, pos = np.empty((3, B, L), np.int64)  # one allocation
+        else:
+            ids, (lab, pos) = np.empty((B, L), self._ids_np), np.empty((2, B, L), np.int64)
 
         sid = np.searchsorted(self._starts, idx, side="right") - 1
         local = (idx - self._starts[sid]).tolist()
-        used, counts, lens = [], [0], []  # per row: slots filled, pieces, piece lengths
+        used, counts, lens, segs = [], [0], [], []  # per row: slots filled, pieces, piece lengths, segments
         maps = self._maps if self._fork == _forks else {}
         for r, k in enumerate(sid.tolist()):
             m = maps.get(k) or self._mapped(k)
             a, p0, p1, u = m.row[local[r]].tolist()
             ids[r] = m.tokens[a:a + L]  # the one copy of the token data (widening if uint16)
-            lens.append(m.lens[p0:p1])
+            pl = m.lens[p0:p1]
+            lens.append(pl)
+            segs.append(pl)
+            if u < L:
+                segs.append(np.array([L - u], dtype=np.int32))  # the padding tail: a segment too
             counts.append(p1 - p0)
             used.append(u)
-        used = np.array(used, dtype=np.int64)
-        piece_at = np.cumsum(counts, dtype=np.int64)
-        if B and ids.max() >= self.vocab_size:
+        if B and self._check_ids and ids.max() >= self.vocab_size:
             self._bad_token(ids, sid, local)
 
-        # Segments, in slot order over the flattened batch: each row's pieces,
-        # then its padding tail if it has one. A slot's position is its
-        # distance from the start of its segment.
-        lens = np.concatenate(lens) if B else np.zeros(0, np.int32)
-        pad = np.flatnonzero(used < L)
-        seg = np.insert(lens, piece_at[1:][pad], (L - used[pad]).astype(np.int32)) if len(pad) else lens
-        seg_start = np.cumsum(seg, dtype=np.int64)
-        seg_start -= seg
-        np.subtract(self._flat_arange(B * L), np.repeat(seg_start, seg), out=pos.reshape(-1))
+        # Segments in slot order over the flattened batch; a slot's position is
+        # its distance from the start of its segment.
+        seg = np.concatenate(segs) if B else np.zeros(0, np.int32)
+        S = len(seg)
         np.copyto(lab, ids)
-        lab.reshape(-1)[seg_start] = IGNORE_INDEX  # no prediction across a boundary
-        for r in pad.tolist():
-            lab[r, used[r]:] = IGNORE_INDEX  # none of or from padding
-        cu = np.empty(len(seg) + 1, dtype=np.int32)
-        cu[0] = 0
-        np.cumsum(seg, out=cu[1:])
-        doc = np.repeat(np.arange(len(seg), dtype=np.int32), seg).reshape(B, L)
+        if S == B:  # every row one piece that fills it (long documents): positions are 0..L-1
+            pos[:] = self._arange
+            lab[:, 0] = IGNORE_INDEX
+            cu = np.arange(0, B * L + 1, L, dtype=np.int32)
+            doc = np.repeat(np.arange(B, dtype=np.int32), L).reshape(B, L)
+        else:
+            cu = np.empty(S + 1, dtype=np.int32)
+            cu[0] = 0
+            np.cumsum(seg, out=cu[1:])
+            seg_start = cu[:-1].astype(np.int64)
+            np.subtract(self._flat_arange(B * L), np.repeat(seg_start, seg), out=pos.reshape(-1))
+            lab.reshape(-1)[seg_start] = IGNORE_INDEX  # no prediction across a boundary
+            for r, u in enumerate(used):
+                if u < L:
+                    lab[r, u:] = IGNORE_INDEX  # none of or from padding
+            doc = np.repeat(np.arange(S, dtype=np.int32), seg).reshape(B, L)
         return {
             "input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(lab), "position_ids": torch.from_numpy(pos),
             "document_ids": torch.from_numpy(doc), "cu_seqlens": torch.from_numpy(cu),
-            "max_seqlen": int(seg.max()) if len(seg) else 0,
-            "_doc_lens": torch.from_numpy(lens), "_piece_at": piece_at,
+            "max_seqlen": int(seg.max()) if S else 0,
+            "_doc_lens": torch.from_numpy(np.concatenate(lens) if B else np.zeros(0, np.int32)),
+            "_piece_at": np.cumsum(counts, dtype=np.int64),
         }
 
     def _flat_arange(self, n: int) -> np.ndarray:
@@ -349,12 +363,9 @@ class PackedDataset(Dataset):
                 raise TypeError(f"PackedDataset indices are integers, not {idx.dtype}")
             idx = idx.astype(np.int64)
         idx = idx.reshape(-1)
-        if idx.size:
-            if idx.min() < 0:
-                idx = np.where(idx < 0, idx + self._len, idx)
-                if idx.min() < 0:
-                    raise IndexError(f"row index out of range for PackedDataset of {self._len} rows")
-            if idx.max() >= self._len:
+        if idx.size and not (0 <= idx.min() and idx.max() < self._len):
+            idx = np.where(idx < 0, idx + self._len, idx)  # from the end, as for ds[i]
+            if idx.min() < 0 or idx.max() >= self._len:
                 raise IndexError(f"row index out of range for PackedDataset of {self._len} rows")
         return idx
 

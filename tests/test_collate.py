@@ -62,6 +62,9 @@ def test_boundaries_agree_with_doc_lens_for_every_row(ds):
         if a % 1024 == 0:
             single = [ds[i] for i in idx]  # ds[i] rows, stacked
             check_batch(collate(single), single, L)
+    full = [i for i in range(2000) if ds[i]["doc_lens"].tolist() == [L]][:8]  # a batch of one-piece rows
+    rows = ds.__getitems__(full)
+    check_batch(collate(rows), rows, L)
 
 
 def test_collate_reuses_a_batch_built_by_getitems_and_stacks_anything_else(ds):

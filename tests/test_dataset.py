@@ -71,7 +71,9 @@ def test_every_row_matches_its_shard(sample_build, ds):
 
 def test_batched_rows_equal_single_rows(ds):
     idx = random.Random(0).sample(range(len(ds)), 300) + [0, len(ds) - 1, 5, 5]
-    for chunk in (idx[:1], idx[:8], idx):
+    full = [i for i in range(2000) if ds[i]["doc_lens"].tolist() == [ds.seq_len]][:8]  # one piece fills the row
+    assert len(full) == 8
+    for chunk in (idx[:1], idx[:8], idx, full, full[:3] + idx[:2]):
         got = ds.__getitems__(chunk)
         assert len(got) == len(chunk)
         for i, row in zip(chunk, got):
@@ -339,3 +341,29 @@ def test_workers_give_the_same_batches(ds, ctx):
     for a, b in zip(ref, got):
         for x, y in zip(a, b):
             assert torch.equal(x, y)
+
+
+# --------------------------------------------------------------------------
+# The code in docs/dataset.md that says it runs.
+
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "dataset.md")
+
+
+def _doc_blocks() -> list[str]:
+    import re
+
+    with open(DOCS) as f:
+        return re.findall(r"<!-- tested -->\n```python\n(.*?)```", f.read(), re.S)
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_docs_snippets(sample_build, k):
+    blocks = _doc_blocks()
+    assert len(blocks) == 2
+    code = blocks[k].replace('"out/"', repr(sample_build))
+    if "transformers" in code:
+        pytest.importorskip("transformers")
+    scope: dict = {}
+    exec(compile(code, f"{DOCS} (tested block {k})", "exec"), scope)
+    if k == 0:
+        assert scope["state"]["position"] == 3 * 8  # stopped after 3 batches of epoch 1
