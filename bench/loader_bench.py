@@ -2,6 +2,7 @@
 
     python bench/loader_bench.py                        # bench_out/loader/real_2048 (built if missing)
     python bench/loader_bench.py --build out/ --batches 200 --rounds 3
+    python bench/loader_bench.py --ipc                  # only: how a worker hands a batch over
 
 All variants read the same token bytes: the packer build's shards, and
 ``tokens.bin`` (the build's input_ids written out flat as uint16, what
@@ -126,6 +127,39 @@ def nanogpt_get_batch(path, L, rows, B):
 # --------------------------------------------------------------------------
 
 
+class Synthetic(Dataset):
+    """A batch of zeros as ``how``: several tensors, one tensor, or views of one shared block."""
+
+    def __init__(self, how: str, B: int, L: int):
+        self.how, self.B, self.L = how, B, L
+
+    def __len__(self):
+        return 1 << 30
+
+    def __getitems__(self, idx):
+        B, L = self.B, self.L
+        if self.how == "5 tensors":
+            return {k: torch.zeros(B, L, dtype=torch.int64) for k in "abcde"}
+        if self.how == "2 tensors":
+            return {k: torch.zeros(B, L, dtype=torch.int64) for k in "ab"}
+        if self.how == "1 tensor":
+            return torch.zeros(5, B, L, dtype=torch.int64)
+        block = torch.empty(0, dtype=torch.int64).set_(torch.UntypedStorage._new_shared(5 * B * L * 8)).view(5, B, L)
+        return dict(zip("abcde", block.unbind(0)))  # "5 views of 1 shared block"
+
+
+def ipc(B: int, L: int, n: int = 200) -> None:
+    """Wall time per batch for a worker to hand a batch of 5 x (B, L) int64 to the main process."""
+    print(f"worker -> main process, one worker, batch of 5 x ({B}, {L}) int64:")
+    for how in ("5 tensors", "2 tensors", "1 tensor", "5 views of 1 shared block"):
+        it = iter(DataLoader(Synthetic(how, B, L), batch_size=B, collate_fn=lambda x: x, num_workers=1))
+        next(it)
+        t = time.perf_counter()
+        for _ in range(n):
+            next(it)
+        print(f"  {how}: {(time.perf_counter() - t) / n * 1e3:.2f} ms per batch")
+
+
 def ensure_build(path: str) -> None:
     if os.path.exists(os.path.join(path, "manifest.json")):
         return
@@ -186,9 +220,14 @@ def main(argv=None):
     p.add_argument("--rows", type=int, default=3000, help="timed rows per random-access variant and round")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--loaders", nargs="+", default=["packed", "packed, per-row", "nanoGPT", "memcpy", "nanoGPT get_batch"],
+                   help="DataLoader variants to run (nanoGPT is needed for the ratios)")
     p.add_argument("--gpu-tokens-per-s", type=float, default=0.4e6)
     p.add_argument("--out", default="bench_out/loader/results.json")
+    p.add_argument("--ipc", action="store_true", help="only time how a worker hands batches over (synthetic)")
     args = p.parse_args(argv)
+    if args.ipc:
+        return ipc(args.batch, 2048)
 
     ensure_build(args.build)
     ds = PackedDataset(args.build)
@@ -251,6 +290,7 @@ def main(argv=None):
         }
         if w == 0:
             group["nanoGPT get_batch"] = get_batch
+        group = {k: v for k, v in group.items() if k in args.loaders}
         # One process: its CPU time, which other processes' load barely touches. With
         # workers the work is elsewhere and the main process waits: wall time.
         clock = time.thread_time if w == 0 else time.perf_counter

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from .dataset import Row
+from .dataset import Row, Rows
 
 ROW_KEYS = ("input_ids", "labels", "position_ids")
 BATCH_KEYS = ROW_KEYS + ("document_ids", "cu_seqlens", "max_seqlen")
@@ -102,6 +102,8 @@ def collate_padding_free(rows: Sequence[Mapping[str, torch.Tensor]], flash_kwarg
 
 def _built_batch(rows):
     """The (B, L) batch that ``rows`` are, in order, if __getitems__ built them; else None."""
+    if type(rows) is Rows:
+        return rows.batch
     first = rows[0]
     if type(first) is not Row:
         return None
@@ -118,10 +120,11 @@ def _one_shared_block(batch: dict) -> dict:
     """The batch's tensors copied into one shared-memory block, as views of it.
 
     A DataLoader worker sends every tensor to the main process through shared
-    memory, one block and one file-descriptor hand-over per tensor; that
-    costs far more than copying these few hundred KB (5 tensors: 8.7 ms per
-    batch here, one block: 1.4 ms; docs/benchmarks.md). default_collate
-    allocates its outputs the same way (``_new_shared``).
+    memory, one block and one file-descriptor hand-over per tensor; that can
+    cost far more than copying these few hundred KB (5 tensors: 2.95 ms per
+    batch on the benchmark machine, one block: 0.88 ms; docs/benchmarks.md,
+    ``bench/loader_bench.py --ipc``). default_collate allocates its outputs
+    the same way (``_new_shared``).
     """
     tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
     spans, n = {}, 0

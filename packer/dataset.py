@@ -51,9 +51,8 @@ from __future__ import annotations
 import operator
 import os
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -142,6 +141,29 @@ class Row(Mapping):
 
     def __repr__(self):
         return f"Row({self.index} of a batch of {self.batch['input_ids'].shape[0]})"
+
+
+class Rows(Sequence):
+    """The rows of a batch built by ``PackedDataset.__getitems__``; items are ``Row``s, made on access."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self, batch: dict):
+        self.batch = batch
+
+    def __len__(self):
+        return len(self.batch["_piece_at"]) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(i)
+        return Row(self.batch, i % n)
+
+    def __repr__(self):
+        return f"Rows({len(self)} rows)"
 
 
 class PackedDataset(Dataset):
@@ -279,15 +301,15 @@ class PackedDataset(Dataset):
             "doc_lens": torch.from_numpy(lens.copy()),
         }
 
-    def __getitems__(self, indices) -> list["Row"]:
+    def __getitems__(self, indices) -> "Rows":
         """Rows ``indices``, built together (DataLoader calls this with a whole batch).
 
-        Each ``Row`` is a read-only mapping with the keys of ``ds[i]``; its
-        tensors are views of the batch's (B, L) tensors, made when a key is
-        read. ``collate`` takes the batch tensors themselves, without stacking.
+        Returns ``Rows``, a sequence of ``Row``: read-only mappings with the
+        keys of ``ds[i]``, whose tensors are views of the batch's (B, L)
+        tensors, made when read. ``collate`` takes the batch tensors
+        themselves, without stacking.
         """
-        b = self.batch(indices)
-        return [Row(b, r) for r in range(len(b["_piece_at"]) - 1)]
+        return Rows(self.batch(indices))
 
     def batch(self, indices) -> dict:
         """Rows ``indices`` as one batch: what ``collate([ds[i] for i in indices])``
@@ -363,7 +385,9 @@ class PackedDataset(Dataset):
                 raise TypeError(f"PackedDataset indices are integers, not {idx.dtype}")
             idx = idx.astype(np.int64)
         idx = idx.reshape(-1)
-        if idx.size and not (0 <= idx.min() and idx.max() < self._len):
+        # Python's min/max: cheaper than two NumPy reductions for a batch of a few ints.
+        lo, hi = (min(indices), max(indices)) if type(indices) is list and indices else (idx.min(), idx.max()) if idx.size else (0, -1)
+        if lo < 0 or hi >= self._len:
             idx = np.where(idx < 0, idx + self._len, idx)  # from the end, as for ds[i]
             if idx.min() < 0 or idx.max() >= self._len:
                 raise IndexError(f"row index out of range for PackedDataset of {self._len} rows")
