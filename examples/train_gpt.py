@@ -17,6 +17,9 @@ prediction would cross a boundary. Three ways to apply the mask (``--attn``):
 ``--ckpt PATH`` saves model, optimizer and data-loader state every
 ``--save-every`` steps; ``--resume`` continues from it and reads exactly
 the rows the uninterrupted run would have read.
+
+Several GPUs: ``torchrun --nproc_per_node 8 examples/train_gpt.py --data out/``
+(DistributedDataParallel; each rank reads a disjoint share of every epoch).
 """
 
 from __future__ import annotations
@@ -180,23 +183,34 @@ def parse(argv=None):
 def main(argv=None) -> list[float]:
     """Train; returns the loss of every step run."""
     args = parse(argv)
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     device = torch.device(args.device)
+    if world > 1:  # launched by torchrun: one process per GPU (or per CPU process with gloo)
+        import torch.distributed as dist
+
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     attn = args.attn if args.attn != "auto" else ("varlen" if device.type == "cuda" else "dense")
-    torch.manual_seed(args.seed)
+    torch.manual_seed(args.seed)  # the same initial weights on every rank
 
     ds = PackedDataset(args.data)
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    # Each rank reads its own disjoint, equal share of every epoch.
     sampler = PackedSampler(ds, weights=args.weights, seed=args.seed, rank=rank, world_size=world)
     loader = PackedLoader(ds, args.batch_size, sampler=sampler, num_workers=args.workers,
                           pin_memory=device.type == "cuda", drop_last=True,
                           persistent_workers=args.workers > 0)
 
     model = GPT(GPTConfig(ds.vocab_size, args.d_model, args.layers, args.heads)).to(device)
+    raw = model
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
     step = 0
     if args.resume and args.ckpt and os.path.exists(args.ckpt):
         ck = torch.load(args.ckpt, map_location=device, weights_only=False)
-        model.load_state_dict(ck["model"])
+        raw.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         loader.load_state_dict(ck["data"])
         torch.set_rng_state(ck["rng"])
@@ -224,16 +238,19 @@ def main(argv=None) -> list[float]:
             step += 1
             losses.append(loss.item())
             tokens += int(n)
-            if step % args.log_every == 0 or step == args.steps:
+            if rank == 0 and (step % args.log_every == 0 or step == args.steps):
                 dt = time.perf_counter() - t0
-                print(f"step {step} loss {losses[-1]:.4f} ({attn}) {tokens / dt:,.0f} trained tokens/s")
-            if args.ckpt and args.save_every and step % args.save_every == 0:
-                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "data": loader.state_dict(),
+                print(f"step {step} loss {losses[-1]:.4f} ({attn}) {tokens * world / dt:,.0f} trained tokens/s")
+            if rank == 0 and args.ckpt and args.save_every and step % args.save_every == 0:
+                # The loader state is global (a position in the epoch order): one file serves every rank.
+                torch.save({"model": raw.state_dict(), "opt": opt.state_dict(), "data": loader.state_dict(),
                             "rng": torch.get_rng_state(), "step": step}, args.ckpt)
             if step >= args.steps:
                 break
         else:
             sampler.set_epoch(sampler.epoch + 1)  # the epoch ran out: the next one
+    if world > 1:
+        torch.distributed.destroy_process_group()
     if losses and not all(math.isfinite(x) for x in losses):
         raise SystemExit("loss is not finite")
     return losses
