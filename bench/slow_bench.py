@@ -14,7 +14,7 @@ which N cores tokenize), it mounts the corpus through ``bench/slowfs.py``
 Target: build <= 1.1 x max(read, tokenize). Needs root, /dev/fuse, fuse +
 libfuse2 (apt) and fusepy (pip).
 
-    python bench/slow_bench.py --mb 6 --workers 1 --latency-ms 2
+    python bench/slow_bench.py --mb 6 --workers 1 --latency-ms 5
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def main(argv=None) -> None:
     ap.add_argument("--src", default=os.path.join(REPO, "bench_out", "real", "real.jsonl"))
     ap.add_argument("--mb", type=float, default=6, help="corpus size taken from --src")
     ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--latency-ms", type=float, default=2.0)
+    ap.add_argument("--latency-ms", type=float, default=5.0, help="per read request")
     ap.add_argument("--below", type=float, default=0.5, help="slow bandwidth, as a fraction of the tokenize rate")
     ap.add_argument("--above", type=float, default=3.0, help="fast bandwidth, as a multiple of the tokenize rate")
     ap.add_argument("--tokenizer", default=GPT2)

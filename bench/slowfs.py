@@ -6,13 +6,16 @@ latency and a bandwidth cap, to stand in for a network or cloud mount.
     ...                                                          # read MNT/...
     fusermount -u MNT                                            # stop
 
-Every read request the kernel sends (up to 128 KB each; more when the kernel
-reads ahead) waits ``--latency-ms``, then takes its share of a bandwidth
-budget of ``--mbps`` MB/s shared by all requests (a token bucket). Requests
-are served by many threads, so concurrent reads overlap their latency, as on
-a real network mount; metadata calls (open, stat, listing) wait the latency
-too. The page cache is dropped at every open (FUSE's default), so a second
-run pays the same costs as the first.
+Every read request the kernel sends (up to 128 KB each) waits
+``--latency-ms``, then takes its share of a bandwidth budget of ``--mbps``
+MB/s shared by all requests (a token bucket). Requests are served by many
+threads, so concurrent reads overlap their latency, as on a real network
+mount. Metadata calls (lookup, stat, open, listing) wait
+``--meta-latency-ms`` (default 0): with fusepy over libfuse2 the kernel runs
+lookups in one folder one at a time (no parallel directory operations), so
+a metadata latency here would serialise what NFS or SMB answer in parallel.
+The page cache is dropped at every open (FUSE's default), so a second run
+pays the same costs as the first.
 
 ``SlowMount`` is the same thing as a context manager, for bench scripts.
 """
@@ -47,7 +50,7 @@ class _Bucket:
         time.sleep(wait)
 
 
-def make_ops(root: str, latency_s: float, bytes_per_s: float):
+def make_ops(root: str, latency_s: float, bytes_per_s: float, meta_latency_s: float = 0.0):
     from fuse import FuseOSError, Operations
 
     bucket = _Bucket(bytes_per_s)
@@ -56,9 +59,9 @@ def make_ops(root: str, latency_s: float, bytes_per_s: float):
         def _full(self, path):
             return os.path.join(root, path.lstrip("/"))
 
-        def _wait(self):
-            if latency_s > 0:
-                time.sleep(latency_s)
+        def _wait(self):  # metadata calls
+            if meta_latency_s > 0:
+                time.sleep(meta_latency_s)
 
         def getattr(self, path, fh=None):
             self._wait()
@@ -70,8 +73,14 @@ def make_ops(root: str, latency_s: float, bytes_per_s: float):
             return {k: getattr(st, k) for k in keys}
 
         def readdir(self, path, fh):
+            # Entries carry their type (as NFS and most network file systems
+            # give), so a tree walk does not stat every file to find folders.
             self._wait()
-            return [".", ".."] + os.listdir(self._full(path))
+            out = [".", ".."]
+            with os.scandir(self._full(path)) as it:
+                for e in it:
+                    out.append((e.name, {"st_mode": e.stat(follow_symlinks=False).st_mode}, 0))
+            return out
 
         def open(self, path, flags):
             self._wait()
@@ -80,7 +89,8 @@ def make_ops(root: str, latency_s: float, bytes_per_s: float):
             return os.open(self._full(path), os.O_RDONLY)
 
         def read(self, path, size, offset, fh):
-            self._wait()
+            if latency_s > 0:
+                time.sleep(latency_s)
             data = os.pread(fh, size, offset)
             bucket.take(len(data))
             return data
@@ -101,9 +111,9 @@ def make_ops(root: str, latency_s: float, bytes_per_s: float):
 class SlowMount:
     """``with SlowMount(src, mnt, latency_ms=5, mbps=4): ...`` serves src at mnt in a child process."""
 
-    def __init__(self, src: str, mnt: str, latency_ms: float, mbps: float):
-        self.args = [sys.executable, os.path.abspath(__file__), src, mnt,
-                     "--latency-ms", str(latency_ms), "--mbps", str(mbps)]
+    def __init__(self, src: str, mnt: str, latency_ms: float, mbps: float, meta_latency_ms: float = 0.0):
+        self.args = [sys.executable, os.path.abspath(__file__), src, mnt, "--latency-ms", str(latency_ms),
+                     "--mbps", str(mbps), "--meta-latency-ms", str(meta_latency_ms)]
         self.mnt = mnt
         self.proc = None
 
@@ -129,12 +139,13 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("src")
     ap.add_argument("mnt")
-    ap.add_argument("--latency-ms", type=float, default=5.0, help="wait per request (read, open, stat, list)")
+    ap.add_argument("--latency-ms", type=float, default=5.0, help="wait per read request")
+    ap.add_argument("--meta-latency-ms", type=float, default=0.0, help="wait per metadata request (see above)")
     ap.add_argument("--mbps", type=float, default=0, help="bandwidth cap in MB/s (1e6 bytes); 0 = none")
     args = ap.parse_args(argv)
     from fuse import FUSE
 
-    ops = make_ops(os.path.abspath(args.src), args.latency_ms / 1e3, args.mbps * 1e6)
+    ops = make_ops(os.path.abspath(args.src), args.latency_ms / 1e3, args.mbps * 1e6, args.meta_latency_ms / 1e3)
     FUSE(ops, args.mnt, foreground=True, nothreads=False, ro=True)
 
 
