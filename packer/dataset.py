@@ -74,7 +74,8 @@ def _after_fork() -> None:
     _forks += 1
 
 
-os.register_at_fork(after_in_child=_after_fork)
+if hasattr(os, "register_at_fork"):  # POSIX; elsewhere workers are spawned and unpickle a map-free copy
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 @dataclass(frozen=True)
