@@ -49,6 +49,9 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 @click.option("--tokenizer", "tokenizer", default=None, metavar="T",
               help="tokenizer.json, a folder holding one, or a hub name. Default: built-in bytes (256 byte ids + EOS), no files needed.")
 @click.option("--workers", default=0, show_default="all cores", help="Worker processes, one core each.")
+@click.option("--tokenizer-backend", type=click.Choice(["auto", "hf", "tiktoken"]), default="auto", show_default=True,
+              help="Engine for an HF tokenizer: auto = tiktoken (~4x faster) where it gives HF's ids exactly, checked "
+                   "before the build; else HF tokenizers. The shards are the same either way.")
 @click.option("--pack", "pack_mode", type=click.Choice(["bfd", "concat"]), default="bfd", show_default=True,
               help="bfd: best-fit decreasing, documents that fit are never split. concat: concatenate and cut.")
 @click.option("--text-field", default="text", show_default=True, help="Field holding the text in jsonl/parquet; dots reach nested objects (meta.text).")
@@ -60,7 +63,8 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 @click.option("--resume", is_flag=True, help="Continue a killed build in OUT; finished work is kept.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or summary; errors only.")
 @_user_errors
-def build(inputs, seq_len, tokenizer, workers, pack_mode, text_field, no_eos, eos_token, unit_mb, strict, overwrite, resume, quiet):
+def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, text_field, no_eos, eos_token, unit_mb, strict,
+          overwrite, resume, quiet):
     """Tokenize and pack INPUT... (folders, files, globs) into shards in OUT.
 
     Inputs: .txt/.md (one document per file), .jsonl, .jsonl.gz, .jsonl.zst, .parquet.
@@ -79,7 +83,7 @@ def build(inputs, seq_len, tokenizer, workers, pack_mode, text_field, no_eos, eo
     cfg = BuildConfig(
         inputs=tuple(ins), out=out, seq_len=seq_len, tokenizer=tokenizer, text_field=text_field,
         pack=pack_mode, eos=not no_eos, eos_token=eos_token, unit_bytes=int(unit_mb * (1 << 20)), workers=workers,
-        strict=strict, overwrite=overwrite, resume=resume, quiet=quiet,
+        strict=strict, overwrite=overwrite, resume=resume, quiet=quiet, tokenizer_backend=tokenizer_backend,
     )
     bar = None if quiet else _Progress()
     try:
@@ -101,6 +105,9 @@ def build(inputs, seq_len, tokenizer, workers, pack_mode, text_field, no_eos, eo
     click.echo(f"built {out} in {result.seconds:.1f}s ({result.units_run} units run, {result.units_skipped} already done)", err=True)
     for line in summary_lines(m):
         click.echo(line, err=True)
+    tk = m.get("tokenizer", {})
+    if tk.get("backend") not in (None, "bytes"):
+        click.echo(f"backend         {tk['backend']}: {tk.get('backend_reason', '')}", err=True)
 
 
 class _Progress:

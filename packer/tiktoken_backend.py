@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable
@@ -182,7 +183,6 @@ def convert(tokenizer_json: str, check_merges: bool = True) -> Conversion:
         made_by.add(t)
 
     ranks: dict[bytes, int] = {}
-    left_out = []
     for tok, i in vocab.items():
         if len(tok) == 1 or tok in made_by:
             try:
@@ -193,18 +193,14 @@ def convert(tokenizer_json: str, check_merges: bool = True) -> Conversion:
             # HF returns such a token for a piece that equals it, and tiktoken
             # would also build it out of two neighbours: refuse.
             raise NotExpressible(f"token {tok!r} (id {i}) is made by no merge while ignore_merges is on")
-        else:
-            left_out.append(tok)  # HF's merges never produce it: neither may tiktoken
+        # else: HF's merges never produce it, so tiktoken must not know it either
 
     if check_merges:
         _check_each_token_merges_to_itself(d, [t for t in vocab if len(t) > 1 and t in made_by])
 
     vocab_size = max(max(vocab.values()), max((a["id"] for a in added), default=0)) + 1
-    note = (
-        f"{len(ranks)} ranks from the byte-level vocabulary, {len(model.get('merges') or [])} merges in id order, "
-        f"{'GPT-2 pattern' if pat == GPT2_PATTERN else 'Split pattern'}"
-        + (f", {len(left_out)} token(s) no merge makes left out" if left_out else "")
-    )
+    note = (f"{'GPT-2 pattern' if pat == GPT2_PATTERN else 'Split pattern'}, {len(ranks)} ranks, "
+            f"{len(model.get('merges') or [])} merges in id order")
     return Conversion(pat, ranks, tuple(sorted(added_str)), vocab_size, note)
 
 
@@ -244,11 +240,14 @@ class TiktokenEncoder:
         self.conv = conv if conv is not None else convert(tokenizer_json, check_merges=False)
         self._json = tokenizer_json
         self._hf = hf  # loaded on first need
-        enc = tiktoken.Encoding("packer-converted", pat_str=self.conv.pat_str, mergeable_ranks=self.conv.ranks,
-                                special_tokens={})
-        self._core = enc._core_bpe  # the Rust encoder: no Python wrapper per call
-        self._buffer = self._core.encode_to_tiktoken_buffer
-        self._none: frozenset = frozenset()
+        try:
+            enc = tiktoken.Encoding("packer-converted", pat_str=self.conv.pat_str, mergeable_ranks=self.conv.ranks,
+                                    special_tokens={})
+        except ValueError as e:  # fancy-regex does not take every pattern Oniguruma does
+            raise NotExpressible(f"split pattern tiktoken's regex engine rejects ({str(e).splitlines()[0]})") from None
+        # The Rust encoder, no Python wrapper per call. (Not encode_to_tiktoken_buffer:
+        # with no special tokens its special-token search runs at every character.)
+        self._encode = enc._core_bpe.encode_ordinary
         self.to_hf = 0  # texts handed to HF so far
         added = self.conv.added
         if not added:
@@ -267,37 +266,43 @@ class TiktokenEncoder:
         self.to_hf += len(texts)
         return [e.ids for e in self._hf.encode_batch(texts, add_special_tokens=False)]
 
-    def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
-        """One uint32 array of ids per text (no EOS)."""
-        out: list = [None] * len(texts)
+    def encode_lists(self, texts: list[str]) -> list[list[int]]:
+        """Each text's ids (no EOS)."""
+        enc = self._encode
+        needs_hf = self._needs_hf
+        out: list = []
         hf_at = []
         for i, t in enumerate(texts):
-            if self._needs_hf(t):
+            if needs_hf(t):
                 hf_at.append(i)
+                out.append(None)
                 continue
             try:
-                out[i] = np.frombuffer(self._buffer(t, self._none), dtype=np.uint32)
+                out.append(enc(t))
             except UnicodeEncodeError:
                 hf_at.append(i)
+                out.append(None)
         if hf_at:
             for i, ids in zip(hf_at, self._hf_encode([texts[i] for i in hf_at])):
-                out[i] = np.asarray(ids, dtype=np.uint32)
+                out[i] = ids
         return out
+
+    def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
+        """One uint32 array of ids per text (no EOS)."""
+        return [np.array(ids, dtype=np.uint32) for ids in self.encode_lists(texts)]
 
     def encode_flat(self, texts: list[str], eos: int | None) -> tuple[np.ndarray, np.ndarray]:
         """(ids, lengths): every text's ids then ``eos`` (if not None), back to back, uint32;
         lengths int64 (len(texts),), EOS included."""
-        arrays = self.encode_arrays(texts)
-        extra = 0 if eos is None else 1
-        lengths = np.fromiter((len(a) + extra for a in arrays), dtype=np.int64, count=len(arrays))
-        if not arrays:
-            return np.zeros(0, np.uint32), lengths
-        if eos is None:
-            return np.concatenate(arrays), lengths
-        e = np.array([eos], dtype=np.uint32)
-        pieces = [e] * (2 * len(arrays))
-        pieces[0::2] = arrays
-        return np.concatenate(pieces), lengths
+        lists = self.encode_lists(texts)
+        if eos is not None:
+            for ids in lists:
+                ids.append(eos)
+        lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        buf = array("I")  # from lists to one buffer: ~10 ns/token, as in packer.tokenizer
+        for ids in lists:
+            buf.extend(ids)
+        return np.frombuffer(buf, dtype=np.uint32), lengths
 
 
 # --------------------------------------------------------------------------
@@ -400,3 +405,120 @@ def check(enc: TiktokenEncoder, hf, texts: list[str], what: str) -> CheckResult:
 
 def _show(text: str, n: int = 30) -> str:
     return repr(text[:n] + ("..." if len(text) > n else ""))
+
+
+# --------------------------------------------------------------------------
+# Choosing the backend for a build.
+
+BACKENDS = ("auto", "hf", "tiktoken")
+SAMPLE_DOCS = 200  # input texts compared before a build uses tiktoken
+SAMPLE_CHARS = 1 << 20  # ... at most this much text in all
+SAMPLE_TEXT_CHARS = 1 << 16  # ... and at most this much of any one text (a prefix is as good a test)
+
+_CONVERTED: dict = {}  # fingerprint -> Conversion (one entry): reused by the Encoder in this process
+_STATIC: dict = {}  # fingerprint -> (Conversion, hard-string CheckResult) or the reason it failed
+
+
+@dataclass(frozen=True)
+class Choice:
+    backend: str  # "hf" | "tiktoken"
+    reason: str  # one line: why
+    fallback: bool = False  # auto wanted tiktoken but had to use HF for a reason worth a notice
+
+
+def conversion_for(tokenizer_json: str, fingerprint: str) -> Conversion:
+    """The (cached) conversion of a tokenizer ``choose`` accepted."""
+    conv = _CONVERTED.get(fingerprint)
+    if conv is None:
+        conv = convert(tokenizer_json, check_merges=False)
+        _CONVERTED.clear()
+        _CONVERTED[fingerprint] = conv
+    return conv
+
+
+def sample_texts(slices, text_field: str = "text", max_docs: int = SAMPLE_DOCS, max_chars: int = SAMPLE_CHARS,
+                 max_slices: int = 64) -> list[str]:
+    """Up to ``max_docs`` input texts (each cut to SAMPLE_TEXT_CHARS), a few
+    from the start of each of 8 slices spread over ``slices``
+    (``packer.sources.Slice``), then of the slices after the first, until
+    ``max_docs``, ``max_chars`` or ``max_slices``. Bad records are passed over:
+    the build reports them, with file and line."""
+    from .sources import Skip, read_slice
+
+    slices = list(slices)
+    n = min(8, len(slices))
+    spread = sorted({round(i * (len(slices) - 1) / max(1, n - 1)) for i in range(n)})
+    order = spread + [i for i in range(len(slices)) if i not in set(spread)]
+    per = -(-max_docs // max(1, n))
+    out: list[str] = []
+    chars = 0
+    for i in order[:max_slices]:
+        got = 0
+        it = read_slice(slices[i], text_field)
+        try:
+            for rec in it:
+                if isinstance(rec, Skip):
+                    continue
+                out.append(rec[:SAMPLE_TEXT_CHARS])
+                chars += len(out[-1])
+                got += 1
+                if got >= per or chars >= max_chars or len(out) >= max_docs:
+                    break
+        except Exception:  # a broken input is the build's to report, with its file and line
+            pass
+        finally:
+            it.close()
+        if chars >= max_chars or len(out) >= max_docs:
+            break
+    return out
+
+
+def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=None) -> Choice:
+    """Pick the engine for a build: ``requested`` is "auto", "hf" or "tiktoken";
+    ``sample()`` returns input texts to compare on (called only if needed).
+
+    "tiktoken" that cannot be exact raises ``PackerError``; "auto" falls back to HF.
+    """
+    from .errors import PackerError
+
+    if requested not in BACKENDS:
+        raise PackerError(f"unknown tokenizer backend {requested!r}: choose from {', '.join(BACKENDS)}")
+    if requested == "hf":
+        return Choice("hf", "asked for (--tokenizer-backend hf)")
+
+    def refuse(why: str, notice: bool) -> Choice:
+        if requested == "tiktoken":
+            raise PackerError(f"--tokenizer-backend tiktoken: {why}")
+        return Choice("hf", why, notice)
+
+    try:
+        import tiktoken  # noqa: F401
+    except ImportError:
+        return refuse("tiktoken is not installed (pip install 'packer[tiktoken]'), so HF tokenizers encodes", True)
+    if hf is None:
+        from tokenizers import Tokenizer
+
+        hf = Tokenizer.from_str(tokenizer_json)
+    static = _STATIC.get(fingerprint)
+    if static is None:
+        try:
+            conv = convert(tokenizer_json)
+            enc = TiktokenEncoder(tokenizer_json, conv, hf)
+            static = (conv, check(enc, hf, hard_strings(conv.added), "hard string"))
+        except NotExpressible as e:
+            static = f"tiktoken cannot express this tokenizer exactly ({e}), so HF tokenizers encodes"
+        _STATIC.clear()
+        _STATIC[fingerprint] = static
+    if isinstance(static, str):
+        return refuse(static, False)
+    conv, hard = static
+    if not hard.ok:
+        return refuse(f"tiktoken gave other ids than HF on {hard.difference}; HF tokenizers encodes", True)
+    _CONVERTED.clear()
+    _CONVERTED[fingerprint] = conv
+    texts = sample()
+    r = check(TiktokenEncoder(tokenizer_json, conv, hf), hf, texts, "input text")
+    if not r.ok:
+        return refuse(f"tiktoken gave other ids than HF on {r.difference}; HF tokenizers encodes", True)
+    return Choice("tiktoken", f"byte-level BPE that tiktoken runs exactly ({conv.note}); same ids as HF on "
+                              f"{hard.texts} hard strings and {r.texts} input texts ({hard.tokens + r.tokens:,} tokens)")

@@ -7,6 +7,11 @@ ids, a fingerprint) that worker processes turn into an ``Encoder``.
 With no ``--tokenizer`` packer uses a built-in byte-level tokenizer (ids
 0..255 are the UTF-8 bytes, 256 is end-of-document), so it runs offline with
 no files at all.
+
+The engine that encodes an HF tokenizer (``TokenizerInfo.backend``) is HF
+``tokenizers`` or, where it gives the same ids, tiktoken (about 4x faster):
+``choose_backend`` decides, see packer/tiktoken_backend.py and docs/tokenizers.md.
+The ids, and so the shards, are the same whichever runs.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import hashlib
 import os
 import sys
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -52,6 +57,8 @@ class TokenizerInfo:
     fingerprint: str  # sha256 of the tokenizer definition as used
     json: str | None = None  # the HF tokenizer.json as used (truncation/padding off)
     notes: tuple[str, ...] = field(default=())  # changes packer made, said to the user
+    backend: str = "hf"  # the engine that encodes: "bytes" | "hf" | "tiktoken" (same ids either way)
+    backend_reason: str = ""  # one line: why that engine
 
     def manifest(self) -> dict:
         return {
@@ -62,6 +69,8 @@ class TokenizerInfo:
             "pad_id": self.pad_id,
             "fingerprint": self.fingerprint,
             "notes": list(self.notes),
+            "backend": self.backend,
+            "backend_reason": self.backend_reason,
         }
 
 
@@ -73,7 +82,8 @@ def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None 
     """
     if spec is None or spec == BYTES_NAME:
         fp = hashlib.sha256(b"packer-bytes-v1").hexdigest()
-        return TokenizerInfo(BYTES_NAME, "bytes", 257, BYTES_EOS if eos else None, BYTES_EOS, fp)
+        return TokenizerInfo(BYTES_NAME, "bytes", 257, BYTES_EOS if eos else None, BYTES_EOS, fp,
+                             backend="bytes", backend_reason="built-in byte tokenizer")
 
     tok = _load_hf(spec)
     notes = []
@@ -111,6 +121,27 @@ def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None 
     _LOADED.clear()  # keep one: an in-process Encoder reuses it instead of parsing the JSON again
     _LOADED[fp] = tok
     return TokenizerInfo(spec, "hf", vocab_size, eos_id, pad_id, fp, as_json, tuple(notes))
+
+
+def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: []) -> TokenizerInfo:
+    """``info`` with the engine set: ``requested`` is "auto", "hf" or "tiktoken".
+
+    "auto" uses tiktoken where it runs the tokenizer exactly and gives HF's
+    ids on the fixed hard strings and on ``sample()`` (input texts), else HF;
+    a fallback for a surprising reason (tiktoken missing, a difference found)
+    is added to ``notes``. "tiktoken" that cannot be exact raises PackerError.
+    """
+    from .tiktoken_backend import BACKENDS, choose
+
+    if requested not in BACKENDS:
+        raise PackerError(f"unknown --tokenizer-backend {requested!r}: choose from {', '.join(BACKENDS)}")
+    if info.kind != "hf":
+        if requested == "tiktoken":
+            raise PackerError("--tokenizer-backend tiktoken needs a --tokenizer: the built-in byte tokenizer has no BPE")
+        return info
+    c = choose(info.json, info.fingerprint, requested, sample, _LOADED.get(info.fingerprint))
+    notes = info.notes + ((f"tokenizer backend: {c.reason}",) if c.fallback else ())
+    return replace(info, backend=c.backend, backend_reason=c.reason, notes=notes)
 
 
 def _load_hf(spec: str):
@@ -177,7 +208,13 @@ class Encoder:
     def __init__(self, info: TokenizerInfo):
         self.info = info
         self._eos = np.array([info.eos_id] if info.eos_id is not None else [], dtype=np.uint32)
-        if info.kind == "hf":
+        self._tk = None
+        if info.kind == "hf" and info.backend == "tiktoken":
+            from .tiktoken_backend import TiktokenEncoder, conversion_for
+
+            conv = conversion_for(info.json, info.fingerprint)
+            self._tk = TiktokenEncoder(info.json, conv, _LOADED.get(info.fingerprint))
+        elif info.kind == "hf":
             from tokenizers import Tokenizer
 
             cached = _LOADED.get(info.fingerprint)
@@ -193,6 +230,8 @@ class Encoder:
         """
         if self.info.kind == "bytes":
             return self._bytes_flat(texts)
+        if self._tk is not None:
+            return self._tk.encode_flat(texts, self.info.eos_id)
         # e.ids builds a Python list per text; that getter is the one copy we
         # cannot avoid. array('I').extend is the cheapest way from those lists
         # to one buffer (about 10 ns/token, vs ~18 for np.array per text).

@@ -314,3 +314,166 @@ def test_whatever_is_accepted_is_identical_on_random_tokenizers():
         r = T.check(T.TiktokenEncoder(js, conv), Tokenizer.from_str(js), texts, "random text")
         assert r.ok, (r.difference, js)
     assert accepted > 40 and refused > 5  # both paths were exercised
+
+
+# --------------------------------------------------------------------------
+# In the build: chosen automatically, said in the manifest, same shards.
+
+
+def shard_bytes(out: str) -> dict[str, bytes]:
+    d = os.path.join(out, "shards")
+    return {n: open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d))}
+
+
+def manifest(out: str) -> dict:
+    with open(os.path.join(out, "manifest.json")) as f:
+        return json.load(f)
+
+
+def test_build_shards_identical_whichever_backend(tmp_path, gpt2_path):
+    from packer import BuildConfig, build
+
+    outs = {}
+    for backend, workers in [("hf", 1), ("auto", 1), ("tiktoken", 2)]:
+        out = str(tmp_path / f"{backend}{workers}")
+        build(BuildConfig(inputs=(SAMPLE,), out=out, seq_len=512, tokenizer=gpt2_path, workers=workers,
+                          unit_bytes=1 << 20, tokenizer_backend=backend))
+        outs[backend] = out
+    ref = shard_bytes(outs["hf"])
+    assert len(ref) > 1
+    for backend in ("auto", "tiktoken"):
+        assert shard_bytes(outs[backend]) == ref, backend
+    m = {b: manifest(o) for b, o in outs.items()}
+    assert m["hf"]["tokenizer"]["backend"] == "hf" and "asked for" in m["hf"]["tokenizer"]["backend_reason"]
+    assert m["auto"]["tokenizer"]["backend"] == "tiktoken"
+    assert "same ids as HF" in m["auto"]["tokenizer"]["backend_reason"]
+    # the backend is not a setting: fingerprint and settings are the same, so --resume may switch
+    assert m["hf"]["settings"] == m["auto"]["settings"] == m["tiktoken"]["settings"]
+    assert m["hf"]["shards"] == m["auto"]["shards"]
+
+
+def test_resume_with_the_other_backend_is_allowed_and_identical(tmp_path, gpt2_path):
+    from packer import BuildConfig, build
+
+    out = str(tmp_path / "out")
+    cfg = BuildConfig(inputs=(SAMPLE,), out=out, seq_len=256, tokenizer=gpt2_path, workers=1, unit_bytes=1 << 20,
+                      tokenizer_backend="hf")
+    build(cfg)
+    ref = shard_bytes(out)
+    for name in sorted(os.listdir(os.path.join(out, "units")))[1::2]:  # lose every other unit
+        os.unlink(os.path.join(out, "units", name))
+    os.unlink(os.path.join(out, "manifest.json"))
+    res = build(BuildConfig(**{**cfg.__dict__, "resume": True, "tokenizer_backend": "tiktoken"}))
+    assert res.units_run > 0 and res.units_skipped > 0
+    assert shard_bytes(out) == ref
+    assert res.manifest["tokenizer"]["backend"] == "tiktoken"
+
+
+def test_real_text_build_identical(tmp_path, gpt2_path):
+    if not os.path.exists(REAL):
+        pytest.skip("bench_out/real/real.jsonl not present")
+    from packer import BuildConfig, build
+
+    from .conftest import write_jsonl
+
+    src = write_jsonl(tmp_path / "real.jsonl", texts_of(REAL, limit=60))
+    shards = []
+    for backend in ("hf", "auto"):
+        out = str(tmp_path / backend)
+        res = build(BuildConfig(inputs=(src,), out=out, seq_len=2048, tokenizer=gpt2_path, workers=1, unit_bytes=200_000,
+                                tokenizer_backend=backend))
+        assert res.manifest["tokenizer"]["backend"] == ("hf" if backend == "hf" else "tiktoken")
+        shards.append(shard_bytes(out))
+    assert len(shards[0]) > 1 and shards[0] == shards[1]
+
+
+def test_auto_falls_back_to_hf_with_a_note_when_tiktoken_is_missing(tmp_path, gpt2_path, monkeypatch):
+    import sys
+
+    from packer import BuildConfig, build
+
+    monkeypatch.setitem(sys.modules, "tiktoken", None)  # import tiktoken -> ImportError
+    res = build(BuildConfig(inputs=(os.path.join(SAMPLE, "txt"),), out=str(tmp_path / "o"), seq_len=128,
+                            tokenizer=gpt2_path, workers=1))
+    assert res.manifest["tokenizer"]["backend"] == "hf"
+    notes = [n for n in res.notes if "tokenizer backend" in n]
+    assert len(notes) == 1 and "not installed" in notes[0] and "\n" not in notes[0]
+
+
+def gap_tokenizer(tmp_path, gap: str) -> str:
+    """GPT-2 with a Split pattern that matches no ``gap``: HF keeps that
+    character as a piece of its own, tiktoken drops it."""
+    d = json.loads(resolve_tokenizer(os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")).json)
+    pat = T.GPT2_PATTERN.replace(r" ?\p{L}+", r" ?[^\P{L}" + gap + "]+").replace(r"[^\s\p{L}\p{N}]", r"[^\s\p{L}\p{N}" + gap + "]")
+    d["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": pat}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+def test_a_difference_on_the_input_sample_falls_back_to_hf(tmp_path, gpt2_path, monkeypatch):
+    from packer import BuildConfig, build
+
+    tok = gap_tokenizer(tmp_path, "é")  # sample_data holds "café" and "naïve"
+    monkeypatch.setattr(T, "hard_strings", lambda added=(): ["plain text"])  # let it reach the input sample
+    T._STATIC.clear()
+    res = build(BuildConfig(inputs=(os.path.join(SAMPLE, "txt"),), out=str(tmp_path / "o"), seq_len=256,
+                            tokenizer=tok, workers=1))
+    T._STATIC.clear()
+    t = res.manifest["tokenizer"]
+    assert t["backend"] == "hf"
+    assert "other ids than HF on input text" in t["backend_reason"]
+    assert any("tokenizer backend" in n for n in res.notes)
+
+
+def test_a_difference_on_the_hard_strings_is_caught(tmp_path):
+    from packer.tokenizer import choose_backend
+
+    info = resolve_tokenizer(gap_tokenizer(tmp_path, "é"))
+    got = choose_backend(info, "auto", lambda: ["no sample needed"])
+    assert got.backend == "hf" and "other ids than HF on hard string" in got.backend_reason
+
+
+def test_a_pattern_tiktoken_cannot_compile_is_refused():
+    d = json.loads(byte_level_json([], []))
+    d["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": r"\X"}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    js = json.dumps(d)
+    Tokenizer.from_str(js).encode("Oniguruma takes it")
+    with pytest.raises(T.NotExpressible, match="regex engine rejects"):
+        T.TiktokenEncoder(js, T.convert(js))
+
+
+def test_forcing_tiktoken_where_it_cannot_be_exact_is_one_clear_error(tmp_path, gpt2_path):
+    from packer import PackerError
+    from packer.tokenizer import choose_backend
+
+    with pytest.raises(PackerError, match="needs a --tokenizer"):
+        choose_backend(resolve_tokenizer(None), "tiktoken")
+    d = json.loads(byte_level_json([], []))
+    d["normalizer"] = {"type": "NFC"}
+    path = tmp_path / "nfc.json"
+    path.write_text(json.dumps(d))
+    info = resolve_tokenizer(str(path), eos=False)
+    with pytest.raises(PackerError, match="--tokenizer-backend tiktoken: tiktoken cannot express .*normalizer NFC"):
+        choose_backend(info, "tiktoken")
+    assert choose_backend(info, "auto").backend == "hf"  # auto: HF, and no notice (nothing surprising)
+    assert choose_backend(info, "auto").notes == info.notes
+    with pytest.raises(PackerError, match="unknown --tokenizer-backend"):
+        choose_backend(info, "fast")
+
+
+def test_cli_says_which_backend_ran(tmp_path, gpt2_path):
+    from click.testing import CliRunner
+
+    from packer.cli import main
+
+    r = CliRunner().invoke(main, ["build", os.path.join(SAMPLE, "txt"), str(tmp_path / "o"), "--tokenizer", gpt2_path,
+                                  "--seq-len", "128", "--workers", "1", "--tokenizer-backend", "hf"])
+    assert r.exit_code == 0, r.output
+    assert "backend         hf: asked for (--tokenizer-backend hf)" in r.output
+    r = CliRunner().invoke(main, ["build", os.path.join(SAMPLE, "txt"), str(tmp_path / "p"), "--tokenizer-backend", "x"])
+    assert r.exit_code == 2 and "--tokenizer-backend" in r.output

@@ -1,0 +1,248 @@
+"""Tokenizer backends: raw ceilings of HF tokenizers and tiktoken, and whole builds with each, side by side.
+
+Everything runs on the same texts (read with ``packer.sources``, so exactly
+what a build tokenizes), in subprocesses pinned to the first N cores
+(``taskset``), interleaved over ``--rounds``; each figure is the best round
+(the machine is shared: the best round is the one least disturbed).
+
+raw (``--raw``), per thread count N:
+
+- ``hf batch``:   HF ``encode_batch``, RAYON_NUM_THREADS=N
+- ``hf fast``:    HF ``encode_batch_fast`` (no offsets), RAYON_NUM_THREADS=N
+- ``tiktoken``:   ``Encoding.encode_ordinary_batch(num_threads=N)`` of the converted encoding
+- ``packer hf`` / ``packer tiktoken`` (N=1 only): ``packer.tokenizer.Encoder.encode_flat`` with
+  that backend, what one build worker runs per chunk (ids + EOS into one flat array).
+
+Texts go in batches of ``--batch-mb`` MB of characters; only the encode
+calls are timed. Every variant's ids are hashed (outside the timing) and
+must agree: tiktoken's identity with HF on the whole input is checked here.
+
+build (``--build``), per worker count N: ``packer build --tokenizer-backend
+hf|auto --workers N``, end to end (process start to exit), with shard
+checksums compared between backends (they must be byte-identical).
+
+    python bench/tokenizer_bench.py bench_out/real/real.jsonl --raw --build --rounds 2
+    python bench/tokenizer_bench.py sample_data --raw --build --rounds 3
+    python bench/tokenizer_bench.py --sweep     # every code point, HF vs tiktoken, 8 contexts (~3 min)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
+
+_RAW = r"""
+import hashlib, json, os, sys, time
+import numpy as np
+from packer.sources import Skip, discover, plan_slices, read_slice
+from packer.tokenizer import Encoder, choose_backend, resolve_tokenizer
+from packer import tiktoken_backend as T
+inputs, tok_path, variant, n, batch_chars = sys.argv[1].split("\0"), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+texts = []
+for sl, _ in plan_slices(discover(inputs).files, 1 << 62):
+    texts.extend(t for t in read_slice(sl) if not isinstance(t, Skip))
+batches, cur, k = [], [], 0
+for t in texts:
+    cur.append(t); k += len(t)
+    if k >= batch_chars:
+        batches.append(cur); cur, k = [], 0
+if cur:
+    batches.append(cur)
+info = resolve_tokenizer(tok_path)
+if variant in ("hf batch", "hf fast"):
+    from tokenizers import Tokenizer
+    hf = Tokenizer.from_str(info.json)
+    f = hf.encode_batch if variant == "hf batch" else hf.encode_batch_fast
+    fn = lambda b: [e.ids for e in f(b, add_special_tokens=False)]
+elif variant == "tiktoken":
+    import tiktoken
+    conv = T.convert(info.json)
+    enc = tiktoken.Encoding("x", pat_str=conv.pat_str, mergeable_ranks=conv.ranks, special_tokens={})
+    fn = lambda b: enc.encode_ordinary_batch(b, num_threads=n)
+else:  # "packer hf" | "packer tiktoken": one build worker's encoder
+    backend = variant.split()[1]
+    e = Encoder(choose_backend(info, backend, lambda: texts[:200]))
+    fn = lambda b: e.encode_flat(b)
+fn(texts[:20])  # warm up (thread pools, caches)
+h, tokens, seconds, cpu = hashlib.sha256(), 0, 0.0, 0.0
+for b in batches:
+    t, c = time.perf_counter(), time.process_time()
+    out = fn(b)
+    seconds += time.perf_counter() - t
+    cpu += time.process_time() - c
+    if variant.startswith("packer"):  # (flat ids with EOS, lengths with EOS): drop the EOS to compare
+        ids, lengths = out
+        keep = np.ones(len(ids), bool); keep[np.cumsum(lengths) - 1] = False
+        flat, lens = ids[keep], lengths - 1
+    else:
+        lens = np.fromiter(map(len, out), np.int64, len(out))
+        flat = np.concatenate([np.asarray(ids, np.uint32) for ids in out]) if out else np.zeros(0, np.uint32)
+    h.update(lens.tobytes()); h.update(flat.astype(np.uint32).tobytes())
+    tokens += int(lens.sum())
+print(json.dumps({"seconds": seconds, "cpu": cpu, "tokens": tokens, "docs": len(texts),
+                  "chars": sum(map(len, texts)), "digest": h.hexdigest()[:16], "to_hf": getattr(getattr(locals().get("e"), "_tk", None), "to_hf", None)}))
+"""
+
+RAW_VARIANTS = [("hf batch", 1), ("hf fast", 1), ("tiktoken", 1), ("packer hf", 1), ("packer tiktoken", 1),
+                ("hf batch", 2), ("hf fast", 2), ("tiktoken", 2)]
+
+
+def _pin(n: int) -> list[str]:
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < n:
+        sys.exit(f"asked for {n} cores, this process may use only {len(cores)}")
+    return ["taskset", "-c", ",".join(str(c) for c in cores[:n])]
+
+
+def raw(inputs: list[str], tok: str, variant: str, n: int, batch_chars: int) -> dict:
+    env = {**os.environ, "RAYON_NUM_THREADS": str(n), "TOKENIZERS_PARALLELISM": "true" if n > 1 else "false"}
+    r = subprocess.run(_pin(n) + [sys.executable, "-c", _RAW, "\0".join(inputs), tok, variant, str(n), str(batch_chars)],
+                       capture_output=True, text=True, env=env)
+    if r.returncode:
+        sys.exit(f"{variant} x{n}: {r.stderr}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def build(inputs: list[str], tok: str, backend: str, n: int, extra: list[str]) -> dict:
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
+        out = os.path.join(d, "out")
+        cmd = _pin(n) + [sys.executable, "-m", "packer.cli", "build", *inputs, out, "--tokenizer", tok,
+                         "--workers", str(n), "--tokenizer-backend", backend, "-q", *extra]
+        t, ru = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        seconds = time.perf_counter() - t
+        ru2 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if r.returncode:
+            sys.exit(r.stderr)
+        with open(os.path.join(out, "manifest.json")) as f:
+            m = json.load(f)
+    return {"seconds": seconds, "cpu": (ru2.ru_utime - ru.ru_utime) + (ru2.ru_stime - ru.ru_stime),
+            "tokens": m["totals"]["tokens"] - m["totals"]["documents"],  # EOS excluded, as in the raw figures
+            "docs": m["totals"]["documents"],
+            "checksums": [s["xxh3_128"] if "xxh3_128" in s else s.get(m.get("checksum", ""), "") for s in m["shards"]],
+            "backend": m["tokenizer"].get("backend"), "reason": m["tokenizer"].get("backend_reason"),
+            "cmd": " ".join(cmd[3:])}
+
+
+def sweep(tok: str) -> None:
+    """Every code point (bar surrogates) in 8 contexts: HF vs tiktoken. Prints the differences."""
+    from tokenizers import Tokenizer
+
+    from packer import tiktoken_backend as T
+    from packer.tokenizer import resolve_tokenizer
+
+    info = resolve_tokenizer(tok)
+    conv = T.convert(info.json)
+    enc, hf = T.TiktokenEncoder(info.json, conv), Tokenizer.from_str(info.json)
+    ctx = ["{c}", "a{c}b", " {c} ", "1{c}2", "{c}{c}", "'{c}", "{c}\n x", "  {c}"]
+    bad, t0, n = [], time.perf_counter(), 0
+    cps = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    for i in range(0, len(cps), 512):
+        # one text per context and block of 512 code points, each code point between separators
+        texts = ["\x00".join(f.format(c=chr(c)) for c in cps[i : i + 512]) for f in ctx]
+        r = T.check(enc, hf, texts, f"block U+{cps[i]:04X}")
+        n += r.tokens
+        if not r.ok:
+            bad.append(r.difference)
+    print(f"sweep: {len(cps):,} code points x {len(ctx)} contexts, {n:,} tokens, {time.perf_counter() - t0:.0f}s: "
+          f"{len(bad)} block(s) differ")
+    for b in bad[:20]:
+        print("  " + b)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("inputs", nargs="*")
+    ap.add_argument("--tokenizer", default=GPT2)
+    ap.add_argument("--raw", action="store_true", help="time the raw tokenizers")
+    ap.add_argument("--build", action="store_true", help="time whole builds with each backend")
+    ap.add_argument("--sweep", action="store_true", help="compare HF and tiktoken on every code point")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--batch-mb", type=float, default=1, help="text per encode call (MB of chars; a build chunk is ~1 MB)")
+    ap.add_argument("--build-args", default="", help="extra packer build arguments, e.g. '--unit-mb 16'")
+    ap.add_argument("--json", help="append the results as one JSON line to this file")
+    args = ap.parse_args(argv)
+    tok = os.path.abspath(args.tokenizer)
+    if args.sweep:
+        sweep(tok)
+    if not (args.raw or args.build):
+        return
+    if not args.inputs:
+        ap.error("give the inputs to tokenize")
+    raws: dict = {}
+    builds: dict = {}
+    variants = [(v, n) for v, n in RAW_VARIANTS if n in args.workers] if args.raw else []
+    for rnd in range(args.rounds):
+        for v, n in variants:
+            r = raw(args.inputs, tok, v, n, int(args.batch_mb * 1e6))
+            raws.setdefault((v, n), []).append(r)
+            print(f"round {rnd} raw {v:<16} x{n}: {r['tokens'] / r['seconds'] / 1e6:6.3f} Mtok/s "
+                  f"({r['seconds']:.2f}s, cpu {r['cpu']:.2f}s) ids {r['digest']}", flush=True)
+        if args.build:
+            for n in args.workers:
+                for backend in ("hf", "auto"):
+                    b = build(args.inputs, tok, backend, n, args.build_args.split())
+                    builds.setdefault((backend, n), []).append(b)
+                    print(f"round {rnd} build {backend:<4} x{n}: {b['tokens'] / b['seconds'] / 1e6:6.3f} Mtok/s "
+                          f"({b['seconds']:.2f}s, cpu {b['cpu']:.2f}s) ran {b['backend']}", flush=True)
+
+    def best(rs):  # the least disturbed round
+        return min(rs, key=lambda r: r["seconds"])
+
+    print()
+    result = {"bench": "tokenizer_bench", "inputs": args.inputs, "time": time.strftime("%Y-%m-%d %H:%M:%S"), "raw": {}, "build": {}}
+    if raws:
+        first = best(next(iter(raws.values())))
+        print(f"inputs {' '.join(args.inputs)}: {first['docs']} docs, {first['tokens']:,} tokens, {first['chars'] / 1e6:.1f} M chars")
+        digests = {r["digest"] for rs in raws.values() for r in rs}
+        print(f"ids identical across all raw variants: {len(digests) == 1} ({', '.join(sorted(digests))})")
+        for n in args.workers:
+            ref = best(raws[("hf fast", n)]) if ("hf fast", n) in raws else None
+            for (v, m), rs in raws.items():
+                if m != n:
+                    continue
+                r = best(rs)
+                tps = r["tokens"] / r["seconds"]
+                rel = ref["seconds"] / r["seconds"] if ref else float("nan")
+                print(f"  raw {v:<16} x{n}: {tps / 1e6:6.3f} Mtok/s  = {rel:5.2f}x hf fast x{n}")
+                result["raw"][f"{v} x{n}"] = {"mtok_s": tps / 1e6, "vs_hf_fast": rel, "cpu_s": r["cpu"], "digest": r["digest"]}
+    if builds:
+        sums = {tuple(b["checksums"]) for bs in builds.values() for b in bs}
+        print(f"shards identical across backends and worker counts: {len(sums) == 1}")
+        for n in args.workers:
+            h, a = best(builds[("hf", n)]), best(builds[("auto", n)])
+            tk = best(raws[("tiktoken", n)]) if ("tiktoken", n) in raws else None
+            hr = best(raws[("hf fast", n)]) if ("hf fast", n) in raws else None
+            line = {}
+            for name, b in (("hf", h), ("auto", a)):
+                tps = b["tokens"] / b["seconds"]
+                line[name] = tps / 1e6
+                extra = ""
+                if tk:
+                    extra += f" = {tps / (tk['tokens'] / tk['seconds']):.2f}x raw tiktoken x{n}"
+                if hr:
+                    extra += f", {tps / (hr['tokens'] / hr['seconds']):.2f}x raw hf fast x{n}"
+                print(f"  build {name:<4} x{n} (ran {b['backend']}): {tps / 1e6:6.3f} Mtok/s{extra}")
+            print(f"  build auto / build hf, x{n}: {h['seconds'] / a['seconds']:.2f}x (CPU s: {h['cpu'] / a['cpu']:.2f}x)")
+            result["build"][f"x{n}"] = {"hf_mtok_s": line["hf"], "auto_mtok_s": line["auto"], "auto_vs_hf": h["seconds"] / a["seconds"],
+                                        "auto_vs_raw_tiktoken": (a["tokens"] / a["seconds"]) / (tk["tokens"] / tk["seconds"]) if tk else None,
+                                        "cmd": a["cmd"], "reason": a["reason"]}
+    line = json.dumps(result)
+    print(line)
+    if args.json:
+        with open(args.json, "a") as f:
+            f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
