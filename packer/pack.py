@@ -8,16 +8,35 @@ row. Slots after a row's last piece are padding.
 
 Modes:
 
-- ``bfd`` (default), best-fit decreasing: a document of at most ``seq_len``
-  tokens is never split. A longer one is cut into ``ceil(len / seq_len)``
-  pieces, the fewest possible: full rows of ``seq_len`` and one remainder,
-  which is packed like any other document. Items are placed largest first,
-  each into the open row whose free space fits it most tightly.
+- ``bfd`` (default), best-fit decreasing, then a repair pass. A document of
+  at most ``seq_len`` tokens is never split. A longer one is cut into
+  ``ceil(len / seq_len)`` pieces, the fewest possible: a *head* of
+  ``len % seq_len`` tokens, packed like any short document, then full rows.
+  Items (short documents and heads) are placed largest first, each into the
+  open row whose free space fits it most tightly. The repair pass then tries
+  to empty the least-filled rows by moving their items into the gaps of
+  other rows (swapping a smaller item out where that makes room), while
+  there are more rows than ``ceil(tokens / seq_len)``.
 - ``concat``: documents are concatenated in order and cut every ``seq_len``
   tokens. No padding except in the last row; nearly every long document is
   split.
 
-Both are deterministic: the same lengths give the same layout.
+Why heads and not tails: a document's pieces then appear in layout order
+(item rows come before full rows), so reading its pieces by (row, slot)
+gives its tokens in order. Why the head is all the freedom a long document
+has: with ``k = ceil(len / seq_len)`` pieces, the pieces' shortfalls from
+``seq_len`` sum to ``seq_len - head`` whatever the cut points, so any
+fewest-piece layout can be rewritten as "head in some row, full rows
+elsewhere" without changing any row's fill. docs/packing.md has the proof
+sketch and the measurements.
+
+Both modes are deterministic: the same lengths give the same layout.
+
+``window`` (tokens, optional) packs consecutive runs of documents of about
+that many tokens independently, so working memory is bounded by the window;
+the default (``None``) packs the whole call as one window. In a build each
+work unit is one ``pack`` call, so the unit is the window (docs/packing.md
+has the measured curve of window size against padding).
 """
 
 from __future__ import annotations
@@ -27,6 +46,11 @@ from dataclasses import dataclass
 import numpy as np
 
 MODES = ("bfd", "concat")
+
+REPAIR_ROWS = 64  # full rows with the most pieces added to each repair (see _repair)
+REPAIR_MARGIN = 0.25  # spare free space, in rows, gathered for each repair
+REPAIR_GAP_ROWS = 256  # at most this many rows with gaps in one repair
+REPAIR_TRIES = 8  # rows the repair pass tries to remove, at most
 
 
 @dataclass(frozen=True)
@@ -54,18 +78,44 @@ class Layout:
         return self.num_rows * self.seq_len - int(self.length.sum())
 
 
-def pack(lengths, seq_len: int, mode: str = "bfd") -> Layout:
-    """Lay out documents of the given token ``lengths`` (each >= 1) in rows of ``seq_len``."""
+def pack(lengths, seq_len: int, mode: str = "bfd", window: int | None = None) -> Layout:
+    """Lay out documents of the given token ``lengths`` (each >= 1) in rows of ``seq_len``.
+
+    ``window``: pack runs of consecutive documents of about this many tokens
+    on their own (a run closes once it holds ``window`` tokens); None packs
+    everything together.
+    """
     lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.ndim != 1:
+        raise ValueError("lengths must be one-dimensional")
     if seq_len < 1:
         raise ValueError("seq_len must be >= 1")
     if len(lengths) and lengths.min() < 1:
         raise ValueError("every document needs at least one token")
-    if mode == "concat":
-        return _concat(lengths, seq_len)
-    if mode == "bfd":
-        return _bfd(lengths, seq_len)
-    raise ValueError(f"unknown pack mode {mode!r}; choose from {MODES}")
+    if mode not in MODES:
+        raise ValueError(f"unknown pack mode {mode!r}; choose from {MODES}")
+    if window is not None and window < 1:
+        raise ValueError("window must be >= 1 token")
+    fn = _concat if mode == "concat" else _bfd
+    if window is None or int(lengths.sum()) <= window:
+        return fn(lengths, seq_len)
+    return _windowed(fn, lengths, seq_len, window)
+
+
+def _windowed(fn, lengths: np.ndarray, seq_len: int, window: int) -> Layout:
+    """Pack each window on its own and stack the layouts, rows and documents renumbered."""
+    ends = np.cumsum(lengths)
+    # Window w holds the documents whose end falls in [w * window, (w+1) * window),
+    # plus the one that crosses into the next: a window closes once it holds ``window``.
+    cut = np.searchsorted(ends, np.arange(window, int(ends[-1]), window), side="left") + 1
+    bounds = np.unique(np.concatenate([[0], cut, [len(lengths)]]))
+    parts, rows = [], 0
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        lay = fn(lengths[a:b], seq_len)
+        parts.append((lay.row + rows, lay.doc + a, lay.offset, lay.length))
+        rows += lay.num_rows
+    row, doc, off, ln = (np.concatenate(x) for x in zip(*parts))
+    return Layout(row, doc, off, ln, rows, seq_len)
 
 
 def _empty(seq_len: int) -> Layout:
@@ -93,32 +143,36 @@ def _concat(lengths: np.ndarray, seq_len: int) -> Layout:
     )
 
 
-def _bfd(lengths: np.ndarray, seq_len: int) -> Layout:
+def _bfd(lengths: np.ndarray, seq_len: int, repair: bool = True) -> Layout:
     if not len(lengths):
         return _empty(seq_len)
-    # 1. Split long documents: full rows first, then the remainder as an item.
-    n_full = lengths // seq_len
-    rem = lengths % seq_len
-    full_docs = np.repeat(np.arange(len(lengths)), n_full)
-    full_k = _ranks(n_full)  # k-th full piece of its document
-    # Items: fitting documents and remainders (length < seq_len, or == seq_len).
-    item_doc = np.nonzero(rem > 0)[0]
-    item_len = rem[item_doc]
-    item_off = n_full[item_doc] * seq_len
+    S = seq_len
+    # 1. Items: documents that fit, and the heads (len % S tokens) of longer ones.
+    n_full = lengths // S
+    head = lengths - n_full * S
+    item_doc = np.flatnonzero(head)
+    # Largest first; ties by document index. A stable sort of S - size (< S) is a
+    # radix sort when it fits 16 bits, several times faster than sorting int64.
+    key = S - head[item_doc]
+    order = np.argsort(key.astype(np.uint16) if S <= 1 << 16 else key, kind="stable")
+    item_doc = item_doc[order]
+    size = head[item_doc]
 
-    # 2. Best fit, largest first; ties broken by document index (stable sort).
-    order = np.argsort(-item_len, kind="stable")
-    rows_of_item = _best_fit(item_len[order], seq_len)
-    n_item_rows = int(rows_of_item.max()) + 1 if len(rows_of_item) else 0
+    # 2. Best fit decreasing, then repair.
+    item_row, n_rows = best_fit_decreasing(size, S)
+    if repair:
+        item_row, n_rows = _repair(size, item_row, n_rows, S)
 
-    # 3. Assemble: full-piece rows come after the best-fit rows.
-    row = np.concatenate([rows_of_item, n_item_rows + np.arange(len(full_docs))])
-    doc = np.concatenate([item_doc[order], full_docs])
-    off = np.concatenate([item_off[order], full_k * seq_len])
-    ln = np.concatenate([item_len[order], np.full(len(full_docs), seq_len, dtype=np.int64)])
-    # Within a row, pieces keep the order in which they were placed.
-    o = np.argsort(row, kind="stable")
-    return Layout(row[o], doc[o], off[o], ln[o], n_item_rows + len(full_docs), seq_len)
+    # 3. Assemble: item rows first (within a row, largest item first), then
+    # each long document's full rows in document order, after its head.
+    o = np.argsort(item_row, kind="stable")
+    full_doc = np.repeat(np.arange(len(lengths), dtype=np.int64), n_full)
+    n_full_rows = len(full_doc)
+    row = np.concatenate([item_row[o], n_rows + np.arange(n_full_rows, dtype=np.int64)])
+    doc = np.concatenate([item_doc[o], full_doc])
+    off = np.concatenate([np.zeros(len(o), dtype=np.int64), head[full_doc] + _ranks(n_full) * S])
+    ln = np.concatenate([size[o], np.full(n_full_rows, S, dtype=np.int64)])
+    return Layout(row, doc, off, ln, n_rows + n_full_rows, S)
 
 
 def _ranks(counts: np.ndarray) -> np.ndarray:
@@ -130,38 +184,194 @@ def _ranks(counts: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) - starts
 
 
-def _best_fit(sizes: np.ndarray, seq_len: int) -> np.ndarray:
-    """Assign each size (processed in the given order) to a row; return rows.
+def best_fit_decreasing(size: np.ndarray, seq_len: int) -> tuple[np.ndarray, int]:
+    """Best fit of items sorted largest first; returns (row of each item, rows used).
 
-    Open rows are bucketed by free space. A Python int is used as a bitset
-    over free-space values 0..seq_len: bit c is set while some open row has
-    exactly c free slots, so the tightest fit for size s is the lowest set
-    bit at or above s, found with one shift and one bit trick in C.
+    Exactly sequential best fit (each item into the open row with the least
+    free space that holds it, else a new row), computed a size class at a time.
+    Items of one size s go, in turn, to the open row whose free space g >= s is
+    smallest; such a row takes floor(g / s) of them before its free space drops
+    below s, and every row with the same free space behaves alike. So one step
+    places a whole batch: "the next u rows with free space g take k items
+    each". Steps are bounded by (distinct sizes) x (distinct free spaces), not
+    by the number of items: a few thousand for a million documents.
+
+    Rows are kept in buckets by free space (lists of numpy arrays of row ids);
+    a Python int is a bitset over free spaces 0..seq_len with bit g set while
+    bucket g is not empty, so the tightest bucket for s is the lowest set bit
+    at or above s: one shift and one bit trick.
     """
-    buckets: dict[int, list[int]] = {}
+    n = len(size)
+    if not n:
+        return np.zeros(0, dtype=np.int64), 0
+    S = seq_len
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(size)) + 1])
+    run_len = np.diff(np.append(starts, n)).tolist()
+    run_size = size[starts].tolist()
+
+    buckets: list[list[np.ndarray] | None] = [None] * (S + 1)
+    count = [0] * (S + 1)
     avail = 0
-    rows = np.empty(len(sizes), dtype=np.int64)
+    take_rows: list[np.ndarray] = []  # per step: the rows used, in order
+    step_k: list[int] = []  # items each of them takes...
+    step_last: list[int] = []  # ...except the last row, which takes this many
     n_rows = 0
-    for i, s in enumerate(sizes.tolist()):
-        x = avail >> s
-        if x:
-            c = s + ((x & -x).bit_length() - 1)
-            stack = buckets[c]
-            r = stack.pop()
-            if not stack:
-                del buckets[c]
-                avail ^= 1 << c
-        else:
-            c = seq_len
-            r = n_rows
-            n_rows += 1
-        rows[i] = r
-        left = c - s
-        if left:
-            stack = buckets.get(left)
-            if stack is None:
-                buckets[left] = [r]
-                avail |= 1 << left
+
+    def put(g: int, rows: np.ndarray) -> None:
+        nonlocal avail
+        if g and len(rows):
+            b = buckets[g]
+            if b is None:
+                buckets[g] = [rows]
             else:
-                stack.append(r)
-    return rows
+                b.append(rows)
+            if not count[g]:
+                avail |= 1 << g
+            count[g] += len(rows)
+
+    for s, c in zip(run_size, run_len):
+        left = c
+        while left:
+            x = avail >> s
+            if x:
+                g = s + ((x & -x).bit_length() - 1)
+                k = g // s
+                use = min(count[g], -(-left // k))
+                rows = _pop_rows(buckets[g], use)
+                count[g] -= use
+                if not count[g]:
+                    avail ^= 1 << g
+            else:  # nothing fits: open new rows
+                g = S
+                k = S // s
+                use = -(-left // k)
+                rows = np.arange(n_rows, n_rows + use, dtype=np.int64)
+                n_rows += use
+            placed = min(left, use * k)
+            last = placed - (use - 1) * k
+            left -= placed
+            take_rows.append(rows)
+            step_k.append(k)
+            step_last.append(last)
+            if last == k:
+                put(g - k * s, rows)
+            else:
+                put(g - k * s, rows[:-1])
+                put(g - last * s, rows[-1:])
+
+    rows = np.concatenate(take_rows)
+    uses = np.fromiter((len(r) for r in take_rows), dtype=np.int64, count=len(take_rows))
+    per_row = np.repeat(np.asarray(step_k, dtype=np.int64), uses)
+    per_row[np.cumsum(uses) - 1] = step_last
+    return np.repeat(rows, per_row), n_rows
+
+
+def _pop_rows(bucket: list[np.ndarray], use: int) -> np.ndarray:
+    """Take ``use`` row ids off the end of a bucket (a stack of arrays)."""
+    parts = []
+    while use:
+        a = bucket[-1]
+        if len(a) <= use:
+            bucket.pop()
+            parts.append(a)
+            use -= len(a)
+        else:
+            parts.append(a[len(a) - use :])
+            bucket[-1] = a[: len(a) - use]
+            use = 0
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _repair(size: np.ndarray, item_row: np.ndarray, n_rows: int, S: int) -> tuple[np.ndarray, int]:
+    """Drop rows while there are more than ceil(tokens / S); returns (item_row, n_rows).
+
+    Best fit decreasing ends with a nearly empty last row of the smallest
+    items, while the other rows keep gaps smaller than any item left: no item
+    fits anywhere, yet together the gaps could hold that row. Repair picks K
+    rows holding at least S free slots in all (the least-filled row, then the
+    rows with the largest gaps) plus REPAIR_ROWS full rows with the most
+    pieces, whose small items make exact fills possible, and packs their items
+    again into K - 1 rows (``_fill_rows``). If that fails, repair stops.
+    """
+    total = int(size.sum())
+    lower = -(-total // S)
+    if n_rows <= lower:
+        return item_row, n_rows
+    item_row = item_row.copy()
+    for _ in range(REPAIR_TRIES):
+        if n_rows <= lower:
+            break
+        fill = np.bincount(item_row, weights=size, minlength=n_rows).astype(np.int64)
+        rows = _repair_rows(fill, np.bincount(item_row, minlength=n_rows), S)
+        if rows is None:
+            break
+        members = np.flatnonzero(np.isin(item_row, rows))
+        new = _fill_rows(size[members], S, len(rows) - 1)
+        if new is None:
+            break
+        item_row[members] = rows[new]
+        gone = np.setdiff1d(rows, item_row[members])  # rows left empty: at least the target
+        item_row -= np.searchsorted(gone, item_row)  # renumber the others, keeping their order
+        n_rows -= len(gone)
+    return item_row, n_rows
+
+
+def _repair_rows(fill: np.ndarray, pieces: np.ndarray, S: int) -> np.ndarray | None:
+    """Rows to pack again: the least-filled row, rows with the largest gaps
+    until the free slots reach S plus a margin, and REPAIR_ROWS full rows with
+    the most pieces. The least-filled row comes last: it is the one left
+    empty if packing succeeds."""
+    target = int(np.argmin(fill))
+    others = np.flatnonzero(fill < S)
+    others = others[others != target]
+    others = others[np.argsort(fill[others], kind="stable")]  # largest gap first
+    free = np.cumsum(S - fill[others])
+    need = fill[target]  # the others must take in the target's tokens
+    k = min(int(np.searchsorted(free, need + REPAIR_MARGIN * S)) + 1, len(others), REPAIR_GAP_ROWS)
+    if not k or free[k - 1] < need:
+        return None
+    full = np.flatnonzero(fill == S)
+    full = full[np.argsort(-pieces[full], kind="stable")[:REPAIR_ROWS]]
+    return np.concatenate([others[:k], full, [target]])
+
+
+def _fill_rows(size: np.ndarray, S: int, max_rows: int) -> np.ndarray | None:
+    """Pack items into at most ``max_rows`` rows, each as full as possible in turn.
+
+    Returns the row (0..max_rows-1) of each item, or None if more rows are
+    needed. Each row takes the largest item left, then the subset of the
+    others that fills it best (a subset sum over a Python-int bitset); among
+    equally good subsets, larger items are preferred, so the small ones stay
+    available for the exact fits the last rows need.
+    """
+    sz = size.tolist()
+    left = sorted(range(len(sz)), key=lambda i: (-sz[i], i))
+    row = np.empty(len(sz), dtype=np.int64)
+    r = 0
+    while left:
+        if r == max_rows:
+            return None
+        first, rest = left[0], left[1:]
+        cap = S - sz[first]
+        full = (1 << (cap + 1)) - 1
+        reach, changed = 1, []  # (item, reach before it) for items that added a sum
+        for i in rest:
+            if (reach >> cap) & 1:
+                break  # exact fill found: smaller items are not needed
+            s_i = sz[i]
+            if s_i <= cap:
+                new = reach | ((reach << s_i) & full)
+                if new != reach:
+                    changed.append((i, reach))
+                    reach = new
+        t = reach.bit_length() - 1
+        take = {first}
+        for i, prev in reversed(changed):
+            if not (prev >> t) & 1:  # t is not reachable without item i
+                take.add(i)
+                t -= sz[i]
+        for i in take:
+            row[i] = r
+        left = [i for i in rest if i not in take]
+        r += 1
+    return row
