@@ -9,7 +9,8 @@ For each worker count N (default 1 and 2), in one run and interleaved over
   the faster is timed on the whole corpus. Only the encode calls are timed:
   no reading, parsing, id extraction, packing or writing.
 - build: the ``packer build`` command, end to end (process start to exit,
-  with --workers N), pinned to the same N cores.
+  with --workers N), pinned to the same N cores, with ``--tokenizer-backend
+  hf`` (the engine the ceiling measures) where packer has that option.
 
 It prints the ratio ceiling_time / build_time (1.0 = the build costs
 nothing beyond tokenizing) per round, the median, and a JSON line; and the
@@ -122,6 +123,9 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     tok = os.path.abspath(args.tokenizer)
     extra = args.build_args.split()
+    help_text = subprocess.run([sys.executable, "-m", "packer.cli", "build", "--help"], capture_output=True, text=True).stdout
+    if "--tokenizer-backend" in help_text and "--tokenizer-backend" not in extra:
+        extra += ["--tokenizer-backend", "hf"]  # the engine the ceiling measures
     rows = []
     for rnd in range(args.rounds):
         for n in args.workers:

@@ -39,8 +39,7 @@ from . import shards as S
 from .errors import PackerError
 from .pack import MODES, pack
 from .sources import PART_BYTES, Part, Skip, Slice, discover, iter_parts_many, parse_part, plan_slices, strict_error
-from .tiktoken_backend import sample_texts
-from .tokenizer import Encoder, TokenizerInfo, choose_backend, resolve_tokenizer
+from .tokenizer import Encoder, TokenizerInfo, resolve_tokenizer
 
 DEFAULT_UNIT_BYTES = 64 << 20
 MAX_EXAMPLES = 5  # file:line examples kept per skip reason
@@ -65,7 +64,6 @@ class BuildConfig:
     overwrite: bool = False
     resume: bool = False
     quiet: bool = False
-    tokenizer_backend: str = "auto"  # "auto" | "hf" | "tiktoken": speed only, the ids are the same
 
 
 @dataclass(frozen=True)
@@ -142,6 +140,7 @@ def _settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit]) -> dict:
 # the units, never on which core did what.
 
 _encoder: Encoder | None = None
+_job: Job | None = None  # in pool workers: the build's settings, received once
 _in_pool = False  # True in pool worker processes
 
 
@@ -173,8 +172,9 @@ def _bounded_malloc() -> None:
         pass
 
 
-def _init_worker(encoder: Encoder | None) -> None:
-    global _encoder, _in_pool
+def _init_worker(encoder: Encoder | None, job: Job) -> None:
+    global _encoder, _in_pool, _job
+    _job = job  # tasks then carry only their data: the Job holds the whole tokenizer JSON (MBs)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     _bounded_malloc()
     # One core per worker: the HF tokenizer must not fan out a batch over threads.
@@ -187,13 +187,14 @@ def _init_worker(encoder: Encoder | None) -> None:
 
 def _get_encoder(info: TokenizerInfo) -> Encoder:
     global _encoder
-    if _encoder is None or _encoder.info != info:
+    if _encoder is None or (_encoder.info is not info and _encoder.info != info):
         _encoder = Encoder(info)
     return _encoder
 
 
-def encode_chunk(job: Job, unit_index: int, parts: list[Part]) -> ChunkResult:
-    """Parse and tokenize one chunk of a unit (runs on any core)."""
+def encode_chunk(job: Job | None, unit_index: int, parts: list[Part]) -> ChunkResult:
+    """Parse and tokenize one chunk of a unit (runs on any core; ``job`` None = the worker's)."""
+    job = job or _job
     faults.set_unit(unit_index)
     enc = _get_encoder(job.tokenizer)
     field = tuple(job.text_field.split("."))
@@ -213,8 +214,9 @@ def encode_chunk(job: Job, unit_index: int, parts: list[Part]) -> ChunkResult:
     return ChunkResult(ids.astype(job.dtype, copy=False), lengths, tuple(skipped), sum(p.nbytes for p in parts))
 
 
-def assemble_unit(job: Job, unit: Unit, chunks: list[ChunkResult]) -> dict:
+def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dict:
     """Pack one unit's documents into rows and write its shard; return its record (also on disk)."""
+    job = job or _job
     faults.set_unit(unit.index)
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = {}
@@ -389,7 +391,7 @@ class _Window:
             self.cond.notify_all()
 
 
-def _make_pool(workers: int, encoder: Encoder | None) -> ProcessPoolExecutor:
+def _make_pool(workers: int, encoder: Encoder | None, job: Job) -> ProcessPoolExecutor:
     """Worker processes. Forked when this process runs no other thread: a fork
     starts in milliseconds and inherits the loaded tokenizer. Otherwise (a
     fork would copy other threads' locks) from a forkserver."""
@@ -399,7 +401,7 @@ def _make_pool(workers: int, encoder: Encoder | None) -> ProcessPoolExecutor:
     else:
         ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
         encoder = None  # workers parse the tokenizer themselves
-    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(encoder,))
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(encoder, job))
     pool.submit(int).result()  # start the processes now, before this process starts threads
     return pool
 
@@ -499,7 +501,6 @@ def build(cfg: BuildConfig, progress=None) -> BuildResult:
     if not found.files:
         raise PackerError(f"no input files found in {', '.join(cfg.inputs)}")
     units = plan_units(plan_slices(found.files, cfg.unit_bytes), cfg.unit_bytes)
-    tok = choose_backend(tok, cfg.tokenizer_backend, lambda: sample_texts([s for u in units for s in u.slices], cfg.text_field))
     settings = _settings(cfg, tok, units)
     job = Job(cfg.out, cfg.seq_len, cfg.pack, cfg.text_field, cfg.strict, tok, S.dtype_for_vocab(tok.vocab_size))
 
@@ -557,7 +558,8 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
             shown = min(max(done_bytes[0], finished), total_bytes)
             progress(shown, docs, tokens, len(records), len(units), total_bytes)
 
-    pool = _make_pool(workers, encoder) if workers > 1 else None
+    pool = _make_pool(workers, encoder, job) if workers > 1 else None
+    task_job = None if pool is not None else job  # pool workers got the job once, at start
     ex = pool or _Inline()
     events: queue.Queue = queue.Queue()
     # Chunks read but not yet tokenized: enough that no core waits on the
@@ -582,7 +584,7 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
         if n_chunks.get(u) == len(got):
             parts = [got[i] for i in range(len(got))]
             del chunks[u]
-            ex.submit(assemble_unit, job, by_index[u], parts).add_done_callback(deliver("unit", u, None))
+            ex.submit(assemble_unit, task_job, by_index[u], parts).add_done_callback(deliver("unit", u, None))
 
     reader.start()
     try:
@@ -590,7 +592,7 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
             ev = events.get()
             if ev[0] == "chunk":
                 _, u, seq, parts = ev
-                ex.submit(encode_chunk, job, u.index, parts).add_done_callback(deliver("chunk", u.index, seq))
+                ex.submit(encode_chunk, task_job, u.index, parts).add_done_callback(deliver("chunk", u.index, seq))
             elif ev[0] == "end":
                 n_chunks[ev[1].index] = ev[2]
                 maybe_assemble(ev[1].index)
