@@ -450,9 +450,11 @@ def read_slice(sl: Slice, text_field: str = "text", on_bytes=None) -> Iterator[s
 
 
 def iter_parts(sl: Slice, text_field: str = "text", on_bytes=None,
-               part_bytes: int = PART_BYTES) -> Iterator[Part]:
-    """Read ``sl`` into Parts of whole records, in order. Never raises OSError:
-    a read error ends the slice with a ``tail`` Skip("unreadable")."""
+               part_bytes: int | None = None) -> Iterator[Part]:
+    """Read ``sl`` into Parts of whole records (about ``part_bytes``, default
+    PART_BYTES), in order. Never raises OSError: a read error ends the slice
+    with a ``tail`` Skip("unreadable")."""
+    part_bytes = part_bytes or PART_BYTES
     f = sl.file
     if f.format == "text":
         yield read_text_part(sl, on_bytes)

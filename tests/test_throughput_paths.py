@@ -1,0 +1,123 @@
+"""The fast paths give the same answers as the plain ones: reading split into
+parts, parallel read-ahead, flat encoding, chunk sizes, the unit window."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import random
+
+import numpy as np
+import pytest
+
+from packer import BuildConfig, build, sources
+from packer.sources import ReadAhead, discover, iter_parts, parse_part, plan_slices, read_slice
+from packer.tokenizer import Encoder, resolve_tokenizer
+
+from .conftest import SAMPLE
+
+build_module = importlib.import_module("packer.build")  # packer.build is also the function
+
+
+def _records(sl, part_bytes):
+    out = []
+    for part in iter_parts(sl, "text", part_bytes=part_bytes):
+        out.extend(parse_part(part, ("text",)))
+    return out
+
+
+@pytest.mark.parametrize("target", [1 << 30, 50_000, 7_000])
+def test_parts_of_any_size_give_the_same_records(target):
+    """Every record (texts and skips, with where) comes out once, in order,
+    however a slice is cut into parts and however files are cut into slices."""
+    files = discover([SAMPLE]).files
+    whole = [r for sl, _ in plan_slices(files, 1 << 30) for r in read_slice(sl)]
+    for part_bytes in (1, 999, 1 << 20):
+        got = [r for sl, _ in plan_slices(files, target) for r in _records(sl, part_bytes)]
+        assert got == whole
+
+
+def test_read_ahead_returns_the_file_bytes(tmp_path):
+    rng = random.Random(3)
+    data = bytes(rng.getrandbits(8) for _ in range(300_000))
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    for _ in range(25):
+        start = rng.randrange(len(data))
+        limit = rng.choice([None, rng.randrange(1, len(data))])
+        ra = ReadAhead(str(path), start, limit, block=rng.choice([1, 777, 4096, 1 << 20]), depth=rng.choice([1, 3, 8]))
+        got = bytearray()
+        buf = bytearray(rng.choice([1, 500, 65536]))
+        while n := ra.readinto(buf):
+            got += buf[:n]
+        ra.close()
+        assert bytes(got) == data[start:]
+
+
+def test_read_ahead_counts_bytes(tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x" * 100_000)
+    seen = []
+    ra = ReadAhead(str(path), 10, None, on_bytes=seen.append, block=4096)
+    while ra.read(8192):
+        pass
+    ra.close()
+    assert sum(seen) == 100_000 - 10
+
+
+@pytest.mark.parametrize("spec", ["bytes", "gpt2"])
+@pytest.mark.parametrize("eos", [True, False])
+def test_encode_flat_is_each_text_encoded_alone(spec, eos, request):
+    tok = request.getfixturevalue("gpt2_path") if spec == "gpt2" else None
+    info = resolve_tokenizer(tok, eos)
+    if hasattr(info, "backend") and info.kind == "hf":
+        from dataclasses import replace
+
+        info = replace(info, backend="hf")
+    enc = Encoder(info)
+    texts = ["hello world", "", "é ü \U0001f600 tabs\tand\nnewlines", "x" * 5000, " leading space"]
+    ids, lengths = enc.encode_flat(texts)
+    assert ids.dtype == np.uint32 and lengths.dtype == np.int64
+    assert len(lengths) == len(texts) and int(lengths.sum()) == len(ids)
+    pos = 0
+    for t, n in zip(texts, lengths):
+        alone, _ = enc.encode_flat([t])
+        assert np.array_equal(ids[pos : pos + n], alone)
+        if eos:
+            assert ids[pos + n - 1] == info.eos_id
+        pos += n
+    assert [a.tolist() for a in enc.encode_batch(texts)] == [ids[s : s + n].tolist() for s, n in
+                                                             zip(np.cumsum(lengths) - lengths, lengths)]
+
+
+def _files(out):
+    got = {}
+    for root, _, names in os.walk(out):
+        for n in names:
+            p = os.path.join(root, n)
+            got[os.path.relpath(p, out)] = open(p, "rb").read()
+    return got
+
+
+def test_chunk_size_does_not_change_the_output(tmp_path, monkeypatch):
+    """Chunks are the grain of parallelism only: tiny chunks, many units and
+    2 workers give the same bytes as one worker with the default chunks."""
+    cfg = dict(inputs=(SAMPLE,), seq_len=128, unit_bytes=300_000)
+    build(BuildConfig(out=str(tmp_path / "a"), workers=1, **cfg))
+    monkeypatch.setattr(build_module, "PART_BYTES", 3_000)
+    monkeypatch.setattr(sources, "PART_BYTES", 1_000)
+    build(BuildConfig(out=str(tmp_path / "b"), workers=1, **cfg))
+    build(BuildConfig(out=str(tmp_path / "c"), workers=2, **cfg))
+    a, b, c = (_files(tmp_path / x) for x in "abc")
+    assert a == b == c
+    assert sum(k.startswith("shards/") for k in a) > 3
+
+
+def test_unit_window_admits_two_units_or_small_ones():
+    w = build_module._Window(limit=100)
+    assert w.enter(500) and w.enter(500)  # two units always fit, however large
+    assert not w.enter(1, timeout=0.01)  # a third must wait: 1000 bytes are over the limit
+    w.leave(500)
+    w.leave(500)
+    assert all(w.enter(30) for _ in range(3))  # small units: as many as the limit holds
+    assert not w.enter(30, timeout=0.01)
