@@ -13,22 +13,23 @@ Modes:
   ``ceil(len / seq_len)`` pieces, the fewest possible: a *head* of
   ``len % seq_len`` tokens, packed like any short document, then full rows.
   Items (short documents and heads) are placed largest first, each into the
-  open row whose free space fits it most tightly. The repair pass then tries
-  to empty the least-filled rows by moving their items into the gaps of
-  other rows (swapping a smaller item out where that makes room), while
-  there are more rows than ``ceil(tokens / seq_len)``.
+  open row whose free space fits it most tightly. While there are more rows
+  than ``ceil(tokens / seq_len)``, the repair pass re-packs the least-filled
+  row together with rows that have gaps into one row fewer.
 - ``concat``: documents are concatenated in order and cut every ``seq_len``
   tokens. No padding except in the last row; nearly every long document is
   split.
 
 Why heads and not tails: a document's pieces then appear in layout order
 (item rows come before full rows), so reading its pieces by (row, slot)
-gives its tokens in order. Why the head is all the freedom a long document
-has: with ``k = ceil(len / seq_len)`` pieces, the pieces' shortfalls from
-``seq_len`` sum to ``seq_len - head`` whatever the cut points, so any
-fewest-piece layout can be rewritten as "head in some row, full rows
-elsewhere" without changing any row's fill. docs/packing.md has the proof
-sketch and the measurements.
+gives its tokens in order. Why packing heads loses nothing: take any layout
+where every document has the fewest pieces. A long document's k pieces sit
+in k different rows, and what else those rows hold is at most
+``k * seq_len - len = seq_len - head`` tokens; so the same k rows can hold
+k - 1 full rows of it plus one row with its head and all of that other
+content. Doing this for every long document keeps the row count, so the
+fewest rows with fewest pieces is exactly the fewest rows for packing the
+items. (docs/packing.md has the measurements.)
 
 Both modes are deterministic: the same lengths give the same layout.
 
@@ -41,14 +42,16 @@ has the measured curve of window size against padding).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 MODES = ("bfd", "concat")
 
-REPAIR_ROWS = 64  # full rows with the most pieces added to each repair (see _repair)
-REPAIR_MARGIN = 0.25  # spare free space, in rows, gathered for each repair
+REPAIR_ROWS = 32  # full rows with the most pieces added to each repair (see _repair)
+REPAIR_MARGIN = 1.0  # free space gathered for a repair: (1 + this) x the tokens to move
 REPAIR_GAP_ROWS = 256  # at most this many rows with gaps in one repair
 REPAIR_TRIES = 8  # rows the repair pass tries to remove, at most
 
@@ -105,8 +108,7 @@ def pack(lengths, seq_len: int, mode: str = "bfd", window: int | None = None) ->
 def _windowed(fn, lengths: np.ndarray, seq_len: int, window: int) -> Layout:
     """Pack each window on its own and stack the layouts, rows and documents renumbered."""
     ends = np.cumsum(lengths)
-    # Window w holds the documents whose end falls in [w * window, (w+1) * window),
-    # plus the one that crosses into the next: a window closes once it holds ``window``.
+    # Cut after the document that reaches each multiple of ``window`` tokens.
     cut = np.searchsorted(ends, np.arange(window, int(ends[-1]), window), side="left") + 1
     bounds = np.unique(np.concatenate([[0], cut, [len(lengths)]]))
     parts, rows = [], 0
@@ -196,7 +198,7 @@ def best_fit_decreasing(size: np.ndarray, seq_len: int) -> tuple[np.ndarray, int
     each". Steps are bounded by (distinct sizes) x (distinct free spaces), not
     by the number of items: a few thousand for a million documents.
 
-    Rows are kept in buckets by free space (lists of numpy arrays of row ids);
+    Rows are kept in buckets by free space (a list of row ids per value);
     a Python int is a bitset over free spaces 0..seq_len with bit g set while
     bucket g is not empty, so the tightest bucket for s is the lowest set bit
     at or above s: one shift and one bit trick.
@@ -209,25 +211,12 @@ def best_fit_decreasing(size: np.ndarray, seq_len: int) -> tuple[np.ndarray, int
     run_len = np.diff(np.append(starts, n)).tolist()
     run_size = size[starts].tolist()
 
-    buckets: list[list[np.ndarray] | None] = [None] * (S + 1)
-    count = [0] * (S + 1)
+    buckets: list[list[int]] = [[] for _ in range(S + 1)]  # rows by free space, a stack each
     avail = 0
-    take_rows: list[np.ndarray] = []  # per step: the rows used, in order
+    take_rows: list[list[int]] = []  # per step: the rows used, in order
     step_k: list[int] = []  # items each of them takes...
     step_last: list[int] = []  # ...except the last row, which takes this many
     n_rows = 0
-
-    def put(g: int, rows: np.ndarray) -> None:
-        nonlocal avail
-        if g and len(rows):
-            b = buckets[g]
-            if b is None:
-                buckets[g] = [rows]
-            else:
-                b.append(rows)
-            if not count[g]:
-                avail |= 1 << g
-            count[g] += len(rows)
 
     for s, c in zip(run_size, run_len):
         left = c
@@ -236,16 +225,17 @@ def best_fit_decreasing(size: np.ndarray, seq_len: int) -> tuple[np.ndarray, int
             if x:
                 g = s + ((x & -x).bit_length() - 1)
                 k = g // s
-                use = min(count[g], -(-left // k))
-                rows = _pop_rows(buckets[g], use)
-                count[g] -= use
-                if not count[g]:
+                b = buckets[g]
+                use = min(len(b), -(-left // k))
+                rows = b[-use:]
+                del b[-use:]
+                if not b:
                     avail ^= 1 << g
             else:  # nothing fits: open new rows
                 g = S
                 k = S // s
                 use = -(-left // k)
-                rows = np.arange(n_rows, n_rows + use, dtype=np.int64)
+                rows = list(range(n_rows, n_rows + use))
                 n_rows += use
             placed = min(left, use * k)
             last = placed - (use - 1) * k
@@ -253,33 +243,22 @@ def best_fit_decreasing(size: np.ndarray, seq_len: int) -> tuple[np.ndarray, int
             take_rows.append(rows)
             step_k.append(k)
             step_last.append(last)
-            if last == k:
-                put(g - k * s, rows)
-            else:
-                put(g - k * s, rows[:-1])
-                put(g - last * s, rows[-1:])
+            # Rows move to the bucket of their new free space (none if full).
+            g1, g2 = g - k * s, g - last * s
+            if g1 and use > 1:
+                if not buckets[g1]:
+                    avail |= 1 << g1
+                buckets[g1].extend(rows[:-1])
+            if g2:
+                if not buckets[g2]:
+                    avail |= 1 << g2
+                buckets[g2].append(rows[-1])
 
-    rows = np.concatenate(take_rows)
-    uses = np.fromiter((len(r) for r in take_rows), dtype=np.int64, count=len(take_rows))
+    uses = np.fromiter(map(len, take_rows), dtype=np.int64, count=len(take_rows))
+    rows = np.fromiter(itertools.chain.from_iterable(take_rows), dtype=np.int64, count=int(uses.sum()))
     per_row = np.repeat(np.asarray(step_k, dtype=np.int64), uses)
     per_row[np.cumsum(uses) - 1] = step_last
     return np.repeat(rows, per_row), n_rows
-
-
-def _pop_rows(bucket: list[np.ndarray], use: int) -> np.ndarray:
-    """Take ``use`` row ids off the end of a bucket (a stack of arrays)."""
-    parts = []
-    while use:
-        a = bucket[-1]
-        if len(a) <= use:
-            bucket.pop()
-            parts.append(a)
-            use -= len(a)
-        else:
-            parts.append(a[len(a) - use :])
-            bucket[-1] = a[: len(a) - use]
-            use = 0
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _repair(size: np.ndarray, item_row: np.ndarray, n_rows: int, S: int) -> tuple[np.ndarray, int]:
@@ -287,11 +266,13 @@ def _repair(size: np.ndarray, item_row: np.ndarray, n_rows: int, S: int) -> tupl
 
     Best fit decreasing ends with a nearly empty last row of the smallest
     items, while the other rows keep gaps smaller than any item left: no item
-    fits anywhere, yet together the gaps could hold that row. Repair picks K
-    rows holding at least S free slots in all (the least-filled row, then the
-    rows with the largest gaps) plus REPAIR_ROWS full rows with the most
-    pieces, whose small items make exact fills possible, and packs their items
-    again into K - 1 rows (``_fill_rows``). If that fails, repair stops.
+    fits anywhere, yet together the gaps could hold that row. Repair takes
+    that row, rows with the largest gaps (enough free space to hold it twice)
+    and REPAIR_ROWS full rows with the most pieces (their small items make
+    exact fills possible), and packs all their items again into one row fewer
+    (``_fill_rows``). If that fails it tries once more with gap rows of two
+    or more pieces only: a lone item's gap is dead unless some item is that
+    small. It stops at the first row it cannot drop, or after REPAIR_TRIES.
     """
     total = int(size.sum())
     lower = -(-total // S)
@@ -302,12 +283,16 @@ def _repair(size: np.ndarray, item_row: np.ndarray, n_rows: int, S: int) -> tupl
         if n_rows <= lower:
             break
         fill = np.bincount(item_row, weights=size, minlength=n_rows).astype(np.int64)
-        rows = _repair_rows(fill, np.bincount(item_row, minlength=n_rows), S)
-        if rows is None:
-            break
-        members = np.flatnonzero(np.isin(item_row, rows))
-        new = _fill_rows(size[members], S, len(rows) - 1)
-        if new is None:
+        pieces = np.bincount(item_row, minlength=n_rows)
+        for min_pieces in (1, 2):
+            rows = _repair_rows(fill, pieces, S, min_pieces)
+            if rows is None:
+                continue
+            members = np.flatnonzero(np.isin(item_row, rows))
+            new = _fill_rows(size[members], S, len(rows) - 1)
+            if new is not None:
+                break
+        else:
             break
         item_row[members] = rows[new]
         gone = np.setdiff1d(rows, item_row[members])  # rows left empty: at least the target
@@ -316,18 +301,19 @@ def _repair(size: np.ndarray, item_row: np.ndarray, n_rows: int, S: int) -> tupl
     return item_row, n_rows
 
 
-def _repair_rows(fill: np.ndarray, pieces: np.ndarray, S: int) -> np.ndarray | None:
-    """Rows to pack again: the least-filled row, rows with the largest gaps
-    until the free slots reach S plus a margin, and REPAIR_ROWS full rows with
-    the most pieces. The least-filled row comes last: it is the one left
-    empty if packing succeeds."""
+def _repair_rows(fill: np.ndarray, pieces: np.ndarray, S: int, min_pieces: int) -> np.ndarray | None:
+    """Rows to pack again, or None: rows of at least ``min_pieces`` pieces
+    with the largest gaps, until their free slots reach (1 + REPAIR_MARGIN) x
+    the tokens of the least-filled row; REPAIR_ROWS full rows with the most
+    pieces; and last the least-filled row itself, the one left empty if
+    packing succeeds."""
     target = int(np.argmin(fill))
     others = np.flatnonzero(fill < S)
-    others = others[others != target]
+    others = others[(others != target) & (pieces[others] >= min_pieces)]
     others = others[np.argsort(fill[others], kind="stable")]  # largest gap first
     free = np.cumsum(S - fill[others])
     need = fill[target]  # the others must take in the target's tokens
-    k = min(int(np.searchsorted(free, need + REPAIR_MARGIN * S)) + 1, len(others), REPAIR_GAP_ROWS)
+    k = min(int(np.searchsorted(free, need * (1 + REPAIR_MARGIN))) + 1, len(others), REPAIR_GAP_ROWS)
     if not k or free[k - 1] < need:
         return None
     full = np.flatnonzero(fill == S)
@@ -345,25 +331,24 @@ def _fill_rows(size: np.ndarray, S: int, max_rows: int) -> np.ndarray | None:
     available for the exact fits the last rows need.
     """
     sz = size.tolist()
-    left = sorted(range(len(sz)), key=lambda i: (-sz[i], i))
+    left = sorted(range(len(sz)), key=lambda i: (-sz[i], i))  # largest first
+    neg = [-sz[i] for i in left]  # ascending, for bisect
     row = np.empty(len(sz), dtype=np.int64)
     r = 0
     while left:
         if r == max_rows:
             return None
-        first, rest = left[0], left[1:]
+        first = left[0]
         cap = S - sz[first]
         full = (1 << (cap + 1)) - 1
-        reach, changed = 1, []  # (item, reach before it) for items that added a sum
-        for i in rest:
+        reach, changed = 1, []  # (item, reach before it) for the items that added a sum
+        for i in left[bisect.bisect_left(neg, -cap, 1) :]:  # items of size <= cap
             if (reach >> cap) & 1:
                 break  # exact fill found: smaller items are not needed
-            s_i = sz[i]
-            if s_i <= cap:
-                new = reach | ((reach << s_i) & full)
-                if new != reach:
-                    changed.append((i, reach))
-                    reach = new
+            new = reach | ((reach << sz[i]) & full)
+            if new != reach:
+                changed.append((i, reach))
+                reach = new
         t = reach.bit_length() - 1
         take = {first}
         for i, prev in reversed(changed):
@@ -372,6 +357,9 @@ def _fill_rows(size: np.ndarray, S: int, max_rows: int) -> np.ndarray | None:
                 t -= sz[i]
         for i in take:
             row[i] = r
-        left = [i for i in rest if i not in take]
+            k = bisect.bisect_left(neg, -sz[i])
+            while left[k] != i:  # among items of equal size
+                k += 1
+            del left[k], neg[k]
         r += 1
     return row
