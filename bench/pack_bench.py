@@ -242,6 +242,7 @@ def metrics(L: np.ndarray, S: int, r: dict) -> dict:
     fit, long = L <= S, L > S
     return {
         "padding_pct": 100 * (r["slots"] - r["tokens"]) / r["slots"],
+        "fitting_docs": int(fit.sum()),
         "split_fitting": int((k[fit] > 1).sum()),
         "truncated_pct": 100 * r["truncated"] / int(L.sum()),
         "pieces_per_long": float(k[long].mean()) if long.any() else float("nan"),
@@ -294,26 +295,41 @@ def plot_table(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = sorted({(r["dataset"], r["seq_len"]) for r in results})
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.3 * len(panels), 3.6), sharey=True)
-    axes = np.atleast_1d(axes)
+    names = list(dict.fromkeys(r["dataset"] for r in results))
+    seq_lens = sorted({r["seq_len"] for r in results})
+    fig, axes = plt.subplots(len(seq_lens), len(names), figsize=(3.6 * len(names), 2.9 * len(seq_lens)),
+                             sharey=True, squeeze=False)
     labels = [s[0].strip("*") for s in STRATEGIES]
-    for ax, (name, S) in zip(axes, panels):
+    for (i, S), (j, name) in ((a, b) for a in enumerate(seq_lens) for b in enumerate(names)):
+        ax = axes[i, j]
         rs = {r["strategy"]: r for r in results if r["dataset"] == name and r["seq_len"] == S}
         vals = [max(rs[lab]["padding_pct"], 1e-4) for lab in labels]
-        colors = ["#c44" if lab.startswith("packer (default)") else "#888" for lab in labels]
+        colors = ["#c44" if lab.startswith("packer (default)") else "#999" for lab in labels]
         ax.barh(range(len(labels)), vals, color=colors)
+        for y, lab in enumerate(labels):  # what each strategy pays instead of padding
+            r, note = rs[lab], []
+            if r["split_fitting"]:
+                note.append(f"{100 * r['split_fitting'] / max(1, r['fitting_docs']):.0f}% of fitting docs split")
+            if r["truncated_pct"] > 0:
+                note.append(f"{r['truncated_pct']:.0f}% of tokens cut")
+            if note:
+                inside = vals[y] > 1
+                ax.text(vals[y] / 1.2 if inside else vals[y] * 1.2, y, ", ".join(note), va="center",
+                        ha="right" if inside else "left", fontsize=6, color="w" if inside else "k")
         ax.axvline(max(rs[labels[-1]]["bound_pct"], 1e-4), color="k", ls=":", lw=1, label="lowest possible")
         ax.set_xscale("log")
-        ax.set_title(f"{name}, seq_len {S}", fontsize=9)
-        ax.set_xlabel("padding % of slots (log)", fontsize=8)
+        ax.set_xlim(right=200)
+        ax.set_title(f"{name}, seq_len {S}", fontsize=8)
         ax.tick_params(labelsize=7)
-    axes[0].set_yticks(range(len(labels)))
-    axes[0].set_yticklabels(labels, fontsize=7)
-    axes[0].invert_yaxis()
-    axes[0].legend(fontsize=7, loc="lower right")
+        if i == len(seq_lens) - 1:
+            ax.set_xlabel("padding % of slots (log)", fontsize=8)
+    for i in range(len(seq_lens)):
+        axes[i, 0].set_yticks(range(len(labels)))
+        axes[i, 0].set_yticklabels(labels, fontsize=7)
+    axes[0, 0].invert_yaxis()
+    axes[0, 0].legend(fontsize=6, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=80)
     print(f"wrote {path}")
 
 
@@ -323,29 +339,28 @@ def plot_table(results, path):
 
 def curve(datasets, seq_lens, windows, path):
     out = []
-    print("\n| lengths | seq_len | window (tokens) | windows | padding %, packer | padding %, no repair | lowest possible % |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| lengths | seq_len | window= | windows | tokens per window | padding %, packer | padding %, no repair | lowest possible % |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, L in datasets:
-        ends = np.cumsum(L)
+        total = int(L.sum())
         for S in seq_lens:
-            for W in windows:
-                w = W or int(ends[-1])
+            for W in windows + [None]:  # None: the whole set as one window
+                bounds = P.window_bounds(L, W or total)
+                if W is not None and len(bounds) <= 2:
+                    continue  # one window: that is the whole-set point
                 t = time.perf_counter()
-                lay = pack(L, S, window=w)
+                lay = pack(L, S, window=W)
                 dt = time.perf_counter() - t
-                plain = P._windowed(lambda x, s: P._bfd(x, s, repair=False), L, S, w) if w < ends[-1] else P._bfd(L, S, repair=False)
-                # The bound: each window needs ceil(its tokens / S) rows.
-                cut = np.searchsorted(ends, np.arange(w, int(ends[-1]), w), side="left") + 1
-                bounds = np.unique(np.concatenate([[0], cut, [len(L)]]))
-                wt = np.add.reduceat(L, bounds[:-1])
-                lb_slots = int((-(-wt // S)).sum()) * S
-                row = {"dataset": name, "seq_len": S, "window": w, "windows": len(wt),
+                plain = P._windowed(lambda x, s: P._bfd(x, s, repair=False), L, S, W or total)
+                wt = np.add.reduceat(L, bounds[:-1])  # tokens per window
+                lb_slots = int((-(-wt // S)).sum()) * S  # each window needs ceil(its tokens / S) rows
+                row = {"dataset": name, "seq_len": S, "window_arg": W, "window": total / len(wt), "windows": len(wt),
                        "padding_pct": 100 * lay.padding / (lay.num_rows * S),
                        "no_repair_pct": 100 * plain.padding / (plain.num_rows * S),
-                       "bound_pct": 100 * (lb_slots - int(L.sum())) / lb_slots, "seconds": dt}
+                       "bound_pct": 100 * (lb_slots - total) / lb_slots, "seconds": dt}
                 out.append(row)
-                print(f"| {name} | {S} | {w:,} | {len(wt):,} | {row['padding_pct']:.4f} | {row['no_repair_pct']:.4f} | "
-                      f"{row['bound_pct']:.4f} |", flush=True)
+                print(f"| {name} | {S} | {W or total:,} | {len(wt):,} | {row['window']:,.0f} | {row['padding_pct']:.4f} | "
+                      f"{row['no_repair_pct']:.4f} | {row['bound_pct']:.4f} |", flush=True)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -362,11 +377,12 @@ def curve(datasets, seq_lens, windows, path):
                     label=f"no repair, {S}")
             ax.plot(x, [max(r["bound_pct"], 1e-5) for r in rs], ":", color=c, lw=1, label=f"lowest possible, {S}")
         ax.axvspan(16e6, 26e6, color="0.85", zorder=0, label="build unit (64 MB of text)")
+        ax.axvline(P.DEFAULT_WINDOW, color="0.4", lw=1, ls="-.", label="pack's default window")
         ax.axhline(0.1, color="k", lw=0.6)
         ax.axhline(0.01, color="k", lw=0.6, ls="--")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("packing window (tokens)")
+        ax.set_xlabel("tokens per packing window")
         ax.set_title(f"{name}: {len(L):,} documents, {int(L.sum()) / 1e6:,.0f}M tokens", fontsize=9)
         ax.grid(alpha=0.3, which="both", lw=0.4)
     axes[0].set_ylabel("padding % of slots")
@@ -425,6 +441,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seq-len", type=int, nargs="+", default=[2048, 8192])
     ap.add_argument("--web-docs", type=int, default=1_000_000)
+    ap.add_argument("--unit-docs", type=int, default=16_000, help="web documents in one build unit (~16M tokens)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--curve", action="store_true", help="window size vs padding instead of the table")
     ap.add_argument("--curve-docs", type=int, default=250_000, help="web documents for the curve")
@@ -438,7 +455,7 @@ def main(argv=None) -> None:
     if args.curve:
         # Real lengths resampled (with replacement, seed 0) to a corpus big enough for large windows.
         big_real = np.random.default_rng(0).choice(real, 20 * len(real))
-        windows = [1 << k for k in range(18, 29)] + [None]
+        windows = [1 << k for k in range(18, 29)]
         result["curve"] = curve([("web", web_lengths(args.curve_docs)), ("real, resampled x20", big_real)],
                                 args.seq_len, windows, os.path.join(IMG, "pack_window.png"))
     elif args.memory:
@@ -446,7 +463,9 @@ def main(argv=None) -> None:
     elif args.profile_build:
         result["profile"] = profile_build(args.seq_len[0], os.path.join(REPO, "bench_out", "pack_profile_build"))
     else:
-        res = table([("real", real), ("web", web_lengths(args.web_docs))], args.seq_len, args.repeat)
+        datasets = [("real", real), ("web, one build unit", web_lengths(args.unit_docs, seed=1)),
+                    ("web", web_lengths(args.web_docs))]
+        res = table(datasets, args.seq_len, args.repeat)
         result["table"] = res
         plot_table(res, os.path.join(IMG, "pack_bench.png"))
     os.makedirs(os.path.dirname(args.json), exist_ok=True)

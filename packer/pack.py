@@ -33,11 +33,10 @@ items. (docs/packing.md has the measurements.)
 
 Both modes are deterministic: the same lengths give the same layout.
 
-``window`` (tokens, optional) packs consecutive runs of documents of about
-that many tokens independently, so working memory is bounded by the window;
-the default (``None``) packs the whole call as one window. In a build each
-work unit is one ``pack`` call, so the unit is the window (docs/packing.md
-has the measured curve of window size against padding).
+``window`` (tokens) packs consecutive runs of documents of at most about
+that many tokens independently, so working memory is bounded by the window,
+not by the input (DEFAULT_WINDOW says how the default was chosen). In a
+build each work unit is one ``pack`` call, smaller than a window.
 """
 
 from __future__ import annotations
@@ -49,6 +48,15 @@ from dataclasses import dataclass
 import numpy as np
 
 MODES = ("bfd", "concat")
+
+# Tokens per packing window. From the measured curve (docs/packing.md): padding
+# falls as the window grows, because each window ends in one partly empty row,
+# until about 2^26-2^27 tokens, where best fit's own waste is all that is left
+# at seq_len 2048 and the last row costs < 0.01% at 8192. Pack's working memory
+# is ~110 bytes per document, so a window of 2^27 tokens of ~1k-token documents
+# needs ~15 MB. A build unit (64 MB of text: at most 2^26 tokens plus one EOS per
+# document) is one window.
+DEFAULT_WINDOW = 1 << 27
 
 REPAIR_ROWS = 32  # full rows with the most pieces added to each repair (see _repair)
 REPAIR_MARGIN = 1.0  # free space gathered for a repair: (1 + this) x the tokens to move
@@ -81,12 +89,12 @@ class Layout:
         return self.num_rows * self.seq_len - int(self.length.sum())
 
 
-def pack(lengths, seq_len: int, mode: str = "bfd", window: int | None = None) -> Layout:
+def pack(lengths, seq_len: int, mode: str = "bfd", window: int | None = DEFAULT_WINDOW) -> Layout:
     """Lay out documents of the given token ``lengths`` (each >= 1) in rows of ``seq_len``.
 
-    ``window``: pack runs of consecutive documents of about this many tokens
-    on their own (a run closes once it holds ``window`` tokens); None packs
-    everything together.
+    ``window`` (tokens): inputs of more tokens are cut into runs of
+    consecutive documents of equal size, at most about ``window`` tokens
+    each, packed on their own. None packs everything together.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     if lengths.ndim != 1:
@@ -105,12 +113,24 @@ def pack(lengths, seq_len: int, mode: str = "bfd", window: int | None = None) ->
     return _windowed(fn, lengths, seq_len, window)
 
 
+def window_bounds(lengths: np.ndarray, window: int) -> np.ndarray:
+    """Document indices where windows start, plus len(lengths) at the end.
+
+    ceil(total / window) windows of equal token share: a window closes after
+    the document that reaches its share (so a window may hold one long
+    document, and no window is a sliver left over).
+    """
+    ends = np.cumsum(lengths)
+    total = int(ends[-1]) if len(ends) else 0
+    n = max(1, -(-total // window))
+    share = -(-total // n)
+    cut = np.searchsorted(ends, np.arange(share, total, share), side="left") + 1
+    return np.unique(np.concatenate([[0], cut, [len(lengths)]]))
+
+
 def _windowed(fn, lengths: np.ndarray, seq_len: int, window: int) -> Layout:
     """Pack each window on its own and stack the layouts, rows and documents renumbered."""
-    ends = np.cumsum(lengths)
-    # Cut after the document that reaches each multiple of ``window`` tokens.
-    cut = np.searchsorted(ends, np.arange(window, int(ends[-1]), window), side="left") + 1
-    bounds = np.unique(np.concatenate([[0], cut, [len(lengths)]]))
+    bounds = window_bounds(lengths, window)
     parts, rows = [], 0
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         lay = fn(lengths[a:b], seq_len)

@@ -200,6 +200,30 @@ def test_windows_pack_independently():
     assert np.array_equal(whole.row, pack(lengths, 10).row)
 
 
+def test_window_bounds_are_balanced():
+    assert P.window_bounds(np.array([5] * 6), 10).tolist() == [0, 2, 4, 6]
+    # 31 tokens, windows of at most ~10: four windows of ~8 tokens, not 10 + 10 + 10 + 1.
+    assert P.window_bounds(np.array([4] * 7 + [3]), 10).tolist() == [0, 2, 4, 6, 8]
+    # A document longer than the window is a window of its own.
+    assert P.window_bounds(np.array([100, 1, 1]), 10).tolist() == [0, 1, 3]
+    assert P.window_bounds(np.array([3, 3]), 100).tolist() == [0, 2]
+
+
+def test_default_window_bounds_working_set():
+    """More tokens than DEFAULT_WINDOW: packed as separate windows by default."""
+    lengths = np.full(300, 1_000_003, dtype=np.int64)  # 3e8 tokens: three windows
+    lay = pack(lengths, 2048)
+    same = pack(lengths, 2048, window=P.DEFAULT_WINDOW)
+    assert np.array_equal(lay.row, same.row) and np.array_equal(lay.doc, same.doc)
+    bounds = P.window_bounds(lengths, P.DEFAULT_WINDOW)
+    assert len(bounds) - 1 == 3
+    # Rows of a window hold only its documents, and windows follow each other.
+    win = np.searchsorted(bounds, lay.doc, side="right") - 1
+    assert np.all(np.diff(win) >= 0)
+    k = np.bincount(lay.doc, minlength=len(lengths))
+    assert np.array_equal(k, -(-lengths // 2048))
+
+
 def test_empty_and_errors():
     lay = pack([], 16)
     assert lay.num_rows == 0 and lay.padding == 0 and len(lay.slot) == 0
