@@ -73,24 +73,32 @@ def test_crash_at_each_stage_then_resume(tmp_path, corpus, clean, where):
 
 
 def test_ten_random_kills_then_resume(tmp_path, corpus, clean):
-    """Kill the build at 10 random moments, resuming each time; the result equals a clean build."""
+    """Kill the build at 10 random moments, resuming each time; the result equals a clean build.
+
+    Half the moments are random times; the other half a random stage of a random
+    unfinished unit (so the kill always lands, however fast the machine)."""
     out = str(tmp_path / "out")
-    t0 = time.perf_counter()
-    assert packer("build", corpus, str(tmp_path / "timing"), *ARGS).returncode == 0
-    duration = time.perf_counter() - t0
+    n_units = len(json.load(open(os.path.join(clean, "manifest.json")))["shards"])
     rng = random.Random(5)
     kills = 0
-    for i in range(20):
-        p = start("build", corpus, out, *ARGS, *(["--resume"] if i else []))
-        # Early moments land in start-up and the first units' reads; later ones in
-        # tokenizing, writing and the manifest.
-        time.sleep(rng.uniform(0.1, 0.6 * duration))
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            kills += 1
-        p.wait()
-        if os.path.exists(os.path.join(out, "manifest.json")):
-            break  # it finished before the kill: nothing left to interrupt
+    for i in range(40):
+        resume = ["--resume"] if os.path.exists(os.path.join(out, "build.json")) else []
+        units = os.path.join(out, "units")
+        done = {int(n[:6]) for n in os.listdir(units) if n.endswith(".json") and not n.startswith(".")} if os.path.isdir(units) else set()
+        left = [u for u in range(n_units) if u not in done]
+        if i % 2 and left:
+            env = {"PACKER_FAULT": rng.choice(["read", "tokenize", "pack", "write", "rename"]),
+                   "PACKER_FAULT_UNIT": str(rng.choice(left))}
+            p = start("build", corpus, out, *ARGS, *resume, env=env)
+            p.wait()
+            kills += p.returncode == -signal.SIGKILL
+        else:
+            p = start("build", corpus, out, *ARGS, *resume)
+            time.sleep(rng.uniform(0.05, 1.0))
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                kills += 1
+            p.wait()
         if kills == 10:
             break
     assert kills == 10
