@@ -214,8 +214,11 @@ def main(argv=None) -> None:
                 r = best(rs)
                 tps = r["tokens"] / r["seconds"]
                 rel = ref["seconds"] / r["seconds"] if ref else float("nan")
-                print(f"  raw {v:<16} x{n}: {tps / 1e6:6.3f} Mtok/s  = {rel:5.2f}x hf fast x{n}")
-                result["raw"][f"{v} x{n}"] = {"mtok_s": tps / 1e6, "vs_hf_fast": rel, "cpu_s": r["cpu"], "digest": r["digest"]}
+                crel = ref["cpu"] / r["cpu"] if ref else float("nan")
+                print(f"  raw {v:<16} x{n}: {tps / 1e6:6.3f} Mtok/s  = {rel:5.2f}x hf fast x{n}  "
+                      f"| per CPU s: {r['tokens'] / r['cpu'] / 1e6:6.3f} Mtok = {crel:5.2f}x hf fast")
+                result["raw"][f"{v} x{n}"] = {"mtok_s": tps / 1e6, "vs_hf_fast": rel, "cpu_s": r["cpu"],
+                                              "mtok_per_cpu_s": r["tokens"] / r["cpu"] / 1e6, "digest": r["digest"]}
     if builds:
         sums = {tuple(b["checksums"]) for bs in builds.values() for b in bs}
         print(f"shards identical across backends and worker counts: {len(sums) == 1}")
@@ -232,10 +235,15 @@ def main(argv=None) -> None:
                     extra += f" = {tps / (tk['tokens'] / tk['seconds']):.2f}x raw tiktoken x{n}"
                 if hr:
                     extra += f", {tps / (hr['tokens'] / hr['seconds']):.2f}x raw hf fast x{n}"
+                if tk and hr:  # CPU seconds: what the work costs, whoever else shares the cores
+                    extra += (f" | per CPU s: {tk['cpu'] / b['cpu']:.2f}x raw tiktoken, "
+                              f"{hr['cpu'] / b['cpu']:.2f}x raw hf fast")
                 print(f"  build {name:<4} x{n} (ran {b['backend']}): {tps / 1e6:6.3f} Mtok/s{extra}")
             print(f"  build auto / build hf, x{n}: {h['seconds'] / a['seconds']:.2f}x (CPU s: {h['cpu'] / a['cpu']:.2f}x)")
             result["build"][f"x{n}"] = {"hf_mtok_s": line["hf"], "auto_mtok_s": line["auto"], "auto_vs_hf": h["seconds"] / a["seconds"],
                                         "auto_vs_raw_tiktoken": (a["tokens"] / a["seconds"]) / (tk["tokens"] / tk["seconds"]) if tk else None,
+                                        "auto_vs_hf_cpu": h["cpu"] / a["cpu"],
+                                        "auto_vs_raw_tiktoken_cpu": tk["cpu"] / a["cpu"] if tk else None,
                                         "cmd": a["cmd"], "reason": a["reason"]}
     line = json.dumps(result)
     print(line)

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import json
 import re
-from array import array
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable
@@ -56,6 +55,7 @@ import numpy as np
 # HF's ByteLevel(use_regex=True) pattern: the same string as tiktoken's gpt2/r50k.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
+_NEVER = "\x00packer: not a special token\x00"  # see TiktokenEncoder
 _NOOP_POST = {"ByteLevel", "TemplateProcessing", "RobertaProcessing", "BertProcessing"}  # add nothing without special tokens
 
 
@@ -75,6 +75,12 @@ def byte_decoder() -> dict[str, int]:
             cs.append(256 + n)
             n += 1
     return {chr(c): b for b, c in zip(bs, cs)}
+
+
+@lru_cache(maxsize=1)
+def _to_bytes_table() -> dict:
+    """str.translate table: byte-level symbol -> the char whose latin-1 code is that byte."""
+    return str.maketrans({c: chr(b) for c, b in byte_decoder().items()})
 
 
 @dataclass(frozen=True)
@@ -131,12 +137,13 @@ def _noop_post(post: dict | None) -> bool:
     return post.get("type") in _NOOP_POST
 
 
-def convert(tokenizer_json: str, check_merges: bool = True) -> Conversion:
+def convert(tokenizer_json: str, check_merges: bool = True, hf=None) -> Conversion:
     """Derive a tiktoken encoding from an HF tokenizer.json, or raise ``NotExpressible``.
 
     ``check_merges=False`` skips condition (b) of the module docstring (HF
     encodes every token once, ~0.2 s per 50k tokens): for a worker rebuilding
-    a conversion the main process already checked.
+    a conversion the main process already checked. ``hf``: the loaded HF
+    tokenizer, if at hand (saves loading it again).
     """
     try:
         d = json.loads(tokenizer_json)
@@ -183,11 +190,12 @@ def convert(tokenizer_json: str, check_merges: bool = True) -> Conversion:
         made_by.add(t)
 
     ranks: dict[bytes, int] = {}
+    to_bytes = _to_bytes_table()
     for tok, i in vocab.items():
         if len(tok) == 1 or tok in made_by:
             try:
-                ranks[bytes(b2[c] for c in tok)] = i
-            except KeyError:
+                ranks[tok.translate(to_bytes).encode("latin-1")] = i
+            except UnicodeEncodeError:
                 raise NotExpressible(f"token {tok!r} is not byte-level") from None
         elif model.get("ignore_merges") and tok not in added_str:
             # HF returns such a token for a piece that equals it, and tiktoken
@@ -196,7 +204,8 @@ def convert(tokenizer_json: str, check_merges: bool = True) -> Conversion:
         # else: HF's merges never produce it, so tiktoken must not know it either
 
     if check_merges:
-        _check_each_token_merges_to_itself(d, [t for t in vocab if len(t) > 1 and t in made_by])
+        own = hf.model if hf is not None and not model.get("ignore_merges") else None
+        _check_each_token_merges_to_itself(d, [t for t in vocab if len(t) > 1 and t in made_by], own)
 
     vocab_size = max(max(vocab.values()), max((a["id"] for a in added), default=0)) + 1
     note = (f"{'GPT-2 pattern' if pat == GPT2_PATTERN else 'Split pattern'}, {len(ranks)} ranks, "
@@ -213,11 +222,13 @@ def _merge_only_model_json(d: dict) -> str:
                        "pre_tokenizer": None, "model": model, "post_processor": None, "decoder": None})
 
 
-def _check_each_token_merges_to_itself(d: dict, tokens: list[str]) -> None:
-    """Condition (b): HF's merges alone turn each token's bytes into that token."""
-    from tokenizers import Tokenizer
+def _check_each_token_merges_to_itself(d: dict, tokens: list[str], model=None) -> None:
+    """Condition (b): HF's merges alone turn each token's bytes into that token.
+    ``model``: the tokenizer's own BPE model if it has no whole-word lookup."""
+    if model is None:
+        from tokenizers import Tokenizer
 
-    model = Tokenizer.from_str(_merge_only_model_json(d)).model
+        model = Tokenizer.from_str(_merge_only_model_json(d)).model
     vocab = d["model"]["vocab"]
     for t in tokens:  # already in byte-level symbols: straight to the BPE model, as one word
         got = model.tokenize(t)
@@ -241,13 +252,18 @@ class TiktokenEncoder:
         self._json = tokenizer_json
         self._hf = hf  # loaded on first need
         try:
+            # One special token that is never allowed: with none at all, tiktoken's
+            # special-token search (an empty regex) stops at every character.
             enc = tiktoken.Encoding("packer-converted", pat_str=self.conv.pat_str, mergeable_ranks=self.conv.ranks,
-                                    special_tokens={})
+                                    special_tokens={_NEVER: self.conv.vocab_size})
         except ValueError as e:  # fancy-regex does not take every pattern Oniguruma does
             raise NotExpressible(f"split pattern tiktoken's regex engine rejects ({str(e).splitlines()[0]})") from None
-        # The Rust encoder, no Python wrapper per call. (Not encode_to_tiktoken_buffer:
-        # with no special tokens its special-token search runs at every character.)
+        # The Rust encoder, no Python wrapper per call. encode_to_tiktoken_buffer
+        # with no special token allowed is encode_ordinary (a disallowed
+        # special's literal is ordinary text) into a uint32 buffer: no Python ints.
         self._encode = enc._core_bpe.encode_ordinary
+        self._buffer = enc._core_bpe.encode_to_tiktoken_buffer
+        self._allowed: frozenset = frozenset()
         self.to_hf = 0  # texts handed to HF so far
         added = self.conv.added
         if not added:
@@ -294,15 +310,26 @@ class TiktokenEncoder:
     def encode_flat(self, texts: list[str], eos: int | None) -> tuple[np.ndarray, np.ndarray]:
         """(ids, lengths): every text's ids then ``eos`` (if not None), back to back, uint32;
         lengths int64 (len(texts),), EOS included."""
-        lists = self.encode_lists(texts)
-        if eos is not None:
-            for ids in lists:
-                ids.append(eos)
-        lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
-        buf = array("I")  # from lists to one buffer: ~10 ns/token, as in packer.tokenizer
-        for ids in lists:
-            buf.extend(ids)
-        return np.frombuffer(buf, dtype=np.uint32), lengths
+        buffer, allowed, needs_hf = self._buffer, self._allowed, self._needs_hf
+        e = np.array([] if eos is None else [eos], dtype=np.uint32)
+        parts: list = []
+        hf_at = []
+        for i, t in enumerate(texts):
+            if needs_hf(t):
+                hf_at.append(i)
+                parts.append(None)
+            else:
+                try:
+                    parts.append(np.frombuffer(buffer(t, allowed), dtype=np.uint32))
+                except UnicodeEncodeError:
+                    hf_at.append(i)
+                    parts.append(None)
+            parts.append(e)
+        if hf_at:
+            for i, ids in zip(hf_at, self._hf_encode([texts[i] for i in hf_at])):
+                parts[2 * i] = np.array(ids, dtype=np.uint32)
+        lengths = np.fromiter(map(len, parts[0::2]), dtype=np.int64, count=len(texts)) + len(e)
+        return (np.concatenate(parts) if parts else np.zeros(0, np.uint32)), lengths
 
 
 # --------------------------------------------------------------------------
@@ -345,7 +372,7 @@ def hard_strings(added: Iterable[str] = ()) -> list[str]:
         # special-token look-alikes (the real ones are handed to HF, these must not be)
         "<|endoftext|", "|endoftext|>", "<|endoftext |>", "< |endoftext|>", "<|ENDOFTEXT|>", "<||>", "<|im_start|>",
         "</s> <s> [SEP] [CLS] <pad> <unk> <|eot_id|>", "<|endoftext|><|endoftext|>", "<|endo<|endoftext|>ftext|>",
-        "a<|endoftext|>b", " <|endoftext|> ",
+        "a<|endoftext|>b", " <|endoftext|> ", f"a{_NEVER}b",
         # not encodable as UTF-8 (HF refuses these; so must the backend)
         "\ud800", "a\udc80b", "\udfff\ud800",
     ]
@@ -354,7 +381,7 @@ def hard_strings(added: Iterable[str] = ()) -> list[str]:
     # Every code point of the scripts most text uses, and a stride through the rest.
     out += _sweep([(0x80, 0x800), (0x900, 0xE00), (0x1E00, 0x2C00), (0x3000, 0x3100), (0xFF00, 0xFFF0),
                    (0x1F300, 0x1FA00)])
-    out += _sweep([(c, c + 1) for c in range(0x800, 0x110000, 97)])
+    out += _sweep([(c, c + 1) for c in range(0x800, 0x110000, 331)])
     return out
 
 
@@ -367,17 +394,27 @@ class CheckResult:
 
 
 def _outcomes(fn, texts: list[str]) -> list:
-    """ids per text, or the exception type's name where encoding fails."""
+    """ids per text, or the exception type's name where encoding fails. Texts
+    that are valid UTF-8 go in one batch, the others one by one."""
+    odd = set()
+    for i, t in enumerate(texts):
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError:
+            odd.add(i)
+    out: list = [None] * len(texts)
     try:
-        return fn(texts)
+        good = [i for i in range(len(texts)) if i not in odd]
+        for i, r in zip(good, fn([texts[i] for i in good])):
+            out[i] = r
     except Exception:
-        out = []
-        for t in texts:
-            try:
-                out.extend(fn([t]))
-            except Exception as e:
-                out.append(type(e).__name__)
-        return out
+        odd = set(range(len(texts)))
+    for i in odd:
+        try:
+            out[i] = fn([texts[i]])[0]
+        except Exception as e:
+            out[i] = type(e).__name__
+    return out
 
 
 def check(enc: TiktokenEncoder, hf, texts: list[str], what: str) -> CheckResult:
@@ -412,11 +449,11 @@ def _show(text: str, n: int = 30) -> str:
 
 BACKENDS = ("auto", "hf", "tiktoken")
 SAMPLE_DOCS = 200  # input texts compared before a build uses tiktoken
-SAMPLE_CHARS = 1 << 20  # ... at most this much text in all
-SAMPLE_TEXT_CHARS = 1 << 16  # ... and at most this much of any one text (a prefix is as good a test)
+SAMPLE_CHARS = 1 << 18  # ... at most this much text in all
+SAMPLE_TEXT_CHARS = 1 << 12  # ... and at most this much of any one text (a prefix is as good a test)
 
-_CONVERTED: dict = {}  # fingerprint -> Conversion (one entry): reused by the Encoder in this process
-_STATIC: dict = {}  # fingerprint -> (Conversion, hard-string CheckResult) or the reason it failed
+_ENCODERS: dict = {}  # fingerprint -> TiktokenEncoder (one entry): the build's Encoder reuses the checked one
+_STATIC: dict = {}  # fingerprint -> (TiktokenEncoder, hard-string CheckResult) or the reason it failed
 
 
 @dataclass(frozen=True)
@@ -426,14 +463,15 @@ class Choice:
     fallback: bool = False  # auto wanted tiktoken but had to use HF for a reason worth a notice
 
 
-def conversion_for(tokenizer_json: str, fingerprint: str) -> Conversion:
-    """The (cached) conversion of a tokenizer ``choose`` accepted."""
-    conv = _CONVERTED.get(fingerprint)
-    if conv is None:
-        conv = convert(tokenizer_json, check_merges=False)
-        _CONVERTED.clear()
-        _CONVERTED[fingerprint] = conv
-    return conv
+def encoder_for(tokenizer_json: str, fingerprint: str, hf=None) -> TiktokenEncoder:
+    """The encoder of a tokenizer ``choose`` accepted: the one it checked, in
+    this process (or a forked child); else converted again, unchecked."""
+    enc = _ENCODERS.get(fingerprint)
+    if enc is None:
+        enc = TiktokenEncoder(tokenizer_json, None, hf)
+        _ENCODERS.clear()
+        _ENCODERS[fingerprint] = enc
+    return enc
 
 
 def sample_texts(slices, text_field: str = "text", max_docs: int = SAMPLE_DOCS, max_chars: int = SAMPLE_CHARS,
@@ -502,23 +540,21 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
     static = _STATIC.get(fingerprint)
     if static is None:
         try:
-            conv = convert(tokenizer_json)
-            enc = TiktokenEncoder(tokenizer_json, conv, hf)
-            static = (conv, check(enc, hf, hard_strings(conv.added), "hard string"))
+            enc = TiktokenEncoder(tokenizer_json, convert(tokenizer_json, hf=hf), hf)
+            static = (enc, check(enc, hf, hard_strings(enc.conv.added), "hard string"))
         except NotExpressible as e:
             static = f"tiktoken cannot express this tokenizer exactly ({e}), so HF tokenizers encodes"
         _STATIC.clear()
         _STATIC[fingerprint] = static
     if isinstance(static, str):
         return refuse(static, False)
-    conv, hard = static
+    enc, hard = static
     if not hard.ok:
         return refuse(f"tiktoken gave other ids than HF on {hard.difference}; HF tokenizers encodes", True)
-    _CONVERTED.clear()
-    _CONVERTED[fingerprint] = conv
-    texts = sample()
-    r = check(TiktokenEncoder(tokenizer_json, conv, hf), hf, texts, "input text")
+    r = check(enc, hf, sample(), "input text")
     if not r.ok:
         return refuse(f"tiktoken gave other ids than HF on {r.difference}; HF tokenizers encodes", True)
-    return Choice("tiktoken", f"byte-level BPE that tiktoken runs exactly ({conv.note}); same ids as HF on "
+    _ENCODERS.clear()
+    _ENCODERS[fingerprint] = enc
+    return Choice("tiktoken", f"byte-level BPE that tiktoken runs exactly ({enc.conv.note}); same ids as HF on "
                               f"{hard.texts} hard strings and {r.texts} input texts ({hard.tokens + r.tokens:,} tokens)")

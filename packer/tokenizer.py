@@ -210,10 +210,9 @@ class Encoder:
         self._eos = np.array([info.eos_id] if info.eos_id is not None else [], dtype=np.uint32)
         self._tk = None
         if info.kind == "hf" and info.backend == "tiktoken":
-            from .tiktoken_backend import TiktokenEncoder, conversion_for
+            from .tiktoken_backend import encoder_for
 
-            conv = conversion_for(info.json, info.fingerprint)
-            self._tk = TiktokenEncoder(info.json, conv, _LOADED.get(info.fingerprint))
+            self._tk = encoder_for(info.json, info.fingerprint, _LOADED.get(info.fingerprint))
         elif info.kind == "hf":
             from tokenizers import Tokenizer
 
