@@ -1,7 +1,7 @@
 """Train a small GPT on packer shards, in plain PyTorch.
 
     packer build corpus/ out/ --seq-len 1024 --tokenizer gpt2/tokenizer.json
-    python examples/train_gpt.py --data out/ --steps 200            # GPU: varlen attention
+    python examples/train_gpt.py --data out/ --steps 200            # GPU: flex attention, packer's BlockMask
     python examples/train_gpt.py --data out/ --steps 20 --attn dense --d-model 64 --layers 2   # CPU
 
 Every packed row holds several documents; attention is document-causal (a
@@ -9,9 +9,10 @@ token sees only earlier tokens of its own document piece), positions restart
 per piece (RoPE reads ``position_ids``), and the labels are -100 where a
 prediction would cross a boundary. Three ways to apply the mask (``--attn``):
 
+- ``flex``: ``flex_attention`` with a ``BlockMask`` (compiled on CUDA; the
+  default there: the fastest correct path measured, docs/benchmarks.md);
 - ``varlen``: ``torch.nn.attention.varlen.varlen_attn`` over the flattened
-  batch with ``cu_seqlens`` (CUDA; the default there);
-- ``flex``: ``flex_attention`` with a ``BlockMask`` (compiled on CUDA);
+  batch with ``cu_seqlens`` (CUDA);
 - ``dense``: SDPA with a (B, 1, L, L) boolean mask (anywhere; the CPU default).
 
 ``--ckpt PATH`` saves model, optimizer and data-loader state every
@@ -68,6 +69,13 @@ def make_mask(batch: dict, kind: str, device: torch.device) -> Mask:
         return Mask(kind)
     raise ValueError(f"unknown attention {kind!r}")
 
+
+# Why --attn auto picks what it picks (printed once; figures: docs/benchmarks.md "GPU training").
+WHY_DEFAULT = {
+    "flex": "fastest correct path on a GPU: document-masked flex with packer's BlockMask ran at the speed of "
+            "unmasked packed rows, at or above varlen_attn, on an H200",
+    "dense": "CPU: flex_attention has no backward there and varlen_attn needs CUDA; SDPA with packer's dense mask is exact",
+}
 
 _flex = None
 
@@ -192,7 +200,9 @@ def main(argv=None) -> list[float]:
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    attn = args.attn if args.attn != "auto" else ("varlen" if device.type == "cuda" else "dense")
+    attn = args.attn if args.attn != "auto" else ("flex" if device.type == "cuda" else "dense")
+    if args.attn == "auto" and rank == 0:
+        print(f"attention: {attn} ({WHY_DEFAULT[attn]})")
     torch.manual_seed(args.seed)  # the same initial weights on every rank
 
     ds = PackedDataset(args.data)
