@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable
@@ -262,7 +263,9 @@ class TiktokenEncoder:
         # with no special token allowed is encode_ordinary (a disallowed
         # special's literal is ordinary text) into a uint32 buffer: no Python ints.
         self._encode = enc._core_bpe.encode_ordinary
-        self._buffer = enc._core_bpe.encode_to_tiktoken_buffer
+        self._buffer = getattr(enc._core_bpe, "encode_to_tiktoken_buffer", None)  # tiktoken >= 0.8
+        if self._buffer is None:
+            self._buffer = lambda text, allowed: array("I", self._encode(text))
         self._allowed: frozenset = frozenset()
         self.to_hf = 0  # texts handed to HF so far
         added = self.conv.added
