@@ -2,6 +2,7 @@
 
     python bench/pack_bench.py                    # the table (docs/benchmarks.md) + docs/img/pack_bench.png
     python bench/pack_bench.py --curve            # window size vs padding -> docs/img/pack_window.png
+    python bench/pack_bench.py --speed            # documents/s: batched vs one-at-a-time best fit, interleaved
     python bench/pack_bench.py --memory           # pack's peak memory vs documents in the window
     python bench/pack_bench.py --profile-build    # share of a real build's time spent in pack
 
@@ -30,7 +31,8 @@ slots count as padding):
 - BFD whole set: the same one-item-at-a-time segment tree, over everything
   (OLMo-core's OBFD without its power-of-two length and per-file grouping).
 - packer bfd, no repair: packer's batched best fit alone.
-- packer (default): ``pack(lengths, seq_len)``.
+- packer (default): ``pack(lengths, seq_len)``: best fit decreasing + repair,
+  in windows of at most ~2^27 tokens (so the 1M-document set is 8 windows).
 
 Documents per second are for this file's implementation of each strategy,
 best of ``--repeat`` runs; the machine is shared, so read the ratio column
@@ -114,7 +116,7 @@ def pad_batch8(L, S, b=8):
 
 
 def concat(L, S):
-    return from_layout(L, S, pack(L, S, "concat"))
+    return from_layout(L, S, pack(L, S, "concat", window=None))  # one stream, as the peers do
 
 
 def packer_default(L, S):
@@ -414,6 +416,33 @@ def memory(seq_len: int) -> list[dict]:
     return out
 
 
+def speed(datasets, seq_lens, rounds) -> list[dict]:
+    """Documents per second of the lengths-to-layout step, variants interleaved round by round."""
+    import statistics
+
+    variants = [("one item at a time (segment tree)", lambda L, S: _seg_bfd_rows(_items(L, S)[0].tolist(), S)),
+                ("packer bfd, no repair", lambda L, S: P._bfd(L, S, repair=False)),
+                ("packer (default)", lambda L, S: pack(L, S))]
+    out = []
+    print("\n| lengths | documents | seq_len | one item at a time | packer bfd, no repair | packer (default) | "
+          "batched / one at a time | default / one at a time |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, L in datasets:
+        for S in seq_lens:
+            times = {v: [] for v, _ in variants}
+            for _ in range(rounds):
+                for v, fn in variants:
+                    t = time.perf_counter()
+                    fn(L, S)
+                    times[v].append(time.perf_counter() - t)
+            med = {v: statistics.median(ts) for v, ts in times.items()}
+            dps = {v: len(L) / t for v, t in med.items()}
+            a, b, c = (dps[v] for v, _ in variants)
+            print(f"| {name} | {len(L):,} | {S} | {a:,.0f} | {b:,.0f} | {c:,.0f} | {b / a:.1f}x | {c / a:.1f}x |", flush=True)
+            out.append({"dataset": name, "docs": len(L), "seq_len": S, "docs_per_s": dps})
+    return out
+
+
 def profile_build(seq_len: int, out_dir: str) -> dict:
     """Build bench_out/real/real.jsonl (GPT-2, one worker) under cProfile; pack's share of the time."""
     import cProfile
@@ -445,6 +474,8 @@ def main(argv=None) -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--curve", action="store_true", help="window size vs padding instead of the table")
     ap.add_argument("--curve-docs", type=int, default=250_000, help="web documents for the curve")
+    ap.add_argument("--speed", action="store_true", help="documents/s, variants interleaved over --rounds")
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--memory", action="store_true")
     ap.add_argument("--profile-build", action="store_true")
     ap.add_argument("--json", default=os.path.join(REPO, "bench_out", "pack_bench.json"))
@@ -458,6 +489,10 @@ def main(argv=None) -> None:
         windows = [1 << k for k in range(18, 29)]
         result["curve"] = curve([("web", web_lengths(args.curve_docs)), ("real, resampled x20", big_real)],
                                 args.seq_len, windows, os.path.join(IMG, "pack_window.png"))
+    elif args.speed:
+        sets = [("real", real), ("web", web_lengths(16_000, seed=1)), ("web", web_lengths(128_000, seed=2)),
+                ("web", web_lengths(1_000_000))]
+        result["speed"] = speed(sets, args.seq_len, args.rounds)
     elif args.memory:
         result["memory"] = memory(args.seq_len[0])
     elif args.profile_build:
