@@ -84,7 +84,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -92,7 +92,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from packer import shards as S
-from packer.batching import collate
 from packer.dataset import PackedDataset
 from packer.masks import block_mask, dense_mask
 from packer.pack import pack
