@@ -10,7 +10,9 @@ baseline is if anything flattered), EOS appended per document as packer
 does. Its Arrow cache goes to a fresh folder each run, so nothing is reused.
 
 Both run as subprocesses pinned to cores 0..N-1, end to end (process start
-to exit), alternating. Needs ``datasets`` (a benchmark-only dependency;
+to exit), alternating; packer twice where it has a choice of engine: with
+``--tokenizer-backend hf`` (the baseline's engine: the fair comparison) and
+with its default (``auto``: tiktoken where it gives HF's ids exactly). Needs ``datasets`` (a benchmark-only dependency;
 packer does not use it). Keep it in a venv of its own: installed next to
 packer it brings pandas, which pyarrow then imports on first use.
 
@@ -95,6 +97,9 @@ def main(argv=None) -> None:
     ap.add_argument("--json", help="append the results as one JSON line to this file")
     args = ap.parse_args(argv)
     tok = os.path.abspath(args.tokenizer)
+    help_text = subprocess.run([sys.executable, "-m", "packer.cli", "build", "--help"], capture_output=True, text=True).stdout
+    # The same engine as the baseline (hf), and what packer picks by itself (tiktoken where exact).
+    engines = ["hf", "default"] if "--tokenizer-backend" in help_text else ["default"]
     rows = []
     for rnd in range(args.rounds):
         for n in args.workers:
@@ -102,18 +107,26 @@ def main(argv=None) -> None:
                 hf_s, hf_cpu, out = _timed(_pin(n) + [args.hf_python, "-c", _BASELINE, "\0".join(args.inputs), tok,
                                                       str(args.seq_len), str(n), os.path.join(d, "cache")])
                 blocks, hf_tokens = map(int, out.split()[-2:])
-                cmd = [sys.executable, "-m", "packer.cli", "build", *args.inputs, os.path.join(d, "out"),
-                       "--tokenizer", tok, "--seq-len", str(args.seq_len), "--workers", str(n), "-q"]
-                pk_s, pk_cpu, _ = _timed(_pin(n) + cmd)
-                with open(os.path.join(d, "out", "manifest.json")) as f:
-                    pk_tokens = json.load(f)["totals"]["tokens"]
-            row = {"round": rnd, "workers": n, "hf_s": hf_s, "packer_s": pk_s, "speedup": hf_s / pk_s,
-                   "hf_cpu_s": hf_cpu, "packer_cpu_s": pk_cpu, "hf_tokens": hf_tokens, "packer_tokens": pk_tokens,
-                   "hf_blocks": blocks, "packer_cmd": " ".join(cmd[2:])}
+                row = {"round": rnd, "workers": n, "hf_s": hf_s, "hf_cpu_s": hf_cpu, "hf_tokens": hf_tokens,
+                       "hf_blocks": blocks}
+                for engine in engines:
+                    out = os.path.join(d, f"out-{engine}")
+                    cmd = [sys.executable, "-m", "packer.cli", "build", *args.inputs, out, "--tokenizer", tok,
+                           "--seq-len", str(args.seq_len), "--workers", str(n), "-q"]
+                    if engine != "default":
+                        cmd += ["--tokenizer-backend", engine]
+                    pk_s, pk_cpu, _ = _timed(_pin(n) + cmd)
+                    with open(os.path.join(out, "manifest.json")) as f:
+                        m = json.load(f)
+                    used = m["tokenizer"].get("backend", "hf")
+                    row[engine] = {"packer_s": pk_s, "packer_cpu_s": pk_cpu, "speedup": hf_s / pk_s,
+                                   "cpu_speedup": hf_cpu / pk_cpu, "engine": used,
+                                   "packer_tokens": m["totals"]["tokens"], "packer_cmd": " ".join(cmd[2:])}
+                    print(f"round {rnd} workers {n}: datasets+group_texts {hf_s:.2f}s ({hf_cpu:.1f} CPU s), "
+                          f"packer build [{engine}: {used}] {pk_s:.2f}s ({pk_cpu:.1f} CPU s): packer "
+                          f"x{hf_s / pk_s:.2f} faster (CPU x{hf_cpu / pk_cpu:.2f}; tokens {hf_tokens:,} vs "
+                          f"{m['totals']['tokens']:,})", flush=True)
             rows.append(row)
-            print(f"round {rnd} workers {n}: datasets+group_texts {hf_s:.2f}s ({hf_cpu:.1f} CPU s), "
-                  f"packer build {pk_s:.2f}s ({pk_cpu:.1f} CPU s): packer x{hf_s / pk_s:.2f} faster "
-                  f"(tokens {hf_tokens:,} vs {pk_tokens:,})", flush=True)
     line = json.dumps({"bench": "hf_datasets_baseline", "inputs": args.inputs,
                        "time": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows})
     print(line)
