@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import faults
+from . import faults, storage
 from . import shards as S
 from .errors import PackerError
 from .pack import MODES, pack
@@ -66,6 +66,8 @@ class BuildConfig:
     resume: bool = False
     quiet: bool = False
     tokenizer_backend: str = "auto"  # "auto" | "hf" | "tiktoken": speed only, the ids are the same
+    engine: str = "local"  # "local" (worker processes) | "ray" (Ray tasks, packer/engine_ray.py): same bytes
+    ray_address: str | None = None  # engine "ray": a running cluster (HOST:PORT, auto, ray://...); None = start one here
 
 
 @dataclass(frozen=True)
@@ -255,7 +257,7 @@ def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dic
     data = S.table_bytes(table)
     del out, table
     name = f"{S.SHARD_DIR}/{unit.index:06d}.arrow"
-    S.atomic_write(os.path.join(job.out, name), data)
+    storage.put(job.out, name, data)  # a local folder or an object store (storage.py)
     faults.point("write")
 
     pieces_per_doc = np.bincount(layout.doc, minlength=len(lengths)) if len(lengths) else np.zeros(0)
@@ -274,7 +276,7 @@ def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dic
         "skipped_examples": {k: examples[k] for k in sorted(examples)},
         "sources": [{"path": sl.file.path, "start": sl.start, "end": sl.end} for sl in unit.slices],
     }
-    S.write_json(os.path.join(job.out, S.UNIT_DIR, f"{unit.index:06d}.json"), record)
+    storage.put_json(job.out, f"{S.UNIT_DIR}/{unit.index:06d}.json", record)
     faults.point("kill-worker")
     return record
 
@@ -498,6 +500,8 @@ def build(cfg: BuildConfig, progress=None) -> BuildResult:
         raise PackerError(f"unknown --pack {cfg.pack!r}: choose from {', '.join(MODES)}")
     if not cfg.inputs:
         raise PackerError("no inputs given")
+    if cfg.engine not in ("local", "ray"):
+        raise PackerError(f"unknown --engine {cfg.engine!r}: choose local or ray")
     tok = resolve_tokenizer(cfg.tokenizer, cfg.eos, cfg.eos_token)
     found = discover(list(cfg.inputs), exclude=cfg.out)
     if not found.files:
@@ -507,25 +511,31 @@ def build(cfg: BuildConfig, progress=None) -> BuildResult:
     settings = _settings(cfg, tok, units)
     job = Job(cfg.out, cfg.seq_len, cfg.pack, cfg.text_field, cfg.strict, tok, S.dtype_for_vocab(tok.vocab_size))
 
-    already = _prepare_out(cfg, settings)
+    remote_out = storage.is_uri(cfg.out)
+    already = storage.prepare_out(cfg, settings) if remote_out else _prepare_out(cfg, settings)
     notes = list(tok.notes)
     if found.ignored:
         notes.append(f"ignored {len(found.ignored)} file(s) of unsupported type, e.g. {found.ignored[0]}")
     if found.duplicates:
         notes.append(f"{len(found.duplicates)} input path(s) named twice were read once, e.g. {found.duplicates[0]}")
     if already:
-        manifest = S.read_manifest(cfg.out)
+        manifest = storage.read_manifest(cfg.out)
         return BuildResult(manifest, time.perf_counter() - t0, 0, len(units), notes + ["build was already complete: nothing to do"])
 
     records: dict[int, dict] = {}
     todo = []
+    done = storage.finished_records(cfg.out, units) if cfg.resume and remote_out else None
     for u in units:
-        rec = _finished(cfg.out, u) if cfg.resume else None
+        rec = (done.get(u.index) if done is not None else _finished(cfg.out, u)) if cfg.resume else None
         if rec is not None:
             records[u.index] = rec
         else:
             todo.append(u)
-    if todo:
+    if todo and cfg.engine == "ray":
+        from .engine_ray import run_ray
+
+        notes += run_ray(cfg, todo, job, records, units, progress)
+    elif todo:
         _bounded_malloc()
         workers = max(1, min(cfg.workers or os.cpu_count() or 1, _chunks_at_most(todo)))
         with _one_core_tokenizer():
@@ -534,7 +544,7 @@ def build(cfg: BuildConfig, progress=None) -> BuildResult:
 
     manifest = _manifest(cfg, tok, job, settings, units, records, found)
     faults.point("manifest")
-    S.write_json(os.path.join(cfg.out, S.MANIFEST), manifest)
+    storage.put_json(cfg.out, S.MANIFEST, manifest)
     return BuildResult(manifest, time.perf_counter() - t0, len(todo), len(units) - len(todo), notes)
 
 

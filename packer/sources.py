@@ -13,10 +13,12 @@ a Windows drive under WSL) overlaps with compute.
 
 from __future__ import annotations
 
+import functools
 import glob as globlib
 import gzip
 import io
 import os
+import threading
 import zlib
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +27,7 @@ from typing import Iterator
 
 import orjson
 
+from . import storage
 from .errors import InputError, PackerError
 
 # Extension -> (format, compression). Longest suffix wins.
@@ -81,6 +84,8 @@ def discover(paths: list[str], exclude: str | None = None) -> Discovery:
     inside an input folder). Raises ``PackerError`` for a missing input or an
     explicitly named file of unknown format.
     """
+    if any(storage.is_uri(p) for p in paths) or storage.is_uri(exclude):
+        return storage.discover(paths, exclude)  # object storage (packer/storage.py)
     found: list[str] = []
     ignored: list[str] = []
     for p in paths:
@@ -196,7 +201,7 @@ def plan_slices(files: tuple[InputFile, ...], target_bytes: int) -> list[tuple[S
             import pyarrow.parquet as pq
 
             try:
-                meta = pq.ParquetFile(f.path).metadata
+                meta = pq.ParquetFile(storage.source(f.path)).metadata
             except Exception as e:  # pyarrow raises many types for a bad file
                 raise PackerError(f"cannot read parquet file {f.path}: {e}") from None
             groups = [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
@@ -251,9 +256,14 @@ class ReadAhead(io.RawIOBase):
     def __init__(self, path: str, start: int = 0, limit: int | None = None, on_bytes=None,
                  block: int = READ_BLOCK, depth: int = READ_DEPTH):
         super().__init__()
-        self._fd = os.open(path, os.O_RDONLY)
-        self._size = os.fstat(self._fd).st_size
-        self._next = start  # offset of the next block to ask for
+        if storage.is_uri(path):  # an object: each block is one ranged GET
+            self._fd, self._remote = None, storage.RemoteFile(path)
+            self._size, self._pread = self._remote.size, self._remote.pread
+        else:
+            self._fd = os.open(path, os.O_RDONLY)
+            self._size = os.fstat(self._fd).st_size
+            self._pread = functools.partial(os.pread, self._fd)
+        self._next = self._start = self._taken = start  # next offset to ask for; first; end of blocks taken
         # A ranged slice needs bytes past start+limit only to finish its last
         # line: beyond that, ask for small blocks, not whole blocks of the next slice.
         self._big_end = None if limit is None else start + limit
@@ -266,14 +276,18 @@ class ReadAhead(io.RawIOBase):
         self._fill()
 
     def _fill(self) -> None:
-        while len(self._inflight) < self._depth and self._next < self._size:
-            # Blocks start small and double up to ``block``: the first bytes
-            # arrive soon even when the link is slow, so tokenizing starts early.
+        # Ask ahead by about twice what the consumer has taken so far (and at
+        # least FIRST_READ), up to ``depth`` reads: a reader that wants only
+        # the first records (a sampler) costs little, a streaming one soon
+        # has depth x block in flight. Blocks double from FIRST_READ to
+        # ``block`` for the same reason.
+        while (len(self._inflight) < self._depth and self._next < self._size
+               and self._next - self._taken < max(FIRST_READ, 2 * (self._taken - self._start))):
             n = self._step
             self._step = min(2 * self._step, self._block)
             if self._big_end is not None:
                 n = min(n, self._big_end - self._next) if self._next < self._big_end else 1 << 16
-            self._inflight.append(self._pool.submit(os.pread, self._fd, n, self._next))
+            self._inflight.append(self._pool.submit(self._pread, n, self._next))
             self._next += n
 
     def readable(self) -> bool:
@@ -287,6 +301,7 @@ class ReadAhead(io.RawIOBase):
             if not data:  # the file shrank under us: stop here
                 self._inflight.clear()
                 return 0
+            self._taken += len(data)
             self._fill()
             if self._on_bytes is not None:
                 self._on_bytes(len(data))
@@ -298,11 +313,28 @@ class ReadAhead(io.RawIOBase):
 
     def close(self) -> None:
         if not self.closed:
-            for fut in self._inflight:
-                fut.cancel()
-            self._pool.shutdown(wait=True)  # reads already running finish before the fd goes
-            os.close(self._fd)
+            # Do not wait for reads still running (on a slow link that could
+            # be seconds): the last of them closes the file when it returns.
+            running = [f for f in self._inflight if not f.cancel()]
+            self._pool.shutdown(wait=False)
+            if not running:
+                self._close_file()
+            else:
+                left, lock = [len(running)], threading.Lock()
+
+                def done(_):
+                    with lock:
+                        left[0] -= 1
+                        last = left[0] == 0
+                    if last:
+                        self._close_file()
+
+                for f in running:
+                    f.add_done_callback(done)
         super().close()
+
+    def _close_file(self) -> None:
+        os.close(self._fd) if self._fd is not None else self._remote.close()
 
 
 def open_stream(path: str, compression: str | None, start: int = 0,
@@ -467,8 +499,11 @@ def iter_parts(sl: Slice, text_field: str = "text", on_bytes=None,
 def read_text_part(sl: Slice, on_bytes=None) -> Part:
     """A whole text file as one Part (safe to call from many threads at once)."""
     try:
-        with open(sl.file.path, "rb") as fh:
-            data = fh.read()
+        if storage.is_uri(sl.file.path):
+            data = storage.read_bytes(sl.file.path)
+        else:
+            with open(sl.file.path, "rb") as fh:
+                data = fh.read()
     except OSError as e:
         return Part(sl, "file", [], tail=_unreadable(sl, e))
     if on_bytes is not None:
@@ -647,7 +682,7 @@ def _where(sl: Slice, line_no: int | None, rel: int, byte: int) -> str:
 def _count_lines_before(path: str, byte: int) -> int:
     """Line index of ``byte`` in a plain file; only called to name a bad record."""
     n, left = 0, byte
-    with open(path, "rb") as fh:
+    with (storage.open_read(path) if storage.is_uri(path) else open(path, "rb")) as fh:
         while left > 0:
             chunk = fh.read(min(left, 8 << 20))
             if not chunk:
@@ -662,7 +697,7 @@ def _read_parquet(sl: Slice, field: str) -> Iterator[str | Skip]:
     import pyarrow.parquet as pq
 
     f = sl.file
-    pf = pq.ParquetFile(f.path)
+    pf = pq.ParquetFile(storage.source(f.path))
     if field not in pf.schema_arrow.names:
         # Every row of these row groups lacks the field: count each one.
         rows = sum(pf.metadata.row_group(i).num_rows for i in range(sl.start, sl.end))

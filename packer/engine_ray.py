@@ -1,0 +1,166 @@
+"""The Ray engine: a build's units as Ray tasks (``packer build --engine ray``).
+
+The task is the unit, whole: ``run_unit`` reads the unit's own slices (on the
+worker, from a shared filesystem or an object store), tokenizes them with
+``build.encode_chunk`` and packs and writes them with ``build.assemble_unit``:
+the same functions the local engine runs, composed in one process. So the
+shards, the unit records and the manifest are byte-identical to a local
+build, and ``--resume`` trusts unit records whichever engine wrote them.
+
+What Ray adds: scheduling over every node of a cluster, and retries. A
+worker that dies (killed, out of memory, its node lost) has its unit run
+again elsewhere (``max_retries``); a unit whose retries run out fails the
+build with one line, and ``--resume`` runs what is left. A unit writes its
+shard, then its record, each whole, so a retried unit overwrites, never
+mixes, what a dead attempt left.
+
+Parallelism is per unit here (the local engine splits units into chunks):
+a build needs many more units than cluster CPUs (``--unit-mb``) to use them.
+At most ``workers`` units are in flight (default: the cluster's CPUs), so the
+driver holds only their records and memory on a node is bounded by the units
+it runs, about 10 bytes per input byte of a unit (docs/distributed.md).
+
+Ray is imported only here, only when ``--engine ray`` is asked for
+(``pip install packer[ray]``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from .build import Job, Unit, _bounded_malloc, assemble_unit, encode_chunk
+from .errors import PackerError
+from .sources import PART_BYTES, iter_parts_many
+
+MAX_RETRIES = 3  # a unit is run again this many times after its worker dies
+FORWARD_ENV = ("PACKER_FAULT", "PACKER_FAULT_UNIT")  # fault injection (packer/faults.py) reaches the tasks
+
+
+def unit_chunks(unit: Unit, text_field: str):
+    """The unit's records as the local reader cuts them: lists of Parts of
+    about PART_BYTES each, in order. (The output does not depend on the cut;
+    tests/test_throughput_paths.py holds that.)"""
+    parts, size = [], 0
+    for _, part in iter_parts_many(((unit, sl) for sl in unit.slices), text_field):
+        parts.append(part)
+        size += part.nbytes
+        if size >= PART_BYTES:
+            yield parts
+            parts, size = [], 0
+    if parts:
+        yield parts
+
+
+def run_unit(job: Job, unit: Unit) -> dict:
+    """Read, tokenize, pack and write one unit in this process; return its record."""
+    chunks = [encode_chunk(job, unit.index, parts) for parts in unit_chunks(unit, job.text_field)]
+    return assemble_unit(job, unit, chunks)
+
+
+_prepared = False
+
+
+def _task(job: Job, unit: Unit, cwd: str) -> dict:
+    """What a Ray worker runs for one unit."""
+    global _prepared
+    if not _prepared:
+        # One core per task: the HF tokenizer must not fan out over threads
+        # (set before its first use in this worker process).
+        os.environ["RAYON_NUM_THREADS"] = "1"
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        _bounded_malloc()
+        _prepared = True
+    if os.getcwd() != cwd and _has_relative_paths(job, unit):
+        try:
+            os.chdir(cwd)  # relative input/output paths mean what they meant to the driver
+        except OSError:
+            raise PackerError(f"relative paths need the folder {cwd} on every Ray node; give absolute paths "
+                              "on a shared filesystem, or URIs") from None
+    return run_unit(job, unit)
+
+
+def _has_relative_paths(job: Job, unit: Unit) -> bool:
+    from .storage import is_uri
+
+    paths = [job.out] + [sl.file.path for sl in unit.slices]
+    return any(not is_uri(p) and not os.path.isabs(p) for p in paths)
+
+
+def _connect(cfg, workers: int) -> bool:
+    """Connect to Ray (or start it here); True if this call started it."""
+    try:
+        import ray
+    except ImportError:
+        raise PackerError("--engine ray needs Ray: pip install 'packer[ray]'") from None
+    if ray.is_initialized():
+        return False
+    address = cfg.ray_address or os.environ.get("RAY_ADDRESS")
+    kwargs = dict(logging_level=logging.WARNING, log_to_driver=not cfg.quiet)
+    try:
+        if address:
+            ray.init(address=address, **kwargs)
+        else:  # a private Ray on this machine, stopped at the end of the build
+            ray.init(address="local", num_cpus=workers or os.cpu_count() or 1, include_dashboard=False, **kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise PackerError(f"cannot connect to Ray at {address or 'a new local instance'}: {str(e).strip().splitlines()[0]}") from None
+    return True
+
+
+def run_ray(cfg, todo: list[Unit], job: Job, records: dict, units: list[Unit], progress) -> list[str]:
+    """Run the ``todo`` units as Ray tasks; fill ``records``; return notes for the summary."""
+    started = _connect(cfg, cfg.workers)
+    import ray
+    from ray.exceptions import RayError, RayTaskError
+
+    try:
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        in_flight = max(1, min(cfg.workers or cpus, len(todo)))
+        env = {k: os.environ[k] for k in FORWARD_ENV if k in os.environ}
+        opts = dict(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)
+        if env:
+            opts["runtime_env"] = {"env_vars": env}
+        task = ray.remote(**opts)(_task)
+        job_ref = ray.put(job)  # the Job holds the tokenizer JSON (MBs): stored once, not per task
+        cwd = os.getcwd()
+
+        total_bytes = sum(u.weight for u in units)
+        done_bytes = sum(u.weight for u in units if u.index in records)
+        docs = tokens = 0
+        pending = list(reversed(todo))  # popped from the end: unit order
+        running: dict = {}  # ObjectRef -> Unit
+        try:
+            while pending or running:
+                while pending and len(running) < in_flight:
+                    u = pending.pop()
+                    running[task.remote(job_ref, u, cwd)] = u
+                ready, _ = ray.wait(list(running), num_returns=1)
+                for ref in ready:
+                    u = running.pop(ref)
+                    try:
+                        rec = ray.get(ref)
+                    except RayTaskError as e:  # the task raised: the same error as a local build would
+                        cause = e.cause if isinstance(e.cause, BaseException) else None
+                        if cause is not None:
+                            raise cause from None
+                        raise PackerError(f"unit {u.index} failed on a Ray worker: {str(e).strip().splitlines()[-1]}") from None
+                    except RayError as e:
+                        raise PackerError(
+                            f"a Ray worker died ({type(e).__name__}: killed, out of memory, or its node lost) while building "
+                            f"unit {u.index}, {MAX_RETRIES + 1} times; nothing half-written was kept: rerun with --resume"
+                        ) from None
+                    records[u.index] = rec
+                    done_bytes += u.weight
+                    docs += rec["documents"]
+                    tokens += rec["tokens"]
+                    if progress is not None:
+                        progress(done_bytes, docs, tokens, len(records), len(units), total_bytes)
+        except BaseException:
+            for ref in running:
+                ray.cancel(ref, force=True)
+            raise
+        nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+        return [f"engine ray: {len(todo)} unit(s) as tasks on {cpus} CPU(s), {nodes} node(s), at most {in_flight} at once"]
+    finally:
+        if started:
+            ray.shutdown()
