@@ -62,9 +62,15 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 @click.option("--overwrite", is_flag=True, help="Replace an existing build in OUT.")
 @click.option("--resume", is_flag=True, help="Continue a killed build in OUT; finished work is kept.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or summary; errors only.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: worker processes on this machine. ray: each unit a Ray task, on a cluster (packer[ray]; "
+                   "docs/distributed.md). The output is the same.")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="With --engine ray: the cluster to use (HOST:PORT, auto, ray://HOST:PORT). Default: $RAY_ADDRESS, "
+                   "else a Ray started on this machine for the build.")
 @_user_errors
 def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, text_field, no_eos, eos_token, unit_mb, strict,
-          overwrite, resume, quiet):
+          overwrite, resume, quiet, engine, ray_address):
     """Tokenize and pack INPUT... (folders, files, globs) into shards in OUT.
 
     Inputs: .txt/.md (one document per file), .jsonl, .jsonl.gz, .jsonl.zst, .parquet.
@@ -84,6 +90,7 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
         inputs=tuple(ins), out=out, seq_len=seq_len, tokenizer=tokenizer, text_field=text_field,
         pack=pack_mode, eos=not no_eos, eos_token=eos_token, unit_bytes=int(unit_mb * (1 << 20)), workers=workers,
         strict=strict, overwrite=overwrite, resume=resume, quiet=quiet, tokenizer_backend=tokenizer_backend,
+        engine=engine, ray_address=ray_address,
     )
     bar = None if quiet else _Progress()
     try:
