@@ -236,23 +236,23 @@ def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dic
     for c in chunks:
         for rec in c.skipped:
             skip(rec)
-    if len(chunks) == 1:
-        tokens, lengths = chunks[0].tokens, chunks[0].lengths
-    elif chunks:
-        tokens = np.concatenate([c.tokens for c in chunks])
-        lengths = np.concatenate([c.lengths for c in chunks])
-    else:
-        tokens, lengths = np.zeros(0, job.dtype), np.zeros(0, np.int64)
+    # Per document: its length, its chunk, where it starts in that chunk's
+    # tokens. (The chunks are not concatenated: that would be one more copy
+    # of the unit's tokens in memory.)
+    lengths = np.concatenate([c.lengths for c in chunks]) if chunks else np.zeros(0, np.int64)
+    doc_chunk = np.repeat(np.arange(len(chunks)), [len(c.lengths) for c in chunks])
+    doc_start = np.concatenate([np.cumsum(c.lengths) - c.lengths for c in chunks]) if chunks else lengths
 
     # Documents that encode to nothing (possible only with --no-eos) cannot be placed.
     if len(lengths) and lengths.min() == 0:
         for i in np.nonzero(lengths == 0)[0]:
             skip(Skip("no_tokens", f"unit {unit.index} document {i}"))
-        lengths = lengths[lengths > 0]  # they hold no tokens, so ``tokens`` is unchanged
+        keep = lengths > 0
+        lengths, doc_chunk, doc_start = lengths[keep], doc_chunk[keep], doc_start[keep]
 
     layout = pack(lengths, job.seq_len, job.pack)
     faults.point("pack")
-    out = _gather(tokens, lengths, layout, job)
+    out = _gather([c.tokens for c in chunks], doc_chunk, doc_start, layout, job)
     table = S.shard_table(out, job.seq_len, layout.row, layout.length, layout.doc, layout.offset, layout.num_rows)
     data = S.table_bytes(table)
     del out, table
@@ -281,23 +281,24 @@ def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dic
     return record
 
 
-def _gather(tokens: np.ndarray, lengths: np.ndarray, layout, job: Job) -> np.ndarray:
+def _gather(tokens: list[np.ndarray], doc_chunk: np.ndarray, doc_start: np.ndarray, layout, job: Job) -> np.ndarray:
     """Copy every piece's tokens to its slots; returns (rows * seq_len,) of the shard dtype.
 
-    One slice copy per piece: pieces are runs of hundreds of tokens on real
-    text, so this moves memory at memcpy speed, where per-token fancy
-    indexing built three int64 index arrays the size of the unit.
+    ``tokens`` holds each chunk's tokens; document d starts at
+    ``doc_start[d]`` in ``tokens[doc_chunk[d]]``. One slice copy per piece:
+    pieces are runs of hundreds of tokens on real text, so this moves memory
+    at memcpy speed, where per-token fancy indexing built three int64 index
+    arrays the size of the unit.
     """
     seq_len = job.seq_len
     out = np.full(layout.num_rows * seq_len, job.tokenizer.pad_id, dtype=job.dtype)
-    if not len(lengths):
+    if not len(layout.doc):
         return out
-    doc_start = np.zeros(len(lengths), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=doc_start[1:])
+    chunk = doc_chunk[layout.doc].tolist()
     src = (doc_start[layout.doc] + layout.offset).tolist()
     dst = (layout.row * seq_len + layout.slot).tolist()
-    for s, d, n in zip(src, dst, layout.length.tolist()):
-        out[d : d + n] = tokens[s : s + n]
+    for c, s, d, n in zip(chunk, src, dst, layout.length.tolist()):
+        out[d : d + n] = tokens[c][s : s + n]
     return out
 
 
