@@ -52,14 +52,16 @@ import operator
 import os
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from . import shards as S
+from . import storage
 from .errors import PackerError, ShardError
+from .shard_cache import ShardCache, check_build
 
 IGNORE_INDEX = -100  # what torch's cross_entropy and HF models skip
 
@@ -174,10 +176,16 @@ class PackedDataset(Dataset):
     concatenated; use ``PackedSampler(weights=...)`` to mix them).
     ``verify``: hash every shard against the manifest on open (reads all).
     ``input_ids_dtype``: ``torch.int64`` (default) or ``torch.int32``.
+    A build on object storage (``"s3://bucket/out"``) is read through a local
+    cache: each shard is downloaded on first use, verified against the
+    manifest as it arrives, then mapped (packer/shard_cache.py).
+    ``cache_dir``: the cache folder (default ``~/.cache/packer/shards``);
+    ``cache_max_bytes``: its bound, least recently used shards go first (None: no bound).
     """
 
     def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], *, verify: bool = False,
-                 input_ids_dtype: torch.dtype = torch.int64):
+                 input_ids_dtype: torch.dtype = torch.int64, cache_dir: str | os.PathLike | None = None,
+                 cache_max_bytes: int | None = None):
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         paths = [os.fspath(p) for p in paths]
@@ -187,14 +195,14 @@ class PackedDataset(Dataset):
             raise PackerError(f"input_ids_dtype must be torch.int64 or torch.int32, not {input_ids_dtype}")
         seen: dict[str, str] = {}
         for p in paths:
-            real = os.path.realpath(p)
+            real = p.rstrip("/") if storage.is_uri(p) else os.path.realpath(p)
             if real in seen:
                 raise PackerError(f"{p}: build named twice (as {seen[real]}); to weight it, use PackedSampler(weights=...)")
             seen[real] = p
 
         builds, entries, first = [], [], None
         for p in paths:
-            m = S.read_manifest(p)
+            m = storage.read_manifest(p)  # a local folder or a URI
             if first is None:
                 first = (p, m)
             else:
@@ -203,12 +211,15 @@ class PackedDataset(Dataset):
             rows = 0
             for sh in m["shards"]:
                 try:
-                    e = _ShardEntry(os.path.join(p, sh["path"]), int(sh["rows"]), int(sh["bytes"]), sh.get(S.CHECKSUM, ""))
+                    e = _ShardEntry(storage.join(p, sh["path"]) if storage.is_uri(p) else os.path.join(p, sh["path"]),
+                                    int(sh["rows"]), int(sh["bytes"]), sh.get(S.CHECKSUM, ""))
                 except (KeyError, TypeError, ValueError):
                     raise ShardError(f"{os.path.join(p, S.MANIFEST)}: malformed shard entry {sh!r}") from None
                 entries.append(e)
                 rows += e.rows
             builds.append(BuildInfo(p, rows, start, m))
+            if storage.is_uri(p):  # shards are fetched on first use; here one listing checks their sizes
+                check_build(p, [(sh["path"], int(sh["bytes"])) for sh in m["shards"]])
 
         m = first[1]
         self.builds: tuple[BuildInfo, ...] = tuple(builds)
@@ -223,8 +234,11 @@ class PackedDataset(Dataset):
         self._entries = tuple(entries)
         self._starts = np.cumsum([0] + [e.rows for e in entries], dtype=np.int64)
         self._len = int(self._starts[-1])
+        self._cache = ShardCache(cache_dir, cache_max_bytes) if any(storage.is_uri(p) for p in paths) else None
+        self._verify = verify
         for e in entries:
-            _check_file(e, self.seq_len, self.dtype, verify)
+            if not storage.is_uri(e.path):
+                _check_file(e, self.seq_len, self.dtype, verify)
         self._starts_list = self._starts.tolist()
         self._ids_np = np.int64 if input_ids_dtype == torch.int64 else np.int32
         if self._ids_np is np.int32 and self.vocab_size > 1 << 31:
@@ -425,6 +439,9 @@ class PackedDataset(Dataset):
 
     def _map(self, k: int) -> _Mapped:
         e = self._entries[k]
+        if storage.is_uri(e.path):  # fetched into the cache, mapped there (under its lock: see shard_cache.py)
+            with self._cache.local(e.path, e.nbytes, e.checksum, verify=self._verify) as path:
+                return _map_shard(replace(e, path=path), self.seq_len, self._np_dtype)
         return _map_shard(e, self.seq_len, self._np_dtype)
 
 

@@ -1,0 +1,117 @@
+"""Real services on loopback for the object-storage and Ray tests: an
+S3-compatible server (moto's server mode, a subprocess) and helpers to fill it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+
+# Dummy credentials for the local server; the tests check they never reach a manifest.
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "packer-test-key-id",
+    "AWS_SECRET_ACCESS_KEY": "packer-test-secret-Zq81",
+    "AWS_REGION": "us-east-1",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",  # no instance-metadata lookups
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MotoServer:
+    """``python -m moto.server`` on 127.0.0.1, started here, stopped by ``stop``."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("moto server did not start")
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@contextlib.contextmanager
+def s3_environment(endpoint: str):
+    """Point S3 clients of this process (and of processes it starts) at ``endpoint``."""
+    from packer import storage
+
+    env = dict(S3_ENV, AWS_ENDPOINT_URL=endpoint)
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    storage._fs_cache.clear()  # filesystems made for another endpoint
+    try:
+        yield env
+    finally:
+        storage._fs_cache.clear()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def s3_client():
+    import boto3
+
+    return boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+
+
+def make_bucket(name: str) -> str:
+    s3_client().create_bucket(Bucket=name)
+    return name
+
+
+def upload_tree(local: str, bucket: str, prefix: str, skip=()) -> None:
+    """Copy the files under ``local`` to s3://bucket/prefix/, same relative names."""
+    c = s3_client()
+    for root, dirs, names in os.walk(local):
+        for n in names:
+            full = os.path.join(root, n)
+            rel = os.path.relpath(full, local).replace(os.sep, "/")
+            if not any(rel.endswith(s) for s in skip):
+                c.upload_file(full, bucket, f"{prefix}/{rel}" if prefix else rel)
+
+
+def objects(bucket: str, prefix: str) -> dict[str, bytes]:
+    """{key relative to prefix: bytes} of every object under s3://bucket/prefix/."""
+    c = s3_client()
+    out = {}
+    for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+        for o in page.get("Contents", []):
+            out[o["Key"][len(prefix) + 1:]] = c.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+    return out
+
+
+def folder_files(folder: str) -> dict[str, bytes]:
+    out = {}
+    for root, _, names in os.walk(folder):
+        for n in names:
+            full = os.path.join(root, n)
+            with open(full, "rb") as f:
+                out[os.path.relpath(full, folder).replace(os.sep, "/")] = f.read()
+    return out

@@ -1,0 +1,302 @@
+"""Inputs and builds on object storage, against a real S3-compatible server
+(moto's server mode on 127.0.0.1, started for this module, stopped after).
+
+What holds: a build reading s3:// inputs writes the shards a local build of
+the same files writes; a build writing to s3:// holds, object for object,
+the bytes of the local build folder; resume on the store runs exactly the
+units whose record or whole shard is missing; nothing secret reaches a URI,
+a manifest or a message; PackedDataset reads a build on the store through a
+bounded, verified local cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import pytest
+
+pytest.importorskip("moto.server")
+pytest.importorskip("boto3")
+
+from packer import BuildConfig, build  # noqa: E402
+from packer.errors import PackerError, ShardError  # noqa: E402
+
+from ._services import MotoServer, S3_ENV, folder_files, make_bucket, objects, s3_client, s3_environment, upload_tree  # noqa: E402
+from .conftest import SAMPLE, write_jsonl  # noqa: E402
+
+SETTINGS = dict(seq_len=256, unit_bytes=300_000)  # corpus.jsonl (2 MB) becomes 7 ranged slices
+
+
+@pytest.fixture(scope="module")
+def s3():
+    srv = MotoServer()
+    try:
+        with s3_environment(srv.endpoint) as env:
+            yield env
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def bucket(s3) -> str:
+    return make_bucket(f"b-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(scope="module")
+def corpus(s3) -> str:
+    """sample_data uploaded once, as s3://corpus/sample/..."""
+    make_bucket("corpus")
+    upload_tree(SAMPLE, "corpus", "sample")
+    return "s3://corpus/sample"
+
+
+@pytest.fixture(scope="module")
+def local_build(tmp_path_factory) -> str:
+    out = str(tmp_path_factory.mktemp("local") / "out")
+    build(BuildConfig(inputs=(SAMPLE,), out=out, workers=1, **SETTINGS))
+    return out
+
+
+def _manifest_as_if(m: dict, old: str, new: str) -> dict:
+    """``m`` with input paths under ``old`` renamed to ``new`` and the plan hash (over paths) dropped."""
+    m = json.loads(json.dumps(m).replace(old, new))
+    m["settings"].pop("input_plan")
+    return m
+
+
+def test_s3_inputs_give_the_shards_of_a_local_build(corpus, local_build, tmp_path):
+    out = str(tmp_path / "out")
+    r = build(BuildConfig(inputs=(corpus,), out=out, workers=2, **SETTINGS))
+    got, want = folder_files(out), folder_files(local_build)
+    shards = sorted(k for k in want if k.startswith("shards/"))
+    assert len(shards) >= 10 and sorted(k for k in got if k.startswith("shards/")) == shards
+    for k in shards:
+        assert got[k] == want[k], k
+    local_m = json.loads(want["manifest.json"])
+    assert _manifest_as_if(r.manifest, corpus, "X") == _manifest_as_if(local_m, SAMPLE, "X")
+    # The object store's files were read in ranged slices, each from its own start.
+    jsonl = [s for sh in r.manifest["shards"] for s in sh["sources"] if s["path"] == corpus + "/corpus.jsonl"]
+    assert len(jsonl) >= 5 and any(s["start"] > 0 for s in jsonl)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_s3_out_holds_the_local_build_byte_for_byte(bucket, local_build, workers):
+    out = f"s3://{bucket}/builds/a"
+    build(BuildConfig(inputs=(SAMPLE,), out=out, workers=workers, **SETTINGS))
+    got = objects(bucket, "builds/a")
+    assert got == folder_files(local_build)  # build.json, units/, shards/, manifest.json: the same bytes
+    assert not any(".tmp" in k for k in got)
+
+
+def test_resume_on_s3_runs_exactly_the_unfinished_units(bucket, local_build):
+    out = f"s3://{bucket}/out"
+    cfg = BuildConfig(inputs=(SAMPLE,), out=out, workers=1, **SETTINGS)
+    build(cfg)
+    c = s3_client()
+    # As a killed build leaves it: no manifest; unit 1 without its record, unit 3
+    # without its shard, unit 5 with a cut shard (its record promises more bytes).
+    c.delete_object(Bucket=bucket, Key="out/manifest.json")
+    c.delete_object(Bucket=bucket, Key="out/units/000001.json")
+    c.delete_object(Bucket=bucket, Key="out/shards/000003.arrow")
+    body = c.get_object(Bucket=bucket, Key="out/shards/000005.arrow")["Body"].read()
+    c.put_object(Bucket=bucket, Key="out/shards/000005.arrow", Body=body[: len(body) // 2])
+    r = build(BuildConfig(**{**cfg.__dict__, "resume": True}))
+    assert (r.units_run, r.units_skipped) == (3, len(r.manifest["shards"]) - 3)
+    assert objects(bucket, "out") == folder_files(local_build)
+    again = build(BuildConfig(**{**cfg.__dict__, "resume": True}))
+    assert again.units_run == 0 and "build was already complete: nothing to do" in again.notes
+
+
+def test_the_rules_of_an_output_folder_hold_on_s3(bucket):
+    out = f"s3://{bucket}/out"
+    cfg = BuildConfig(inputs=(SAMPLE,), out=out, workers=1, **SETTINGS)
+    build(cfg)
+    with pytest.raises(PackerError, match="is not empty: pass --resume"):
+        build(cfg)
+    with pytest.raises(PackerError, match="seq_len was 256, now 128"):
+        build(BuildConfig(**{**cfg.__dict__, "resume": True, "seq_len": 128}))
+    r = build(BuildConfig(**{**cfg.__dict__, "overwrite": True, "seq_len": 128}))
+    assert r.manifest["seq_len"] == 128 and json.loads(objects(bucket, "out")["build.json"])["settings"]["seq_len"] == 128
+    s3_client().put_object(Bucket=bucket, Key="out/notes.txt", Body=b"mine")
+    with pytest.raises(PackerError, match=r"refusing to overwrite .*notes\.txt"):
+        build(BuildConfig(**{**cfg.__dict__, "overwrite": True}))
+    s3_client().put_object(Bucket=bucket, Key="file-out", Body=b"x")
+    with pytest.raises(PackerError, match="exists and is not a folder"):
+        build(BuildConfig(**{**cfg.__dict__, "out": f"s3://{bucket}/file-out"}))
+
+
+def test_missing_input_and_bad_names_are_one_line(bucket, tmp_path):
+    out = str(tmp_path / "out")
+    with pytest.raises(PackerError, match=rf"input not found: s3://{bucket}/nothing"):
+        build(BuildConfig(inputs=(f"s3://{bucket}/nothing",), out=out))
+    s3_client().put_object(Bucket=bucket, Key="doc.pdf", Body=b"x")
+    with pytest.raises(PackerError, match="unknown input format"):
+        build(BuildConfig(inputs=(f"s3://{bucket}/doc.pdf",), out=out))
+    with pytest.raises(PackerError, match="globs are not expanded"):
+        build(BuildConfig(inputs=(f"s3://{bucket}/*.jsonl",), out=out))
+
+
+def test_nothing_secret_in_uris_manifests_or_messages(bucket, corpus, tmp_path):
+    secret = S3_ENV["AWS_SECRET_ACCESS_KEY"]
+    key_id = S3_ENV["AWS_ACCESS_KEY_ID"]
+    for uri in (f"s3://{key_id}:{secret}@{bucket}/x", f"s3://{bucket}/x?secret_key={secret}"):
+        with pytest.raises(PackerError) as e:
+            build(BuildConfig(inputs=(SAMPLE,), out=uri))
+        msg = str(e.value)
+        assert "through the environment" in msg and secret not in msg and key_id not in msg and "\n" not in msg
+        with pytest.raises(PackerError) as e:
+            build(BuildConfig(inputs=(uri,), out=str(tmp_path / "o")))
+        assert secret not in str(e.value)
+    out = f"s3://{bucket}/out"
+    r = build(BuildConfig(inputs=(corpus,), out=out, workers=1, **SETTINGS))
+    written = b"".join(objects(bucket, "out").values()) + "\n".join(r.notes).encode()
+    assert secret.encode() not in written and key_id.encode() not in written
+
+
+def test_a_bad_record_deep_in_a_remote_slice_is_named_by_line(bucket, tmp_path):
+    texts = [f"document {i} " + "x" * 900 for i in range(600)]
+    path = write_jsonl(tmp_path / "c.jsonl", texts)
+    lines = open(path, "rb").read().splitlines(keepends=True)
+    lines[451] = b'{"text": "unterminated\n'
+    with open(path, "wb") as f:
+        f.writelines(lines)
+    s3_client().upload_file(path, bucket, "in/c.jsonl")
+    local = build(BuildConfig(inputs=(path,), out=str(tmp_path / "l"), workers=1, seq_len=128, unit_bytes=100_000))
+    remote = build(BuildConfig(inputs=(f"s3://{bucket}/in/c.jsonl",), out=str(tmp_path / "r"), workers=1, seq_len=128,
+                               unit_bytes=100_000))
+    assert local.manifest["totals"]["skipped_examples"] == {"malformed_json": [f"{path}:452"]}
+    assert remote.manifest["totals"]["skipped_examples"] == {"malformed_json": [f"s3://{bucket}/in/c.jsonl:452"]}
+    assert _manifest_as_if(remote.manifest, f"s3://{bucket}/in/c.jsonl", "X") == _manifest_as_if(local.manifest, path, "X")
+
+
+def test_an_fsspec_scheme_reads_like_a_local_folder(tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    mem = fsspec.filesystem("memory")
+    names = ("corpus.jsonl", "corpus.parquet", "corpus.jsonl.zst")
+    for n in names:
+        with open(os.path.join(SAMPLE, n), "rb") as src, mem.open(f"/packer-test/{n}", "wb") as dst:
+            dst.write(src.read())
+    try:
+        a = build(BuildConfig(inputs=tuple(os.path.join(SAMPLE, n) for n in sorted(names)), out=str(tmp_path / "a"),
+                              workers=1, **SETTINGS))
+        b = build(BuildConfig(inputs=("memory://packer-test",), out=str(tmp_path / "b"), workers=2, **SETTINGS))
+    finally:
+        mem.rm("/packer-test", recursive=True)
+    assert [s[S_KEY] for s in a.manifest["shards"]] == [s[S_KEY] for s in b.manifest["shards"]]
+    assert folder_files(str(tmp_path / "a"))["shards/000000.arrow"] == folder_files(str(tmp_path / "b"))["shards/000000.arrow"]
+
+
+S_KEY = "xxh3_128"
+
+
+# --------------------------------------------------------------------------
+# PackedDataset over a build on S3.
+
+
+@pytest.fixture(scope="module")
+def s3_build(s3, local_build) -> str:
+    make_bucket("built")
+    upload_tree(local_build, "built", "out")
+    return "s3://built/out"
+
+
+def _shard_sizes(local_build) -> list[int]:
+    return [sh["bytes"] for sh in json.load(open(os.path.join(local_build, "manifest.json")))["shards"]]
+
+
+def _cache_files(folder) -> dict[str, int]:
+    return {n: os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder) if n.endswith(".arrow")}
+
+
+def test_dataset_on_s3_reads_the_local_rows_through_the_cache(s3_build, local_build, tmp_path):
+    torch = pytest.importorskip("torch")
+    from packer import PackedDataset
+
+    ref = PackedDataset(local_build)
+    cache = tmp_path / "cache"
+    ds = PackedDataset(s3_build, cache_dir=cache)
+    assert len(ds) == len(ref) and not cache.exists()  # nothing fetched on open
+    row = ds[0]
+    want = ref[0]
+    for k in want:
+        assert torch.equal(row[k], want[k])
+    m = json.load(open(os.path.join(local_build, "manifest.json")))
+    assert set(_cache_files(cache)) == {m["shards"][0][S_KEY] + ".arrow"}  # only the shard used
+    for i in range(0, len(ds), 7):
+        assert torch.equal(ds[i]["input_ids"], ref[i]["input_ids"]) and torch.equal(ds[i]["labels"], ref[i]["labels"])
+    b, rb = ds.batch(list(range(len(ds)))), ref.batch(list(range(len(ref))))
+    assert all(torch.equal(b[k], rb[k]) for k in ("input_ids", "labels", "position_ids", "cu_seqlens"))
+
+
+def test_dataset_cache_stays_within_its_bound(s3_build, local_build, tmp_path):
+    torch = pytest.importorskip("torch")
+    from packer import PackedDataset
+
+    sizes = _shard_sizes(local_build)
+    bound = int(2.5 * max(sizes))
+    assert bound < sum(sizes)
+    cache = tmp_path / "cache"
+    ref = PackedDataset(local_build)
+    ds = PackedDataset(s3_build, cache_dir=cache, cache_max_bytes=bound)
+    for i in list(range(len(ds))) + list(range(len(ds) - 1, -1, -5)):
+        assert torch.equal(ds[i]["input_ids"], ref[i]["input_ids"])
+        assert sum(_cache_files(cache).values()) <= bound
+    with pytest.raises(PackerError, match="smaller than shard"):
+        PackedDataset(s3_build, cache_dir=tmp_path / "tiny", cache_max_bytes=min(sizes) - 1)[0]
+
+
+def test_dataset_refuses_a_corrupt_remote_shard_and_caches_nothing_of_it(s3, local_build, tmp_path):
+    pytest.importorskip("torch")
+    from packer import PackedDataset
+
+    make_bucket("corrupt")
+    upload_tree(local_build, "corrupt", "out")
+    c = s3_client()
+    body = bytearray(c.get_object(Bucket="corrupt", Key="out/shards/000000.arrow")["Body"].read())
+    body[len(body) // 2] ^= 0x01  # one flipped bit, same size
+    c.put_object(Bucket="corrupt", Key="out/shards/000000.arrow", Body=bytes(body))
+    cache = tmp_path / "cache"
+    ds = PackedDataset("s3://corrupt/out", cache_dir=cache)
+    with pytest.raises(ShardError, match="000000.arrow: checksum mismatch"):
+        ds[0]
+    assert os.listdir(cache) == [".lock"]  # no shard, no temp file
+    c.delete_object(Bucket="corrupt", Key="out/shards/000001.arrow")
+    with pytest.raises(ShardError, match="000001.arrow: shard is missing"):
+        PackedDataset("s3://corrupt/out", cache_dir=cache)
+
+
+def test_dataset_uses_the_cache_without_downloading_again(s3, local_build, tmp_path):
+    torch = pytest.importorskip("torch")
+    from packer import PackedDataset
+
+    make_bucket("cached")
+    upload_tree(local_build, "cached", "out")
+    cache = tmp_path / "cache"
+    ref = PackedDataset(local_build)
+    PackedDataset("s3://cached/out", cache_dir=cache, verify=True)  # fetches and checks every shard
+    c = s3_client()
+    for key in [k for k in objects("cached", "out") if k.startswith("shards/")]:
+        body = bytearray(c.get_object(Bucket="cached", Key="out/" + key)["Body"].read())
+        body[-100] ^= 0xFF
+        c.put_object(Bucket="cached", Key="out/" + key, Body=bytes(body))  # the store now holds damaged shards
+    ds = PackedDataset("s3://cached/out", cache_dir=cache)
+    for i in range(len(ds)):
+        assert torch.equal(ds[i]["input_ids"], ref[i]["input_ids"])  # served from the verified cache
+
+
+def test_dataloader_workers_share_one_bounded_cache(s3_build, local_build, tmp_path):
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    from packer import PackedDataset, collate
+
+    bound = int(2.5 * max(_shard_sizes(local_build)))
+    ref = PackedDataset(local_build)
+    ds = PackedDataset(s3_build, cache_dir=tmp_path / "cache", cache_max_bytes=bound)
+    seen = []
+    for batch in DataLoader(ds, batch_size=16, num_workers=2, collate_fn=collate):
+        seen.append(batch["input_ids"])
+    got = torch.cat(seen)
+    assert torch.equal(got, ref.batch(list(range(len(ref))))["input_ids"])
+    assert sum(_cache_files(tmp_path / "cache").values()) <= bound
