@@ -61,8 +61,8 @@ def run_unit(job: Job, unit: Unit) -> dict:
 _prepared = False
 
 
-def _task(job: Job, unit: Unit, cwd: str) -> dict:
-    """What a Ray worker runs for one unit."""
+def packer_unit(job: Job, unit: Unit, cwd: str) -> dict:
+    """What a Ray worker runs for one unit (its process title reads ray::packer_unit meanwhile)."""
     global _prepared
     if not _prepared:
         # One core per task: the HF tokenizer must not fan out over threads
@@ -120,7 +120,7 @@ def run_ray(cfg, todo: list[Unit], job: Job, records: dict, units: list[Unit], p
         opts = dict(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)
         if env:
             opts["runtime_env"] = {"env_vars": env}
-        task = ray.remote(**opts)(_task)
+        task = ray.remote(**opts)(packer_unit)
         job_ref = ray.put(job)  # the Job holds the tokenizer JSON (MBs): stored once, not per task
         cwd = os.getcwd()
 

@@ -1,0 +1,220 @@
+"""--engine ray against a real local Ray cluster (started once for this
+module on 127.0.0.1 with 2 CPUs, stopped after) and, where moto is
+installed, a real S3-compatible server on 127.0.0.1.
+
+What holds: a Ray build is byte-identical to a local build (every file of
+the folder); progress reaches the same totals; --resume finishes a build the
+other engine started, either way round; a worker killed mid-build is
+retried and the output is unchanged; a unit whose worker dies every time
+fails the build with one line, and the resumed build is byte-identical; the
+CLI connects to a running cluster with --ray-address."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from packer import BuildConfig, build  # noqa: E402
+from packer.errors import InputError, PackerError  # noqa: E402
+
+from ._services import folder_files  # noqa: E402
+from .conftest import SAMPLE, write_jsonl  # noqa: E402
+
+SETTINGS = dict(seq_len=256, unit_bytes=300_000)
+LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray then takes 127.0.0.1 as this node's address
+
+
+@pytest.fixture(scope="module")
+def s3_env():
+    """A moto S3 server, started before Ray so that Ray's workers inherit its endpoint; None without moto."""
+    try:
+        import boto3  # noqa: F401
+        import moto.server  # noqa: F401
+    except ImportError:
+        yield None
+        return
+    from ._services import MotoServer, s3_environment
+
+    srv = MotoServer()
+    try:
+        with s3_environment(srv.endpoint) as env:
+            yield env
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(s3_env):
+    """One local Ray for the module; yields its address (what --ray-address takes)."""
+    if ray.is_initialized():
+        ray.shutdown()
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in LOOPBACK_ONLY.items():
+            mp.setenv(k, v)
+        ctx = ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                       _node_ip_address="127.0.0.1")
+        try:
+            yield ctx.address_info["address"]
+        finally:
+            ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def local_build(tmp_path_factory) -> str:
+    out = str(tmp_path_factory.mktemp("local") / "out")
+    build(BuildConfig(inputs=(SAMPLE,), out=out, workers=2, **SETTINGS))
+    return out
+
+
+def _drop_units(out: str, units: list[int]) -> None:
+    """Make ``out`` look like a build killed before ``units`` finished."""
+    os.unlink(os.path.join(out, "manifest.json"))
+    for u in units:
+        os.unlink(os.path.join(out, "units", f"{u:06d}.json"))
+
+
+def test_a_ray_build_is_byte_identical_to_a_local_build(cluster, local_build, tmp_path):
+    out = str(tmp_path / "out")
+    seen = []
+    r = build(BuildConfig(inputs=(SAMPLE,), out=out, workers=2, engine="ray", **SETTINGS),
+              progress=lambda *a: seen.append(a))
+    assert folder_files(out) == folder_files(local_build)
+    assert r.units_run == len(r.manifest["shards"]) >= 10
+    assert any(n.startswith("engine ray:") for n in r.notes)
+    # Progress: one report per unit, never backwards, ending at the manifest's totals.
+    done, docs, tokens, units_done, units, total = zip(*seen)
+    assert list(units_done) == list(range(1, units[0] + 1)) and units[0] == r.units_run
+    assert list(done) == sorted(done) and done[-1] == total[0]
+    t = r.manifest["totals"]
+    assert (docs[-1], tokens[-1]) == (t["documents"], t["tokens"])
+
+
+def test_a_ray_build_with_gpt2_is_byte_identical(cluster, gpt2_path, tmp_path):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    cfg = dict(inputs=(os.path.join(SAMPLE, "corpus.jsonl"),), seq_len=512, tokenizer=gpt2_path, unit_bytes=400_000, workers=2)
+    build(BuildConfig(out=a, **cfg))
+    r = build(BuildConfig(out=b, engine="ray", **cfg))
+    assert r.manifest["tokenizer"]["name"] == gpt2_path
+    assert folder_files(a) == folder_files(b)
+
+
+def test_resume_finishes_what_the_other_engine_started(cluster, local_build, tmp_path):
+    want = folder_files(local_build)
+    n = len([k for k in want if k.startswith("units/")])
+    for first, then in (("local", "ray"), ("ray", "local")):
+        out = str(tmp_path / f"{first}-{then}")
+        cfg = BuildConfig(inputs=(SAMPLE,), out=out, workers=2, engine=first, **SETTINGS)
+        build(cfg)
+        _drop_units(out, [0, 4, n - 1])
+        os.unlink(os.path.join(out, "shards", "000006.arrow"))  # record kept, shard gone: not finished
+        r = build(BuildConfig(**{**cfg.__dict__, "engine": then, "resume": True}))
+        assert (r.units_run, r.units_skipped) == (4, n - 4)
+        assert folder_files(out) == want
+
+
+def _corpus(tmp_path, units: int = 8) -> str:
+    """A jsonl of about ``units`` x 1 MB, each unit a few tenths of a second of work."""
+    texts = [f"{i} " + ("lorem ipsum dolor sit amet " * (200 + i % 300)) for i in range(8 * units * 100)]
+    return write_jsonl(tmp_path / "big.jsonl", texts)
+
+
+def _kill_one_running_unit(stop: threading.Event, killed: list) -> None:
+    """SIGKILL the first Ray worker seen running a unit (process title ray::packer_unit)."""
+    me = os.getpid()
+    while not stop.is_set() and not killed:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == me:
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    title = f.read()
+            except OSError:
+                continue
+            if title.startswith(b"ray::packer_unit"):
+                os.kill(int(pid), signal.SIGKILL)
+                killed.append(int(pid))
+                return
+        time.sleep(0.005)
+
+
+def test_a_worker_killed_mid_build_is_retried_and_the_output_is_unchanged(cluster, tmp_path):
+    path = _corpus(tmp_path)
+    cfg = dict(inputs=(path,), seq_len=1024, unit_bytes=1 << 20, workers=2)
+    build(BuildConfig(out=str(tmp_path / "local"), **cfg))
+    stop, killed = threading.Event(), []
+    killer = threading.Thread(target=_kill_one_running_unit, args=(stop, killed))
+    killer.start()
+    try:
+        r = build(BuildConfig(out=str(tmp_path / "ray"), engine="ray", **cfg))
+    finally:
+        stop.set()
+        killer.join()
+    assert killed, "no worker was caught running a unit"
+    assert r.units_run == len(r.manifest["shards"]) >= 6
+    assert folder_files(str(tmp_path / "ray")) == folder_files(str(tmp_path / "local"))
+
+
+def test_a_unit_whose_worker_always_dies_fails_in_one_line_then_resumes(cluster, local_build, tmp_path, monkeypatch):
+    out = str(tmp_path / "out")
+    cfg = BuildConfig(inputs=(SAMPLE,), out=out, workers=2, engine="ray", **SETTINGS)
+    monkeypatch.setenv("PACKER_FAULT", "kill-worker")  # SIGKILL of the worker, after the unit's record (faults.py)
+    monkeypatch.setenv("PACKER_FAULT_UNIT", "3")
+    with pytest.raises(PackerError) as e:
+        build(cfg)
+    msg = str(e.value)
+    assert "\n" not in msg and "a Ray worker died" in msg and "unit 3" in msg and "--resume" in msg
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+    monkeypatch.delenv("PACKER_FAULT")
+    r = build(BuildConfig(**{**cfg.__dict__, "resume": True, "engine": "local"}))
+    assert r.units_skipped >= 1
+    assert folder_files(out) == folder_files(local_build)
+
+
+def test_a_bad_record_under_strict_is_the_same_one_line_on_ray(cluster, tmp_path):
+    path = write_jsonl(tmp_path / "c.jsonl", ["good"] * 50)
+    with open(path, "a") as f:
+        f.write("{broken\n")
+    for engine in ("local", "ray"):
+        with pytest.raises(InputError, match=rf"^{path}:51: malformed_json"):
+            build(BuildConfig(inputs=(path,), out=str(tmp_path / engine), strict=True, engine=engine, workers=2))
+
+
+def test_s3_in_and_out_on_ray_is_byte_identical(cluster, s3_env, local_build):
+    if s3_env is None:
+        pytest.skip("moto[server] not installed")
+    from ._services import make_bucket, objects, upload_tree
+
+    make_bucket("ray-corpus")
+    upload_tree(SAMPLE, "ray-corpus", "in")
+    make_bucket("ray-out")
+    r = build(BuildConfig(inputs=("s3://ray-corpus/in",), out="s3://ray-out/build", workers=2, engine="ray", **SETTINGS))
+    got = objects("ray-out", "build")
+    want = folder_files(local_build)
+    assert sorted(got) == sorted(want)
+    assert all(got[k] == want[k] for k in want if k.startswith("shards/"))
+    assert r.manifest["shards"][0]["sources"][0]["path"].startswith("s3://ray-corpus/in/")
+
+
+def test_the_cli_runs_on_a_running_cluster(cluster, local_build, tmp_path):
+    out = str(tmp_path / "out")
+    env = {**os.environ, **LOOPBACK_ONLY}
+    p = subprocess.run([sys.executable, "-m", "packer.cli", "build", SAMPLE, out, "--seq-len", "256", "--unit-mb",
+                        str(SETTINGS["unit_bytes"] / (1 << 20)), "--workers", "2", "--engine", "ray", "--ray-address", cluster],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "built " in p.stderr and "engine ray:" in p.stderr
+    assert folder_files(out) == folder_files(local_build)
+
+
+def test_engine_ray_without_ray_says_how_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails, as where it is not installed
+    with pytest.raises(PackerError, match=r"pip install 'packer\[ray\]'"):
+        build(BuildConfig(inputs=(SAMPLE,), out=str(tmp_path / "o"), engine="ray"))
