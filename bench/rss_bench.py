@@ -131,10 +131,10 @@ def main(argv=None) -> None:
             rows.append(r)
             print(f"x{k:<3} {r['input_bytes'] / 1e6:8.1f} MB in, {r['tokens'] / 1e6:8.1f} M tokens, "
                   f"{r['shards']:3d} shards, {r['seconds']:6.1f}s: peak PSS of the process tree "
-                  f"{r['tree_peak_bytes'] / 2**20:7.1f} MiB, largest process "
-                  f"{(r['largest_process_bytes'] or 0) / 2**20:7.1f} MiB", flush=True)
+                  f"{r['tree_peak_bytes'] / 2**20:7.1f} MiB (runs: "
+                  f"{', '.join(f'{x / 2**20:.0f}' for x in r['tree_peaks_bytes'])})", flush=True)
     a, b = rows[0]["tree_peak_bytes"], rows[-1]["tree_peak_bytes"]
-    print(f"peak RSS x{args.copies} / x1 = {b / a:.3f} (target <= 1.10)")
+    print(f"peak memory x{args.copies} / x1 = {b / a:.3f} (target <= 1.10)")
     line = json.dumps({"bench": "rss_bench", "time": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows,
                        "ratio": b / a})
     print(line)
