@@ -30,9 +30,11 @@ from __future__ import annotations
 import logging
 import os
 
+from . import shards as S
 from .build import Job, Unit, _bounded_malloc, assemble_unit, encode_chunk
 from .errors import PackerError
 from .sources import PART_BYTES, iter_parts_many
+from .storage import is_uri
 
 MAX_RETRIES = 3  # a unit is run again this many times after its worker dies
 FORWARD_ENV = ("PACKER_FAULT", "PACKER_FAULT_UNIT")  # fault injection (packer/faults.py) reaches the tasks
@@ -72,20 +74,29 @@ def packer_unit(job: Job, unit: Unit, cwd: str) -> dict:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         _bounded_malloc()
         _prepared = True
-    if os.getcwd() != cwd and _has_relative_paths(job, unit):
+    local = [p for p in [job.out] + [sl.file.path for sl in unit.slices] if not is_uri(p)]
+    if local and os.getcwd() != cwd and any(not os.path.isabs(p) for p in local):
         try:
             os.chdir(cwd)  # relative input/output paths mean what they meant to the driver
         except OSError:
             raise PackerError(f"relative paths need the folder {cwd} on every Ray node; give absolute paths "
                               "on a shared filesystem, or URIs") from None
+    # A local path missing on this node is a cluster without a shared
+    # filesystem, not a vanished file: say so rather than count "unreadable".
+    for p in local:
+        if not os.path.exists(os.path.join(p, S.SHARD_DIR) if p == job.out else p):
+            import ray
+
+            raise PackerError(f"{p} is not on Ray node {ray.util.get_node_ip_address()}: with --engine ray, inputs and "
+                              "OUT must be on a filesystem every node shares, or URIs (s3://...)")
     return run_unit(job, unit)
 
 
-def _has_relative_paths(job: Job, unit: Unit) -> bool:
-    from .storage import is_uri
-
-    paths = [job.out] + [sl.file.path for sl in unit.slices]
-    return any(not is_uri(p) and not os.path.isabs(p) for p in paths)
+def _size(path: str) -> int | None:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None
 
 
 def _connect(cfg, workers: int) -> bool:
@@ -150,6 +161,9 @@ def run_ray(cfg, todo: list[Unit], job: Job, records: dict, units: list[Unit], p
                             f"a Ray worker died ({type(e).__name__}: killed, out of memory, or its node lost) while building "
                             f"unit {u.index}, {MAX_RETRIES + 1} times; nothing half-written was kept: rerun with --resume"
                         ) from None
+                    if not is_uri(job.out) and _size(os.path.join(job.out, rec["path"])) != rec["bytes"]:
+                        raise PackerError(f"unit {u.index}'s shard was written on a Ray node but is not in {job.out} here: "
+                                          "with --engine ray, OUT must be on a filesystem every node shares, or a URI")
                     records[u.index] = rec
                     done_bytes += u.weight
                     docs += rec["documents"]

@@ -214,6 +214,33 @@ def test_the_cli_runs_on_a_running_cluster(cluster, local_build, tmp_path):
     assert folder_files(out) == folder_files(local_build)
 
 
+def test_relative_paths_mean_what_they_mean_to_the_driver(cluster, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("in")
+    write_jsonl(tmp_path / "in" / "c.jsonl", [f"text {i} " * (i % 50 + 1) for i in range(3000)])
+    cfg = dict(inputs=("in",), seq_len=128, unit_bytes=50_000, workers=2)
+    build(BuildConfig(out="a", **cfg))
+    r = build(BuildConfig(out="b", engine="ray", **cfg))
+    assert r.manifest["shards"][0]["sources"][0]["path"] == os.path.join("in", "c.jsonl")
+    assert folder_files("a") == folder_files("b")
+
+
+def test_a_path_missing_on_a_worker_node_is_named_not_counted(cluster, tmp_path):
+    """A Ray node without the shared filesystem (here: OUT gone after planning) fails in one line."""
+    import importlib
+
+    from packer.engine_ray import packer_unit
+    from packer.sources import discover, plan_slices
+    from packer.tokenizer import resolve_tokenizer
+
+    B = importlib.import_module("packer.build")
+    path = write_jsonl(tmp_path / "c.jsonl", ["x"] * 10)
+    unit = B.plan_units(plan_slices(discover([path]).files, 1 << 20), 1 << 20)[0]
+    job = B.Job(str(tmp_path / "not-here"), 16, "bfd", "text", False, resolve_tokenizer(None), "uint16")
+    with pytest.raises(PackerError, match=r"not-here is not on Ray node .*: with --engine ray, inputs and OUT must be"):
+        packer_unit(job, unit, os.getcwd())
+
+
 def test_engine_ray_without_ray_says_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails, as where it is not installed
     with pytest.raises(PackerError, match=r"pip install 'packer\[ray\]'"):
