@@ -129,12 +129,13 @@ class _Progress:
 
     def update(self, done_bytes, docs, tokens, units_done, units, total_bytes):
         if self.bar is None:
+            tty = sys.stderr.isatty()  # in a log file, a line every 15 s rather than a redraw every 0.5 s
             self.bar = self._tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
-                                  desc="build", file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
-        self.bar.n = max(self.bar.n, min(done_bytes, total_bytes))  # never runs backwards
+                                  desc="build", file=sys.stderr, dynamic_ncols=tty, mininterval=0.5 if tty else 15)
         dt = max(1e-9, time.perf_counter() - self.t0)
         self.bar.set_postfix_str(f"{docs:,} docs, {tokens / dt / 1e6:.2f}M tok/s, units {units_done}/{units}", refresh=False)
-        self.bar.refresh()
+        # update() redraws at most every mininterval; the bar never runs backwards.
+        self.bar.update(max(0, min(done_bytes, total_bytes) - self.bar.n))
 
     def close(self):
         if self.bar is not None:
