@@ -2,8 +2,12 @@
 
 Everything runs on the same texts (read with ``packer.sources``, so exactly
 what a build tokenizes), in subprocesses pinned to the first N cores
-(``taskset``), interleaved over ``--rounds``; each figure is the best round
-(the machine is shared: the best round is the one least disturbed).
+(``taskset``), over ``--rounds``. The two targets are ratios of runs made
+next to each other in time (per round: the tiktoken ceiling, the auto build,
+the HF build), reported as the median over rounds, in wall time and in CPU
+seconds (which other jobs on a shared machine disturb less); single figures
+are the best round. The slow raw HF variants run in the first
+``--hf-raw-rounds`` rounds only.
 
 raw (``--raw``), per thread count N:
 
@@ -24,8 +28,8 @@ build (``--build``), per worker count N: ``packer build --tokenizer-backend
 hf|auto --workers N``, end to end (process start to exit), with shard
 checksums compared between backends (they must be byte-identical).
 
-    python bench/tokenizer_bench.py bench_out/real/real.jsonl --raw --build --rounds 2
-    python bench/tokenizer_bench.py sample_data --raw --build --rounds 3
+    python bench/tokenizer_bench.py bench_out/real/real.jsonl --raw --build --rounds 5
+    python bench/tokenizer_bench.py sample_data --raw --build --rounds 5
     python bench/tokenizer_bench.py --sweep     # every code point, HF vs tiktoken, 8 contexts (~3 min)
 """
 
@@ -35,6 +39,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -190,7 +195,8 @@ def main(argv=None) -> None:
     ap.add_argument("--build", action="store_true", help="time whole builds with each backend")
     ap.add_argument("--sweep", action="store_true", help="compare HF and tiktoken on every code point")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--hf-raw-rounds", type=int, default=1, help="rounds that also time the (slow) raw HF variants")
     ap.add_argument("--batch-mb", type=float, default=1, help="text per encode call (MB of chars; a build chunk is ~1 MB)")
     ap.add_argument("--build-args", default="", help="extra packer build arguments, e.g. '--unit-mb 16'")
     ap.add_argument("--json", help="append the results as one JSON line to this file")
@@ -202,33 +208,56 @@ def main(argv=None) -> None:
         return
     if not args.inputs:
         ap.error("give the inputs to tokenize")
-    raws: dict = {}
-    builds: dict = {}
-    variants = [(v, n) for v, n in RAW_VARIANTS if n in args.workers] if args.raw else []
+    raws: dict = {}  # (variant, n) -> [result per round it ran in]
+    builds: dict = {}  # (backend, n) -> [result per round]
+    ratios: list = []  # per round and n: the two targets, from runs next to each other in time
+    batch = int(args.batch_mb * 1e6)
+
+    def do_raw(rnd, v, n):
+        r = raw(args.inputs, tok, v, n, batch)
+        r["round"] = rnd
+        raws.setdefault((v, n), []).append(r)
+        print(f"round {rnd} raw {v:<16} x{n}: {r['tokens'] / r['seconds'] / 1e6:6.3f} Mtok/s "
+              f"({r['seconds']:.2f}s, cpu {r['cpu']:.2f}s) ids {r['digest']}", flush=True)
+        return r
+
     for rnd in range(args.rounds):
-        for v, n in variants:
-            r = raw(args.inputs, tok, v, n, int(args.batch_mb * 1e6))
-            raws.setdefault((v, n), []).append(r)
-            print(f"round {rnd} raw {v:<16} x{n}: {r['tokens'] / r['seconds'] / 1e6:6.3f} Mtok/s "
-                  f"({r['seconds']:.2f}s, cpu {r['cpu']:.2f}s) ids {r['digest']}", flush=True)
-        if args.build:
-            for n in args.workers:
-                for backend in ("hf", "auto"):
+        for n in args.workers:
+            # Side by side: the tiktoken ceiling(s), the auto build, the HF build.
+            ceil = [do_raw(rnd, v, m) for v, m in RAW_VARIANTS if m == n and v.startswith("tiktoken")] if args.raw else []
+            got = {}
+            if args.build:
+                for backend in ("auto", "hf"):
                     b = build(args.inputs, tok, backend, n, args.build_args.split())
                     builds.setdefault((backend, n), []).append(b)
+                    got[backend] = b
                     print(f"round {rnd} build {backend:<4} x{n}: {b['tokens'] / b['seconds'] / 1e6:6.3f} Mtok/s "
                           f"({b['seconds']:.2f}s, cpu {b['cpu']:.2f}s) ran {b['backend']}", flush=True)
+            if got:
+                a, h = got["auto"], got["hf"]
+                row = {"round": rnd, "workers": n, "auto_vs_hf": h["seconds"] / a["seconds"], "auto_vs_hf_cpu": h["cpu"] / a["cpu"]}
+                if ceil:
+                    c = min(ceil, key=lambda r: r["seconds"])  # the higher ceiling
+                    row["auto_vs_raw_tiktoken"] = c["seconds"] / a["seconds"] * a["tokens"] / c["tokens"]
+                    row["auto_vs_raw_tiktoken_cpu"] = c["cpu"] / a["cpu"] * a["tokens"] / c["tokens"]
+                ratios.append(row)
+        if args.raw and rnd < args.hf_raw_rounds:
+            for v, n in RAW_VARIANTS:
+                if n in args.workers and not v.startswith("tiktoken"):
+                    do_raw(rnd, v, n)
 
     def best(rs):  # the least disturbed round
         return min(rs, key=lambda r: r["seconds"])
 
     print()
-    result = {"bench": "tokenizer_bench", "inputs": args.inputs, "time": time.strftime("%Y-%m-%d %H:%M:%S"), "raw": {}, "build": {}}
+    result = {"bench": "tokenizer_bench", "inputs": args.inputs, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "raw": {}, "build": {}, "ratios": ratios}
     if raws:
         first = best(next(iter(raws.values())))
         print(f"inputs {' '.join(args.inputs)}: {first['docs']} docs, {first['tokens']:,} tokens, {first['chars'] / 1e6:.1f} M chars")
         digests = {r["digest"] for rs in raws.values() for r in rs}
         print(f"ids identical across all raw variants: {len(digests) == 1} ({', '.join(sorted(digests))})")
+        print("raw ceilings, best round (wall), and tokens per CPU-second:")
         for n in args.workers:
             ref = best(raws[("hf fast", n)]) if ("hf fast", n) in raws else None
             for (v, m), rs in raws.items():
@@ -244,31 +273,28 @@ def main(argv=None) -> None:
                                               "mtok_per_cpu_s": r["tokens"] / r["cpu"] / 1e6, "digest": r["digest"]}
     if builds:
         sums = {tuple(b["checksums"]) for bs in builds.values() for b in bs}
-        print(f"shards identical across backends and worker counts: {len(sums) == 1}")
+        print(f"shards identical across backends, worker counts and rounds: {len(sums) == 1}")
+        print("builds, best round:")
         for n in args.workers:
-            h, a = best(builds[("hf", n)]), best(builds[("auto", n)])
-            tks = [best(raws[k]) for k in (("tiktoken", n), ("tiktoken procs", n)) if k in raws]
-            tk = min(tks, key=lambda r: r["seconds"]) if tks else None  # the higher ceiling
-            hr = best(raws[("hf fast", n)]) if ("hf fast", n) in raws else None
-            line = {}
-            for name, b in (("hf", h), ("auto", a)):
-                tps = b["tokens"] / b["seconds"]
-                line[name] = tps / 1e6
-                extra = ""
-                if tk:
-                    extra += f" = {tps / (tk['tokens'] / tk['seconds']):.2f}x raw tiktoken x{n}"
-                if hr:
-                    extra += f", {tps / (hr['tokens'] / hr['seconds']):.2f}x raw hf fast x{n}"
-                if tk and hr:  # CPU seconds: what the work costs, whoever else shares the cores
-                    extra += (f" | per CPU s: {tk['cpu'] / b['cpu']:.2f}x raw tiktoken, "
-                              f"{hr['cpu'] / b['cpu']:.2f}x raw hf fast")
-                print(f"  build {name:<4} x{n} (ran {b['backend']}): {tps / 1e6:6.3f} Mtok/s{extra}")
-            print(f"  build auto / build hf, x{n}: {h['seconds'] / a['seconds']:.2f}x (CPU s: {h['cpu'] / a['cpu']:.2f}x)")
-            result["build"][f"x{n}"] = {"hf_mtok_s": line["hf"], "auto_mtok_s": line["auto"], "auto_vs_hf": h["seconds"] / a["seconds"],
-                                        "auto_vs_raw_tiktoken": (a["tokens"] / a["seconds"]) / (tk["tokens"] / tk["seconds"]) if tk else None,
-                                        "auto_vs_hf_cpu": h["cpu"] / a["cpu"],
-                                        "auto_vs_raw_tiktoken_cpu": tk["cpu"] / a["cpu"] if tk else None,
-                                        "cmd": a["cmd"], "reason": a["reason"]}
+            for backend in ("hf", "auto"):
+                b = best(builds[(backend, n)])
+                print(f"  build {backend:<4} x{n} (ran {b['backend']}): {b['tokens'] / b['seconds'] / 1e6:6.3f} Mtok/s "
+                      f"({b['seconds']:.2f}s, {b['tokens'] / b['cpu'] / 1e6:.3f} Mtok per CPU s)")
+                result["build"][f"{backend} x{n}"] = {"mtok_s": b["tokens"] / b["seconds"] / 1e6, "seconds": b["seconds"],
+                                                      "cpu_s": b["cpu"], "ran": b["backend"], "reason": b["reason"], "cmd": b["cmd"]}
+        print("targets, per round from runs side by side: median [min-max] over rounds")
+        keys = [("auto_vs_raw_tiktoken", "auto build / raw tiktoken ceiling (target >= 0.9)"),
+                ("auto_vs_hf", "auto build / HF build (target >= 3.5)")]
+        for n in args.workers:
+            rows = [r for r in ratios if r["workers"] == n]
+            for k, label in keys:
+                wall = [r[k] for r in rows if k in r]
+                cpu = [r[k + "_cpu"] for r in rows if k + "_cpu" in r]
+                if wall:
+                    print(f"  x{n} {label}: wall {statistics.median(wall):.2f} [{min(wall):.2f}-{max(wall):.2f}]"
+                          f"  | CPU s {statistics.median(cpu):.2f} [{min(cpu):.2f}-{max(cpu):.2f}]")
+                    result["build"][f"x{n} {k}"] = {"median": statistics.median(wall), "min": min(wall), "max": max(wall),
+                                                    "cpu_median": statistics.median(cpu)}
     line = json.dumps(result)
     print(line)
     if args.json:
