@@ -484,19 +484,34 @@ def sample_texts(slices, text_field: str = "text", max_docs: int = SAMPLE_DOCS, 
     (``packer.sources.Slice``), then of the slices after the first, until
     ``max_docs``, ``max_chars`` or ``max_slices``. Bad records are passed over:
     the build reports them, with file and line."""
+    import threading
+
+    before = set(threading.enumerate())
+    try:
+        return _sample(list(slices), text_field, max_docs, max_chars, max_slices)
+    finally:
+        # Readers stopped early leave their read-ahead threads to finish a
+        # last block; wait for them, so the build finds one thread and can
+        # fork its workers (see packer.build._make_pool).
+        for t in set(threading.enumerate()) - before:
+            t.join(timeout=2.0)
+
+
+def _sample(slices, text_field: str, max_docs: int, max_chars: int, max_slices: int) -> list[str]:
+    import os
+
     from .sources import Skip, read_slice
 
-    slices = list(slices)
     n = min(8, len(slices))
     spread = sorted({round(i * (len(slices) - 1) / max(1, n - 1)) for i in range(n)})
-    order = spread + [i for i in range(len(slices)) if i not in set(spread)]
+    order = spread + sorted(set(range(len(slices))) - set(spread))
     per = -(-max_docs // max(1, n))
     out: list[str] = []
     chars = 0
     for i in order[:max_slices]:
         got = 0
         sl = slices[i]
-        if sl.file.format == "text" and sl.file.compression is None:
+        if sl.file.format == "text" and sl.file.compression is None and os.path.isfile(sl.file.path):
             # One document per file: its start is sample enough (read_slice would read it all).
             try:
                 with open(sl.file.path, "rb") as f:
