@@ -6,9 +6,13 @@ globs) into a sorted list of ``InputFile``; ``plan_slices`` cuts those into
 parquet, whole files otherwise); ``read_slice`` yields ``Record``s: the text of
 one document, or a ``Skip`` naming why a record was dropped and where.
 
-Reads go through ``ReadAhead``: a background thread pulls large blocks off the
-file while the caller parses and tokenizes, so slow storage (a network mount,
-a Windows drive under WSL) overlaps with compute.
+Reading is split so the build can spread it over cores: ``iter_parts`` does
+the I/O and decompression, in order, and ``parse_part`` the per-record work
+(JSON, UTF-8) on whichever core then tokenizes. Streamed files go through
+``ReadAhead`` (several ``pread``s in flight from a thread pool) and small
+whole files are read many at once (``iter_parts_many``), so slow storage (a
+network mount, a Windows drive under WSL) overlaps with compute and does not
+cost one round trip per file in series.
 """
 
 from __future__ import annotations
