@@ -37,7 +37,7 @@ def main(argv=None) -> None:
     ax = axes[0]
     labels, wall, cpu = [], [], []
     for r in builds:
-        name = os.path.basename(os.path.normpath(r["inputs"][0]))
+        name = os.path.basename(os.path.normpath(r["inputs"][0])) + f" ({r['time'][11:16]})"
         for n in sorted({row["workers"] for row in r["rows"]}):
             rows = [x for x in r["rows"] if x["workers"] == n]
             labels.append(f"{name}\n{n} worker{'s' if n > 1 else ''}")
@@ -47,8 +47,8 @@ def main(argv=None) -> None:
     ax.bar([x - 0.2 for x in xs], wall, 0.4, label="wall clock")
     ax.bar([x + 0.2 for x in xs], cpu, 0.4, label="CPU time")
     ax.axhline(0.95, ls="--", c="k", lw=1)
-    ax.set_xticks(list(xs), labels, fontsize=8)
-    ax.set_ylim(0, 1.1)
+    ax.set_xticks(list(xs), labels, fontsize=7, rotation=35, ha="right")
+    ax.set_ylim(0, max(wall + cpu + [1.0]) * 1.08)
     ax.set_ylabel("build tokens/s ÷ HF tokenizer ceiling")
     ax.set_title("packer build vs tokenizing texts in memory")
     ax.legend(loc="lower right", fontsize=8)
