@@ -28,7 +28,7 @@ import os
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from .errors import PackerError, ShardError
 
@@ -257,10 +257,20 @@ def json_bytes(obj) -> bytes:
 
 def put(out: str, rel: str, data: bytes) -> None:
     """Publish ``data`` at ``out/rel`` atomically: a reader sees all of it or nothing."""
-    if not is_uri(out):
+    if not is_uri(out) or urlsplit(out).scheme.lower() == "file":
         from . import shards as S
 
-        S.atomic_write(os.path.join(out, *rel.split("/")), data)
+        # A local disk (file:// too: pyarrow's local filesystem writes in
+        # place): temp file, fsync, rename.
+        if not is_uri(out):
+            S.atomic_write(os.path.join(out, *rel.split("/")), data)
+            return
+        path = os.path.join(unquote(urlsplit(out).path), *rel.split("/"))
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)  # folders appear with their first object, as on a store
+        except OSError as e:
+            raise PackerError(f"cannot write to output folder {out}: {e.strerror}") from None
+        S.atomic_write(path, data)
         return
     uri = join(out, rel)
     fs, path = resolve(uri)
@@ -278,7 +288,7 @@ def put_json(out: str, rel: str, obj) -> None:
     if not is_uri(out):
         from . import shards as S
 
-        S.write_json(os.path.join(out, *rel.split("/")), obj)
+        S.write_json(os.path.join(out, *rel.split("/")), obj)  # the local path, as it always was
     else:
         put(out, rel, json_bytes(obj))
 
@@ -366,7 +376,7 @@ def prepare_out(cfg, settings: dict) -> bool:
     out = cfg.out
     objects = listing(out)
     ours = {S.MANIFEST, "build.json", S.SHARD_DIR, S.UNIT_DIR}
-    tops = sorted({k.split("/", 1)[0] for k in objects})
+    tops = sorted({k.split("/", 1)[0] for k in objects if not k.rsplit("/", 1)[-1].startswith(".tmp-")})
     if cfg.resume and "build.json" not in objects and all(t in ours for t in tops):
         tops = []  # killed before build.json was written: start afresh
     if tops and cfg.resume:
@@ -391,6 +401,9 @@ def prepare_out(cfg, settings: dict) -> bool:
         objects = {}
     elif tops:
         raise PackerError(f"output folder {out} is not empty: pass --resume to continue a build there, or --overwrite to replace it")
+    stale = [k for k in objects if k.rsplit("/", 1)[-1].startswith(".tmp-")]  # file://: a killed build's temp files
+    if stale:
+        delete(out, stale)
     if "build.json" not in objects:
         put_json(out, "build.json", {"format": S.FORMAT_NAME, "format_version": S.FORMAT_VERSION, "settings": settings})
     return False

@@ -135,6 +135,9 @@ def test_missing_input_and_bad_names_are_one_line(bucket, tmp_path):
         build(BuildConfig(inputs=(f"s3://{bucket}/doc.pdf",), out=out))
     with pytest.raises(PackerError, match="globs are not expanded"):
         build(BuildConfig(inputs=(f"s3://{bucket}/*.jsonl",), out=out))
+    with pytest.raises(PackerError, match=r"^cannot write s3://no-such-bucket-x/out/build.json: .*bucket") as e:
+        build(BuildConfig(inputs=(SAMPLE,), out="s3://no-such-bucket-x/out"))
+    assert "\n" not in str(e.value)
 
 
 def test_nothing_secret_in_uris_manifests_or_messages(bucket, corpus, tmp_path):
@@ -170,7 +173,7 @@ def test_a_bad_record_deep_in_a_remote_slice_is_named_by_line(bucket, tmp_path):
     assert _manifest_as_if(remote.manifest, f"s3://{bucket}/in/c.jsonl", "X") == _manifest_as_if(local.manifest, path, "X")
 
 
-def test_an_fsspec_scheme_reads_like_a_local_folder(tmp_path):
+def test_an_fsspec_scheme_reads_and_writes_like_a_local_folder(local_build, tmp_path):
     fsspec = pytest.importorskip("fsspec")
     mem = fsspec.filesystem("memory")
     names = ("corpus.jsonl", "corpus.parquet", "corpus.jsonl.zst")
@@ -185,6 +188,19 @@ def test_an_fsspec_scheme_reads_like_a_local_folder(tmp_path):
         mem.rm("/packer-test", recursive=True)
     assert [s[S_KEY] for s in a.manifest["shards"]] == [s[S_KEY] for s in b.manifest["shards"]]
     assert folder_files(str(tmp_path / "a"))["shards/000000.arrow"] == folder_files(str(tmp_path / "b"))["shards/000000.arrow"]
+    # And as OUT: the local build's files, object for object.
+    try:
+        build(BuildConfig(inputs=(SAMPLE,), out="memory://packer-out/b", workers=1, **SETTINGS))
+        got = {p[len("/packer-out/b/"):]: mem.cat_file(p) for p in mem.find("/packer-out/b")}
+    finally:
+        mem.rm("/packer-out", recursive=True)
+    assert got == folder_files(local_build)
+
+
+def test_a_file_uri_out_is_written_atomically_as_a_local_folder(local_build, tmp_path):
+    out = tmp_path / "out"
+    build(BuildConfig(inputs=(SAMPLE,), out=out.as_uri(), workers=1, **SETTINGS))
+    assert folder_files(str(out)) == folder_files(local_build)
 
 
 S_KEY = "xxh3_128"
