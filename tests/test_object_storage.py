@@ -16,20 +16,19 @@ import uuid
 
 import pytest
 
-pytest.importorskip("moto.server")
-pytest.importorskip("boto3")
+from packer import BuildConfig, build
+from packer.errors import PackerError, ShardError
 
-from packer import BuildConfig, build  # noqa: E402
-from packer.errors import PackerError, ShardError  # noqa: E402
-
-from ._services import MotoServer, S3_ENV, folder_files, make_bucket, objects, s3_client, s3_environment, upload_tree  # noqa: E402
-from .conftest import SAMPLE, write_jsonl  # noqa: E402
+from ._services import MotoServer, S3_ENV, folder_files, make_bucket, objects, s3_client, s3_environment, upload_tree
+from .conftest import SAMPLE, write_jsonl
 
 SETTINGS = dict(seq_len=256, unit_bytes=300_000)  # corpus.jsonl (2 MB) becomes 7 ranged slices
 
 
 @pytest.fixture(scope="module")
 def s3():
+    pytest.importorskip("moto.server", reason="moto[server] is not installed (pip install 'packer[storage-test]')")
+    pytest.importorskip("boto3")
     srv = MotoServer()
     try:
         with s3_environment(srv.endpoint) as env:
