@@ -150,6 +150,7 @@ def _kill_one_running_unit(stop: threading.Event, killed: list) -> None:
         time.sleep(0.005)
 
 
+@pytest.mark.slow  # about 6 s each: Ray starts fresh workers after each death; CI runs them
 def test_a_worker_killed_mid_build_is_retried_and_the_output_is_unchanged(cluster, tmp_path):
     path = _corpus(tmp_path)
     cfg = dict(inputs=(path,), seq_len=1024, unit_bytes=1 << 20, workers=2)
@@ -167,6 +168,7 @@ def test_a_worker_killed_mid_build_is_retried_and_the_output_is_unchanged(cluste
     assert folder_files(str(tmp_path / "ray")) == folder_files(str(tmp_path / "local"))
 
 
+@pytest.mark.slow  # about 6 s each: Ray starts fresh workers after each death; CI runs them
 def test_a_unit_whose_worker_always_dies_fails_in_one_line_then_resumes(cluster, local_build, tmp_path, monkeypatch):
     out = str(tmp_path / "out")
     cfg = BuildConfig(inputs=(SAMPLE,), out=out, workers=2, engine="ray", **SETTINGS)
