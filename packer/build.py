@@ -601,24 +601,21 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
             ex.submit(assemble_unit, task_job, by_index[u], parts).add_done_callback(deliver("unit", u, None))
 
     reader.start()
+    u = None  # the unit the last event was about, for the message if a worker dies
     try:
         while len(records) < len(units):
             ev = events.get()
             if ev[0] == "chunk":
-                _, u, seq, parts = ev
-                ex.submit(encode_chunk, task_job, u.index, parts).add_done_callback(deliver("chunk", u.index, seq))
+                _, unit, seq, parts = ev
+                u = unit.index
+                ex.submit(encode_chunk, task_job, u, parts).add_done_callback(deliver("chunk", u, seq))
             elif ev[0] == "end":
-                n_chunks[ev[1].index] = ev[2]
-                maybe_assemble(ev[1].index)
+                u = ev[1].index
+                n_chunks[u] = ev[2]
+                maybe_assemble(u)
             elif ev[0] == "result":
                 _, kind, u, seq, fut = ev
-                try:
-                    res = fut.result()
-                except BrokenProcessPool:
-                    raise PackerError(
-                        f"a worker process died (killed, or out of memory) while building unit {u}; "
-                        "nothing half-written was kept: rerun with --resume"
-                    ) from None
+                res = fut.result()
                 if kind == "chunk":
                     slots.release()
                     chunks[u][seq] = res
@@ -632,6 +629,12 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
                 report()
             elif ev[0] == "error":
                 raise ev[1]
+    except BrokenProcessPool:  # from a result, or from submitting to the pool once it broke
+        failure = PackerError(
+            f"a worker process died (killed, or out of memory) while building unit {u}; "
+            "nothing half-written was kept: rerun with --resume"
+        )
+        raise failure from None
     except BaseException as e:
         failure = e
         raise
@@ -639,6 +642,11 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
         stop.set()
         if pool is not None:
             if failure is not None:
+                # Chunks are large: the queue's feeder thread may be blocked writing
+                # one to a worker we are about to stop; exit must not wait for it.
+                call_queue = getattr(pool, "_call_queue", None)
+                if call_queue is not None:
+                    call_queue.cancel_join_thread()
                 for p in list(getattr(pool, "_processes", {}).values()):
                     p.terminate()
             pool.shutdown(wait=failure is None, cancel_futures=True)
