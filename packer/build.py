@@ -593,28 +593,46 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
             events.put(("result", kind, u, seq, fut))
         return cb
 
+    in_flight = 0  # tasks submitted whose result event has not been handled
+
+    def submit(kind, u, seq, fn, *args) -> None:
+        nonlocal in_flight
+        in_flight += 1
+        ex.submit(fn, *args).add_done_callback(deliver(kind, u, seq))
+
     def maybe_assemble(u: int) -> None:
         got = chunks[u]
         if n_chunks.get(u) == len(got):
             parts = [got[i] for i in range(len(got))]
             del chunks[u]
-            ex.submit(assemble_unit, task_job, by_index[u], parts).add_done_callback(deliver("unit", u, None))
+            submit("unit", u, None, assemble_unit, task_job, by_index[u], parts)
 
     reader.start()
     u = None  # the unit the last event was about, for the message if a worker dies
     try:
         while len(records) < len(units):
-            ev = events.get()
+            try:
+                ev = events.get(timeout=5)
+            except queue.Empty:
+                # Never wait forever: with the reader finished and no task in
+                # flight, no event can come any more.
+                if not reader.is_alive() and in_flight == 0 and events.empty():
+                    raise PackerError(
+                        f"the build stalled with {len(units) - len(records)} unit(s) unfinished (an internal error; "
+                        "please report it); finished units are kept: rerun with --resume"
+                    ) from None
+                continue
             if ev[0] == "chunk":
                 _, unit, seq, parts = ev
                 u = unit.index
-                ex.submit(encode_chunk, task_job, u, parts).add_done_callback(deliver("chunk", u, seq))
+                submit("chunk", u, seq, encode_chunk, task_job, u, parts)
             elif ev[0] == "end":
                 u = ev[1].index
                 n_chunks[u] = ev[2]
                 maybe_assemble(u)
             elif ev[0] == "result":
                 _, kind, u, seq, fut = ev
+                in_flight -= 1
                 res = fut.result()
                 if kind == "chunk":
                     slots.release()

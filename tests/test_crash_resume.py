@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -101,6 +102,8 @@ def test_ten_random_kills_then_resume(tmp_path, corpus, clean):
             p.wait()
         if kills == 10:
             break
+        if os.path.exists(os.path.join(out, "manifest.json")):
+            shutil.rmtree(out)  # it finished between kills: start over, so every kill lands mid-build
     assert kills == 10
     r = packer("build", corpus, out, *ARGS, "--resume")
     assert r.returncode == 0, r.stderr
@@ -185,3 +188,18 @@ def test_real_disk_full_then_resume_after_space_is_freed(tmp_path, corpus, clean
     r = packer("build", corpus, roomy, *ARGS, "--resume")
     assert r.returncode == 0, r.stderr
     assert_same_build(roomy, clean)
+
+
+def test_a_stalled_build_fails_instead_of_hanging(tmp_path, corpus, monkeypatch):
+    """If no work is in flight and the reader has stopped, the build says so instead of waiting forever."""
+    import importlib
+
+    from packer.errors import PackerError
+
+    B = importlib.import_module("packer.build")  # the module: packer.build is also the function's name
+
+    monkeypatch.setattr(B, "_read_units", lambda *a, **k: None)  # a reader that dies without a word
+    t = time.perf_counter()
+    with pytest.raises(PackerError, match="stalled"):
+        B.build(B.BuildConfig(inputs=(corpus,), out=str(tmp_path / "out"), seq_len=256, workers=1, unit_bytes=50_000))
+    assert time.perf_counter() - t < 30
