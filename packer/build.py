@@ -659,15 +659,12 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
     finally:
         stop.set()
         if pool is not None:
-            if failure is not None:
-                # Chunks are large: the queue's feeder thread may be blocked writing
-                # one to a worker we are about to stop; exit must not wait for it.
-                call_queue = getattr(pool, "_call_queue", None)
-                if call_queue is not None:
-                    call_queue.cancel_join_thread()
-                for p in list(getattr(pool, "_processes", {}).values()):
-                    p.terminate()
-            pool.shutdown(wait=failure is None, cancel_futures=True)
+            # On failure or Ctrl-C, queued tasks are cancelled and the workers
+            # finish the task in hand (a chunk or one unit's packing: seconds)
+            # and exit. Workers are never terminated: one killed while sending
+            # its result leaves a half message in the result pipe, and the
+            # executor's thread then waits on it forever at interpreter exit.
+            pool.shutdown(wait=True, cancel_futures=True)
         reader.join(timeout=5)
 
 
