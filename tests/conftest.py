@@ -57,3 +57,20 @@ def copy_build(tmp_path):
         return dst
 
     return _copy
+
+
+def load_script(relpath: str):
+    """A script of the repo (examples/, bench/) imported as a module, once per session.
+
+    Registered in sys.modules before it runs: dataclasses look their module up then.
+    """
+    import importlib.util
+    import sys
+
+    name = os.path.splitext(os.path.basename(relpath))[0]
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, relpath))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 import warnings
 
 import numpy as np
@@ -15,17 +13,13 @@ import torch.nn.functional as F
 from packer import PackedDataset, block_mask, collate, dense_mask
 from packer.batching import boundaries, collate_padding_free, padding_free
 
+from .conftest import load_script
+
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "train_gpt.py")
 
 
 def load_example():
-    """examples/train_gpt.py as a module (it is a script, not part of the package)."""
-    if "train_gpt" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("train_gpt", EXAMPLE)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["train_gpt"] = mod  # dataclasses look their module up while the file runs
-        spec.loader.exec_module(mod)
-    return sys.modules["train_gpt"]
+    return load_script("examples/train_gpt.py")
 
 
 @pytest.fixture(scope="module")

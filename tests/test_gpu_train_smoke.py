@@ -9,7 +9,6 @@ skipped with a reason, not crash.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,18 +17,14 @@ import sys
 import numpy as np
 import pytest
 
+from .conftest import load_script
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "bench", "gpu_train.py")
 
 
 def load_bench():
-    """bench/gpu_train.py as a module (a script, not part of the package)."""
-    if "gpu_train" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("gpu_train", SCRIPT)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["gpu_train"] = mod  # dataclasses look their module up while the file runs
-        spec.loader.exec_module(mod)
-    return sys.modules["gpu_train"]
+    return load_script("bench/gpu_train.py")
 
 
 @pytest.fixture(scope="module")

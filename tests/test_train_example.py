@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import re
 import subprocess
 import sys
 
+from .conftest import load_script
+
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "train_gpt.py")
 TINY = ["--d-model", "32", "--layers", "2", "--heads", "2", "--batch-size", "4", "--lr", "3e-3", "--device", "cpu"]
 
 
 def load_example():
-    """examples/train_gpt.py as a module (it is a script, not part of the package)."""
-    if "train_gpt" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("train_gpt", EXAMPLE)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["train_gpt"] = mod  # dataclasses look their module up while the file runs
-        spec.loader.exec_module(mod)
-    return sys.modules["train_gpt"]
+    return load_script("examples/train_gpt.py")
 
 
 def test_script_trains_on_cpu_with_the_dense_mask(sample_build):
