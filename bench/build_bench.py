@@ -39,6 +39,8 @@ import sys
 import tempfile
 import time
 
+from common import emit_json  # bench/common.py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
 
@@ -164,11 +166,7 @@ def main(argv=None) -> None:
             print(f"speed-up {base}->{n} workers: ceiling x{sp[0]:.2f}, build x{sp[1]:.2f}")
     result = {"bench": "build_bench", "inputs": args.inputs, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
               "rows": rows, "median_ratio": summary, "median_cpu_ratio": cpu_summary}
-    line = json.dumps(result)
-    print(line)
-    if args.json:
-        with open(args.json, "a") as f:
-            f.write(line + "\n")
+    emit_json(result, args.json)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ import sys
 import tempfile
 import time
 
+from common import emit_json  # bench/common.py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
 
@@ -127,12 +129,8 @@ def main(argv=None) -> None:
                           f"x{hf_s / pk_s:.2f} faster (CPU x{hf_cpu / pk_cpu:.2f}; tokens {hf_tokens:,} vs "
                           f"{m['totals']['tokens']:,})", flush=True)
             rows.append(row)
-    line = json.dumps({"bench": "hf_datasets_baseline", "inputs": args.inputs,
-                       "time": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows})
-    print(line)
-    if args.json:
-        with open(args.json, "a") as f:
-            f.write(line + "\n")
+    emit_json({"bench": "hf_datasets_baseline", "inputs": args.inputs,
+               "time": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, args.json)
 
 
 if __name__ == "__main__":

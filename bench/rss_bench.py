@@ -30,6 +30,8 @@ import tempfile
 import threading
 import time
 
+from common import emit_json  # bench/common.py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
 
@@ -135,12 +137,8 @@ def main(argv=None) -> None:
                   f"{', '.join(f'{x / 2**20:.0f}' for x in r['tree_peaks_bytes'])})", flush=True)
     a, b = rows[0]["tree_peak_bytes"], rows[-1]["tree_peak_bytes"]
     print(f"peak memory x{args.copies} / x1 = {b / a:.3f} (target <= 1.10)")
-    line = json.dumps({"bench": "rss_bench", "time": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows,
-                       "ratio": b / a})
-    print(line)
-    if args.json:
-        with open(args.json, "a") as f:
-            f.write(line + "\n")
+    emit_json({"bench": "rss_bench", "time": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows,
+               "ratio": b / a}, args.json)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from build_bench import GPT2, ceiling  # bench/ is the script's folder, first on sys.path
 from slowfs import SlowMount
 
+from common import emit_json  # bench/common.py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -151,11 +153,7 @@ def main(argv=None) -> None:
                   f"rate {rate / 1e6:.2f} MB/s): read {read_s:6.2f}s tokenize {c['seconds']:6.2f}s "
                   f"build {build_s:6.2f}s -> build / max = {build_s / bound:.3f}", flush=True)
     os.rmdir(mnt)
-    line = json.dumps({"bench": "slow_bench", "time": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows})
-    print(line)
-    if args.json:
-        with open(args.json, "a") as f:
-            f.write(line + "\n")
+    emit_json({"bench": "slow_bench", "time": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, args.json)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,8 @@ import sys
 import tempfile
 import time
 
+from common import emit_json  # bench/common.py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
 
@@ -295,11 +297,7 @@ def main(argv=None) -> None:
                           f"  | CPU s {statistics.median(cpu):.2f} [{min(cpu):.2f}-{max(cpu):.2f}]")
                     result["build"][f"x{n} {k}"] = {"median": statistics.median(wall), "min": min(wall), "max": max(wall),
                                                     "cpu_median": statistics.median(cpu)}
-    line = json.dumps(result)
-    print(line)
-    if args.json:
-        with open(args.json, "a") as f:
-            f.write(line + "\n")
+    emit_json(result, args.json)
 
 
 if __name__ == "__main__":
