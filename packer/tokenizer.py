@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from . import long_texts
 from .errors import PackerError
 
 BYTES_NAME = "bytes"
@@ -41,6 +42,7 @@ EOS_CANDIDATES = (
     "[SEP]",
 )
 _LOADED: dict = {}  # fingerprint -> the tokenizers.Tokenizer resolve_tokenizer last built
+_CUT_RULE: dict = {}  # fingerprint -> long_texts.cut_rule's answer (None: long texts may be cut)
 
 PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>")
 
@@ -219,6 +221,9 @@ class Encoder:
             cached = _LOADED.get(info.fingerprint)
             self._tok = cached if cached is not None else Tokenizer.from_str(info.json)
             self._batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+            if info.fingerprint not in _CUT_RULE:
+                _CUT_RULE[info.fingerprint] = long_texts.cut_rule(info.json, self._tok)
+            self._cut = _CUT_RULE[info.fingerprint] is None
 
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Encode ``texts``; return (ids, lengths).
@@ -231,18 +236,31 @@ class Encoder:
             return self._bytes_flat(texts)
         if self._tk is not None:
             return self._tk.encode_flat(texts, self.info.eos_id)
+        # Long texts go in pieces, a few at a time (packer/long_texts.py): HF
+        # holds ~250 bytes per token of what one call encodes.
+        if self._cut and any(len(t) > long_texts.PIECE_CHARS for t in texts):
+            pieces, ends = [], []  # ends[i]: pieces up to and including text i's
+            for t in texts:
+                pieces.extend(long_texts.cut(t))
+                ends.append(len(pieces))
+            calls = long_texts.batches(pieces)
+        else:
+            ends, calls = range(1, len(texts) + 1), [texts]
         # e.ids builds a Python list per text; that getter is the one copy we
         # cannot avoid. array('I').extend is the cheapest way from those lists
         # to one buffer (about 10 ns/token, vs ~18 for np.array per text).
-        lists = [e.ids for e in self._batch(texts, add_special_tokens=False)]
-        if len(self._eos):
-            eos = int(self._eos[0])
-            for ids in lists:
-                ids.append(eos)
-        lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        eos = int(self._eos[0]) if len(self._eos) else None
         buf = array("I")
-        for ids in lists:
-            buf.extend(ids)
+        lengths = np.zeros(len(texts), dtype=np.int64)
+        doc, piece, start = 0, 0, 0
+        for call in calls:
+            for e in self._batch(call, add_special_tokens=False):
+                buf.extend(e.ids)
+                piece += 1
+                if piece == ends[doc]:
+                    if eos is not None:
+                        buf.append(eos)
+                    lengths[doc], start, doc = len(buf) - start, len(buf), doc + 1
         return np.frombuffer(buf, dtype=np.uint32), lengths
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:

@@ -1,0 +1,129 @@
+"""Cut long texts where the tokenizer provably starts afresh.
+
+Why: HF ``tokenizers`` holds an ``Encoding`` per text while it encodes
+(ids, token strings, offsets, masks: 200-250 bytes per token). One 9 MB
+document (there is one in the benchmark corpus) costs 0.7 GB in each worker
+that meets it, and allocating and faulting that much costs about 7% of the
+build's CPU. Encoding such a text in pieces of ``PIECE_CHARS`` characters,
+``BATCH_CHARS`` at a time, bounds both, if the pieces' ids, concatenated,
+are exactly the whole text's ids.
+
+Where that holds: just before a ``"\\n"`` that follows an ASCII letter or
+digit. Every pre-tokenizer regex in use (GPT-2's, cl100k/Llama-3's, o200k's,
+Qwen2's) has no alternative that matches a letter or digit and then a
+newline, and none looks behind, so a pre-token ends there and the matching
+after it depends only on the text after it. BPE, WordPiece and WordLevel
+models then encode each pre-token on its own. ``cut_rule`` says whether a
+given tokenizer.json is of that kind (normalizer, pre-tokenizer, model and
+added tokens, checked by type), then tries the cut on probe strings built to
+break it; any doubt and packer encodes whole texts, as before.
+"""
+
+from __future__ import annotations
+
+import json
+
+PIECE_CHARS = 32 << 10  # a cut is looked for from half this on
+BATCH_CHARS = 256 << 10  # characters per encode call when pieces are in play
+
+_NORMALIZERS = {"NFC", "NFD", "NFKC", "NFKD"}
+_PRE_TOKENIZERS = {"ByteLevel", "Split", "Digits", "Whitespace", "WhitespaceSplit", "Punctuation"}
+_MODELS = {"BPE", "WordPiece", "WordLevel"}
+
+
+def _ok_cut(text: str, p: int) -> bool:
+    c = text[p - 1]
+    return c.isascii() and c.isalnum()
+
+
+def cut(text: str, piece_chars: int = PIECE_CHARS) -> list[str]:
+    """``text`` as consecutive pieces of about ``piece_chars`` characters or
+    fewer, each after the first starting at a ``"\\n"`` that follows an ASCII
+    letter or digit. A stretch with no such place stays whole."""
+    if len(text) <= piece_chars:
+        return [text]
+    pieces, start, half = [], 0, piece_chars // 2
+    while len(text) - start > piece_chars:
+        p = text.find("\n", start + half)
+        while p != -1 and not _ok_cut(text, p):
+            p = text.find("\n", p + 1)
+        if p == -1:
+            break
+        pieces.append(text[start:p])
+        start = p
+    pieces.append(text[start:])
+    return pieces
+
+
+def _types(node: dict | None, key: str) -> list[dict]:
+    """The node and, for a Sequence, its members (one level)."""
+    if node is None:
+        return []
+    if node.get("type") == "Sequence":
+        return [m for m in node.get(key, [])]
+    return [node]
+
+
+def _why_not_structurally(d: dict) -> str | None:
+    for n in _types(d.get("normalizer"), "normalizers"):
+        if n.get("type") not in _NORMALIZERS:
+            return f"normalizer {n.get('type')}"
+    pres = _types(d.get("pre_tokenizer"), "pretokenizers")
+    if not pres:
+        return "no pre-tokenizer"
+    for p in pres:
+        if p.get("type") not in _PRE_TOKENIZERS:
+            return f"pre-tokenizer {p.get('type')}"
+        if p.get("type") == "ByteLevel" and p.get("add_prefix_space"):
+            return "ByteLevel add_prefix_space"
+    model = d.get("model") or {}
+    if model.get("type") not in _MODELS:
+        return f"model {model.get('type')}"
+    if model.get("dropout"):
+        return "BPE dropout"
+    for t in d.get("added_tokens") or []:
+        if "\n" in t.get("content", "") or t.get("rstrip") or t.get("lstrip"):
+            return f"added token {t.get('content')!r}"
+    return None
+
+
+def _probes() -> list[str]:
+    """Strings with a cut place in every context a regex could treat apart."""
+    befores = ["", " ", "x", "  ", "'", ".", "\t", "é", "中", "\n"]
+    cores = ["a", "Z", "0", "9", "ab", "12345", "s", "t", "don't", "I'm"]
+    afters = ["\n", "\nb", "\n\n", "\n x", "\n  y", "\n\t}", "\n123", "\n'", "\n.", "\n é", "\n\r\n", "\n中"]
+    return [b + c + a for b in befores for c in cores for a in afters]
+
+
+def cut_rule(tokenizer_json: str, tok) -> str | None:
+    """None if texts may be cut for ``tok`` (a ``tokenizers.Tokenizer`` built
+    from ``tokenizer_json``), else why not, in a few words."""
+    why = _why_not_structurally(json.loads(tokenizer_json))
+    if why:
+        return why
+    probes = _probes()
+    cuts = [(i, p) for i, s in enumerate(probes) for p in range(1, len(s)) if s[p] == "\n" and _ok_cut(s, p)]
+    for i, p in cuts:  # the pre-tokenizer itself must end a pre-token there...
+        if p not in {end for _, (_, end) in tok.pre_tokenizer.pre_tokenize_str(probes[i])}:
+            return f"pre-tokenizer joins across {probes[i]!r}[{p}]"
+    wholes = tok.encode_batch(probes, add_special_tokens=False)  # ...and the ids must agree
+    halves = tok.encode_batch([h for i, p in cuts for h in (probes[i][:p], probes[i][p:])], add_special_tokens=False)
+    for k, (i, p) in enumerate(cuts):
+        if halves[2 * k].ids + halves[2 * k + 1].ids != wholes[i].ids:
+            return f"probe {probes[i]!r} cut at {p}"
+    return None
+
+
+def batches(pieces: list[str], batch_chars: int = BATCH_CHARS) -> list[list[str]]:
+    """``pieces`` in order, in runs of at most ``batch_chars`` characters (a
+    longer piece alone)."""
+    out, cur, n = [], [], 0
+    for s in pieces:
+        if cur and n + len(s) > batch_chars:
+            out.append(cur)
+            cur, n = [], 0
+        cur.append(s)
+        n += len(s)
+    if cur:
+        out.append(cur)
+    return out

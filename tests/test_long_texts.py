@@ -1,0 +1,125 @@
+"""Long texts are encoded in pieces only where that gives the whole text's ids."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from packer import long_texts
+from packer.tokenizer import Encoder, resolve_tokenizer
+
+from .conftest import SAMPLE
+
+LLAMA3_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def long_real_texts() -> list[str]:
+    """Text nobody here wrote: Python's own sources, whole modules as single long texts."""
+    import argparse
+    import email.message
+    import typing
+
+    texts = []
+    for mod in (argparse, typing, email.message):
+        with open(mod.__file__, encoding="utf-8") as f:
+            texts.append(f.read())
+    docs = []
+    with open(os.path.join(SAMPLE, "corpus.jsonl"), encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                text = json.loads(line)["text"]
+            except (ValueError, KeyError, TypeError):
+                continue  # sample_data has broken lines on purpose
+            if isinstance(text, str):
+                docs.append(text)
+    texts.append("\n\n".join(docs))  # about 2 MB as one document
+    texts.append("no newline at all " * 5000)  # nowhere to cut: stays whole
+    texts.append("é\n" * 40000)  # newlines, but never after an ASCII letter or digit
+    return texts
+
+
+def test_cut_pieces_rejoin_and_start_at_a_safe_newline():
+    for text in long_real_texts():
+        pieces = long_texts.cut(text, piece_chars=4096)
+        assert "".join(pieces) == text
+        for p in pieces[1:]:
+            assert p[0] == "\n"
+        starts = np.cumsum([0] + [len(p) for p in pieces[:-1]])[1:]
+        for s in starts:
+            assert text[s - 1].isascii() and text[s - 1].isalnum()
+    assert len(long_texts.cut(long_real_texts()[0], piece_chars=4096)) > 5  # it does cut real text
+    assert long_texts.cut("no newline at all " * 5000, piece_chars=4096) == ["no newline at all " * 5000]
+
+
+def test_batches_keep_order_and_bound_characters():
+    pieces = [str(i) * n for i, n in enumerate([10, 300, 5, 1000, 7, 7, 7])]
+    calls = long_texts.batches(pieces, batch_chars=320)
+    assert [p for c in calls for p in c] == pieces
+    for c in calls:
+        assert len(c) == 1 or sum(map(len, c)) <= 320
+
+
+def _variant(gpt2_path: str, **changes) -> str:
+    with open(gpt2_path, encoding="utf-8") as f:
+        d = json.load(f)
+    d.update(changes)
+    return json.dumps(d)
+
+
+def _byte_level_after(regex: str) -> dict:
+    return {
+        "type": "Sequence",
+        "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+        ],
+    }
+
+
+def test_cut_rule_accepts_gpt2_and_llama3_regex_and_refuses_the_rest(gpt2_path):
+    from tokenizers import Tokenizer
+
+    def rule(js):
+        return long_texts.cut_rule(js, Tokenizer.from_str(js))
+
+    with open(gpt2_path, encoding="utf-8") as f:
+        assert rule(f.read()) is None
+    assert rule(_variant(gpt2_path, pre_tokenizer=_byte_level_after(LLAMA3_REGEX))) is None
+    # A regex that joins a letter to the newline after it: the cut would change pre-tokens.
+    assert "joins" in rule(_variant(gpt2_path, pre_tokenizer=_byte_level_after(r"[a-z]\n|[^\n]+|\n")))
+    prefix = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+    assert "add_prefix_space" in rule(_variant(gpt2_path, pre_tokenizer=prefix))
+    assert "normalizer" in rule(_variant(gpt2_path, normalizer={"type": "Lowercase"}))
+
+
+@pytest.mark.parametrize("pre", ["gpt2", "llama3", "joins"])
+def test_encoder_ids_equal_whole_text_ids(gpt2_path, tmp_path, pre):
+    """Whatever cut_rule decides, the Encoder's ids are HF's ids for the whole text."""
+    from tokenizers import Tokenizer
+
+    changes = {"llama3": {"pre_tokenizer": _byte_level_after(LLAMA3_REGEX)},
+               "joins": {"pre_tokenizer": _byte_level_after(r"[a-z]\n|[^\n]+|\n")}}.get(pre, {})
+    path = tmp_path / "tok.json"
+    path.write_text(_variant(gpt2_path, **changes), encoding="utf-8")
+    info = resolve_tokenizer(str(path))
+    enc = Encoder(info)
+    assert enc._cut == (pre != "joins")
+    calls = []
+    batch = enc._batch
+    enc._batch = lambda texts, **kw: calls.append(sum(map(len, texts))) or batch(texts, **kw)
+
+    texts = long_real_texts() + ["short", ""]
+    ids, lengths = enc.encode_flat(texts)
+    hf = Tokenizer.from_str(info.json)
+    want = [e.ids + [info.eos_id] for e in hf.encode_batch(texts, add_special_tokens=False)]
+    assert lengths.tolist() == [len(w) for w in want]
+    assert ids.tolist() == [i for w in want for i in w]
+    if enc._cut:  # memory: no call saw much more than BATCH_CHARS, though the texts are longer
+        assert max(len(t) for t in texts) > long_texts.BATCH_CHARS
+        assert max(calls) <= long_texts.BATCH_CHARS + long_texts.PIECE_CHARS * 4
