@@ -21,6 +21,12 @@ make wall-clock times wander.
     python bench/build_bench.py bench_out/real/real.jsonl --workers 1 2 --rounds 2
     python bench/build_bench.py bench_out/real/txt --workers 1 2      # many small files
     python bench/build_bench.py sample_data --workers 1 2
+    python bench/build_bench.py bench_out/real/real.jsonl --workers 1 --rounds 4 --concurrent
+
+``--concurrent`` runs the ceiling and the build at the same time on disjoint
+cores (N each, swapped every other round) instead of one after the other: on
+a machine shared with other jobs, whose speed drifts by 10-20% from one
+minute to the next, both then meet the same conditions.
 
 Inputs: a .jsonl file, a folder of .txt files, or any folder packer reads
 (texts for the ceiling come from ``packer.sources.read_slice``, so they are
@@ -37,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from common import emit_json  # bench/common.py
@@ -76,17 +83,19 @@ print(json.dumps({"method": best, "probe_s": probe, "seconds": seconds, "tokens"
 """
 
 
-def _pinned_env(n: int, extra: dict) -> tuple[list[str], dict]:
+def _pinned_env(n: int, extra: dict, first: int = 0) -> tuple[list[str], dict]:
+    """taskset prefix for cores first..first+n-1 of those this process may use, and the env."""
     cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < n:
-        sys.exit(f"asked for {n} cores, this process may use only {len(cores)}")
-    cpus = ",".join(str(c) for c in cores[:n])
+    if len(cores) < first + n:
+        sys.exit(f"asked for {first + n} cores, this process may use only {len(cores)}")
+    cpus = ",".join(str(c) for c in cores[first:first + n])
     env = {**os.environ, **extra}
     return ["taskset", "-c", cpus], env
 
 
-def ceiling(inputs: list[str], tok: str, n: int, batch_chars: int) -> dict:
-    pin, env = _pinned_env(n, {"RAYON_NUM_THREADS": str(n), "TOKENIZERS_PARALLELISM": "true" if n > 1 else "false"})
+def ceiling(inputs: list[str], tok: str, n: int, batch_chars: int, first: int = 0) -> dict:
+    extra = {"RAYON_NUM_THREADS": str(n), "TOKENIZERS_PARALLELISM": "true" if n > 1 else "false"}
+    pin, env = _pinned_env(n, extra, first)
     r = subprocess.run(pin + [sys.executable, "-c", _CEILING, "\0".join(inputs), tok, str(batch_chars)],
                        capture_output=True, text=True, env=env)
     if r.returncode:
@@ -94,23 +103,41 @@ def ceiling(inputs: list[str], tok: str, n: int, batch_chars: int) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def build(inputs: list[str], tok: str, n: int, extra_args: list[str]) -> dict:
-    pin, env = _pinned_env(n, {})
+def build(inputs: list[str], tok: str, n: int, extra_args: list[str], first: int = 0) -> dict:
+    pin, env = _pinned_env(n, {}, first)
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
         out = os.path.join(d, "out")
         cmd = pin + [sys.executable, "-m", "packer.cli", "build", *inputs, out, "--tokenizer", tok,
                      "--workers", str(n), "-q", *extra_args]
-        t, ru = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        seconds = time.perf_counter() - t
-        ru2 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (ru2.ru_utime - ru.ru_utime) + (ru2.ru_stime - ru.ru_stime)  # the build and all its workers
-        if r.returncode:
-            sys.exit(r.stderr)
+        t = time.perf_counter()
+        with open(os.path.join(d, "stderr"), "w+") as err:
+            p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+            _, status, ru = os.wait4(p.pid, 0)  # this child's rusage, its reaped workers included
+            p.returncode = os.waitstatus_to_exitcode(status)
+            seconds = time.perf_counter() - t
+            if p.returncode:
+                err.seek(0)
+                sys.exit(err.read())
+        cpu = ru.ru_utime + ru.ru_stime
         with open(os.path.join(out, "manifest.json")) as f:
             m = json.load(f)
     return {"seconds": seconds, "cpu": cpu, "tokens": m["totals"]["tokens"], "docs": m["totals"]["documents"],
             "shards": len(m["shards"]), "cmd": " ".join(cmd[3:])}
+
+
+def side_by_side(inputs: list[str], tok: str, n: int, batch_chars: int, extra: list[str], rnd: int,
+                 concurrent: bool) -> tuple[dict, dict]:
+    """(ceiling, build) results: one after the other on cores 0..n-1, or with ``concurrent`` at the
+    same time on cores 0..n-1 and n..2n-1 (swapped every other round), so both meet the same load."""
+    if not concurrent:
+        return ceiling(inputs, tok, n, batch_chars), build(inputs, tok, n, extra)
+    c_first, b_first = (0, n) if rnd % 2 == 0 else (n, 0)
+    box: dict = {}
+    th = threading.Thread(target=lambda: box.setdefault("c", ceiling(inputs, tok, n, batch_chars, c_first)))
+    th.start()
+    b = build(inputs, tok, n, extra, b_first)
+    th.join()
+    return box["c"], b
 
 
 def main(argv=None) -> None:
@@ -121,6 +148,9 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--batch-mb", type=float, default=8, help="text per encode call of the ceiling (MB of chars)")
     ap.add_argument("--build-args", default="", help="extra packer build arguments, e.g. '--unit-mb 16'")
+    ap.add_argument("--concurrent", action="store_true",
+                    help="run ceiling and build at the same time on disjoint cores (needs 2N cores): on a "
+                         "shared machine both then meet the same load, which one-after-the-other does not")
     ap.add_argument("--json", help="append the results as one JSON line to this file")
     args = ap.parse_args(argv)
     tok = os.path.abspath(args.tokenizer)
@@ -131,11 +161,10 @@ def main(argv=None) -> None:
     rows = []
     for rnd in range(args.rounds):
         for n in args.workers:
-            c = ceiling(args.inputs, tok, n, int(args.batch_mb * 1e6))
-            b = build(args.inputs, tok, n, extra)
+            c, b = side_by_side(args.inputs, tok, n, int(args.batch_mb * 1e6), extra, rnd, args.concurrent)
             ratio = c["seconds"] / b["seconds"]
             cpu_ratio = c["cpu"] / b["cpu"]
-            rows.append({"round": rnd, "workers": n, "ceiling_s": c["seconds"], "ceiling_method": c["method"],
+            rows.append({"round": rnd, "workers": n, "concurrent": args.concurrent, "ceiling_s": c["seconds"], "ceiling_method": c["method"],
                          "build_s": b["seconds"], "ratio": ratio, "ceiling_cpu_s": c["cpu"], "build_cpu_s": b["cpu"],
                          "cpu_ratio": cpu_ratio, "tokens": c["tokens"], "docs": c["docs"],
                          "chars": c["chars"], "build_tokens_with_eos": b["tokens"], "shards": b["shards"],
