@@ -16,6 +16,11 @@ Target: build <= 1.1 x max(read, tokenize). Needs root, /dev/fuse, fuse +
 libfuse2 (apt) and fusepy (pip).
 
     python bench/slow_bench.py --mb 6 --workers 1 --latency-ms 5
+    python bench/slow_bench.py --mb 20 --layouts big --bandwidths above --rounds 3   # one case, 3 times
+
+The FUSE daemon is pinned to the cores the build does not use, where there
+are any: it stands in for a file server, which would not take the client's
+CPU (in Python it costs far more per request than a kernel NFS client).
 """
 
 from __future__ import annotations
@@ -122,6 +127,9 @@ def main(argv=None) -> None:
     ap.add_argument("--below", type=float, default=0.5, help="slow bandwidth, as a fraction of the tokenize rate")
     ap.add_argument("--above", type=float, default=3.0, help="fast bandwidth, as a multiple of the tokenize rate")
     ap.add_argument("--tokenizer", default=GPT2)
+    ap.add_argument("--layouts", nargs="+", choices=["big", "small"], default=["big", "small"])
+    ap.add_argument("--bandwidths", nargs="+", choices=["below", "above"], default=["below", "above"])
+    ap.add_argument("--rounds", type=int, default=1, help="times each case is run (each is its own row)")
     ap.add_argument("--json", help="append the results as one JSON line to this file")
     args = ap.parse_args(argv)
     tok = os.path.abspath(args.tokenizer)
@@ -130,22 +138,29 @@ def main(argv=None) -> None:
     extra = ["--tokenizer-backend", "hf"] if "--tokenizer-backend" in help_text else []  # the ceiling's engine
     rows = []
     mnt = tempfile.mkdtemp(prefix="slowfs-")
-    for name, root in (("one big file", big), ("many small files", small)):
+    # The daemon is Python and costs about as much CPU per request as a real server would on its own
+    # machine; give it the cores the build does not use (build and ceiling take cores 0..N-1).
+    spare = sorted(os.sched_getaffinity(0))[args.workers:] or None
+    print(f"slowfs daemon on cores {spare if spare else 'any (no core is spare: it competes with the build)'}")
+    layouts = [(n, r) for key, n, r in (("big", "one big file", big), ("small", "many small files", small))
+               if key in args.layouts]
+    for name, root in layouts:
         n_files = sum(len(f) for _, _, f in os.walk(root))
         size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
         c = ceiling([root], tok, args.workers, 8_000_000)
         rate = size / c["seconds"]  # input bytes per second that N cores tokenize
-        for label, factor in (("below", args.below), ("above", args.above)):
+        cases = [(lb, f) for lb, f in (("below", args.below), ("above", args.above)) if lb in args.bandwidths]
+        for label, factor in cases * args.rounds:
             mbps = rate * factor / 1e6
-            with SlowMount(root, mnt, args.latency_ms, mbps):
+            with SlowMount(root, mnt, args.latency_ms, mbps, cpus=spare):
                 read_s, nbytes = pure_read(mnt)
             # The tokenize time again, right before the build: on a shared
             # machine it moves with the load, and each row compares neighbours.
             c = ceiling([root], tok, args.workers, 8_000_000)
-            with SlowMount(root, mnt, args.latency_ms, mbps):
+            with SlowMount(root, mnt, args.latency_ms, mbps, cpus=spare):
                 build_s = build(mnt, tok, args.workers, extra)
             bound = max(read_s, c["seconds"])
-            row = {"layout": name, "files": n_files, "bytes": size, "bandwidth": label, "mbps": mbps,
+            row = {"layout": name, "files": n_files, "daemon_cpus": spare, "bytes": size, "bandwidth": label, "mbps": mbps,
                    "latency_ms": args.latency_ms, "workers": args.workers, "read_s": read_s,
                    "tokenize_s": c["seconds"], "build_s": build_s, "ratio": build_s / bound}
             rows.append(row)

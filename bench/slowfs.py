@@ -109,10 +109,14 @@ def make_ops(root: str, latency_s: float, bytes_per_s: float, meta_latency_s: fl
 
 
 class SlowMount:
-    """``with SlowMount(src, mnt, latency_ms=5, mbps=4): ...`` serves src at mnt in a child process."""
+    """``with SlowMount(src, mnt, latency_ms=5, mbps=4): ...`` serves src at mnt in a child process
+    (pinned to ``cpus``, if given)."""
 
-    def __init__(self, src: str, mnt: str, latency_ms: float, mbps: float, meta_latency_ms: float = 0.0):
-        self.args = [sys.executable, os.path.abspath(__file__), src, mnt, "--latency-ms", str(latency_ms),
+    def __init__(self, src: str, mnt: str, latency_ms: float, mbps: float, meta_latency_ms: float = 0.0,
+                 cpus: list[int] | None = None):
+        # cpus: pin the daemon (it stands in for a file server, which would not share the client's cores)
+        pin = ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
+        self.args = pin + [sys.executable, os.path.abspath(__file__), src, mnt, "--latency-ms", str(latency_ms),
                      "--mbps", str(mbps), "--meta-latency-ms", str(meta_latency_ms)]
         self.mnt = mnt
         self.proc = None

@@ -48,6 +48,7 @@ FORMATS = {
 READ_BLOCK = 4 << 20  # bytes per read of a streamed file: large, sequential
 READ_DEPTH = 4  # reads in flight per streamed file
 FIRST_READ = 256 << 10  # the first read of a streamed file; later ones double up to READ_BLOCK
+TAPER_MIN = 64 << 10  # the smallest block near a file's end (see ReadAhead._fill)
 PART_BYTES = 256 << 10  # raw input per Part and per chunk: a tokenizer batch, ~0.1-0.2 s of one core
 PREFETCH_FILES = 32  # whole files (text) read at once, ahead of the parser
 PREFETCH_BYTES = 64 << 20  # ... and at most about this many bytes of them
@@ -289,8 +290,14 @@ class ReadAhead(io.RawIOBase):
                and self._next - self._taken < max(FIRST_READ, 2 * (self._taken - self._start))):
             n = self._step
             self._step = min(2 * self._step, self._block)
-            if self._big_end is not None:
-                n = min(n, self._big_end - self._next) if self._next < self._big_end else 1 << 16
+            end = self._size if self._big_end is None else self._big_end
+            if self._next < end:
+                # Taper: no block over 1/8 of what is left, so the last bytes
+                # come in small blocks. On a slow link the parser then starts on
+                # them at once, instead of waiting for one 4 MB block at the end.
+                n = min(n, end - self._next, max(TAPER_MIN, (end - self._next) // 8))
+            else:
+                n = 1 << 16
             self._inflight.append(self._pool.submit(self._pread, n, self._next))
             self._next += n
 

@@ -45,7 +45,7 @@ def test_read_ahead_returns_the_file_bytes(tmp_path):
     for _ in range(25):
         start = rng.randrange(len(data))
         limit = rng.choice([None, rng.randrange(1, len(data))])
-        ra = ReadAhead(str(path), start, limit, block=rng.choice([1, 777, 4096, 1 << 20]), depth=rng.choice([1, 3, 8]))
+        ra = ReadAhead(str(path), start, limit, block=rng.choice([61, 777, 4096, 1 << 20]), depth=rng.choice([1, 3, 8]))
         got = bytearray()
         buf = bytearray(rng.choice([1, 500, 65536]))
         while n := ra.readinto(buf):
@@ -63,6 +63,29 @@ def test_read_ahead_counts_bytes(tmp_path):
         pass
     ra.close()
     assert sum(seen) == 100_000 - 10
+
+
+def test_read_ahead_blocks_grow_then_taper_to_the_end(tmp_path):
+    """Big blocks mid-file (few round trips), small ones at its end (a slow link's last block
+    must not keep the parser waiting): no block over max(TAPER_MIN, 1/8 of what was left)."""
+    from packer.sources import READ_BLOCK, TAPER_MIN
+
+    path = tmp_path / "f.bin"
+    total = 40 << 20
+    with open(path, "wb") as f:
+        f.truncate(total)
+    sizes = []
+    ra = ReadAhead(str(path), 0, None, on_bytes=sizes.append)
+    while ra.read(1 << 20):
+        pass
+    ra.close()
+    assert sum(sizes) == total
+    assert max(sizes) == READ_BLOCK
+    left = total
+    for n in sizes:
+        assert n <= max(TAPER_MIN, left // 8)
+        left -= n
+    assert sizes[-1] <= TAPER_MIN
 
 
 @pytest.mark.parametrize("spec", ["bytes", "gpt2"])
