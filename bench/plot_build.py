@@ -38,6 +38,8 @@ def main(argv=None) -> None:
     labels, wall, cpu = [], [], []
     for r in builds:
         name = os.path.basename(os.path.normpath(r["inputs"][0])) + f" ({r['time'][11:16]})"
+        if r["rows"] and r["rows"][0].get("concurrent"):
+            name += ", at once"
         for n in sorted({row["workers"] for row in r["rows"]}):
             rows = [x for x in r["rows"] if x["workers"] == n]
             labels.append(f"{name}\n{n} worker{'s' if n > 1 else ''}")
