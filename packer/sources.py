@@ -513,13 +513,36 @@ def read_text_part(sl: Slice, on_bytes=None) -> Part:
         if storage.is_uri(sl.file.path):
             data = storage.read_bytes(sl.file.path)
         else:
-            with open(sl.file.path, "rb") as fh:
-                data = fh.read()
+            data = _read_whole(sl.file.path, sl.file.size)
     except OSError as e:
         return Part(sl, "file", [], tail=_unreadable(sl, e))
     if on_bytes is not None:
         on_bytes(len(data))
     return Part(sl, "file", [data], nbytes=len(data))
+
+
+def _read_whole(path: str, size: int) -> bytes:
+    """A file's bytes in as few system calls as we can: open, one read, close.
+
+    ``open(path, "rb").read()`` makes nine calls (two fstats, an ioctl, two
+    lseeks, a read, a read that finds the end, a close); on a network or
+    FUSE mount each can be a round trip, and with thousands of small files
+    they cost the build more CPU than it spends on a file's text. Asking
+    for one byte more than discovery saw tells in the same call whether the
+    file still ends there; any other answer (it shrank or grew, or the read
+    was capped at 2 GiB) reads on to the end.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        data = os.read(fd, size + 1)
+        if len(data) == size:
+            return data
+        parts = [data]
+        while chunk := os.read(fd, 1 << 24):
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
 
 
 def _unreadable(sl: Slice, e: OSError) -> Skip:

@@ -144,3 +144,18 @@ def test_unit_window_admits_two_units_or_small_ones():
     w.leave(500)
     assert all(w.enter(30) for _ in range(3))  # small units: as many as the limit holds
     assert not w.enter(30, timeout=0.01)
+
+
+def test_whole_file_read_matches_the_file_whatever_discovery_saw(tmp_path):
+    """Text files are read with one read of the discovered size + 1 byte; a file that
+    changed size since discovery (grew, shrank, emptied) still comes back whole."""
+    from packer.sources import _read_whole
+
+    path = tmp_path / "f.txt"
+    data = ("line %d\n" * 1).encode() * 5000
+    path.write_bytes(data)
+    for seen in (len(data), 0, 100, len(data) - 1, len(data) + 1, 10 * len(data)):
+        assert _read_whole(str(path), seen) == data
+    path.write_bytes(b"")
+    assert _read_whole(str(path), 0) == b""
+    assert _read_whole(str(path), 50) == b""
