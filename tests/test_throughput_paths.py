@@ -152,7 +152,7 @@ def test_whole_file_read_matches_the_file_whatever_discovery_saw(tmp_path):
     from packer.sources import _read_whole
 
     path = tmp_path / "f.txt"
-    data = ("line %d\n" * 1).encode() * 5000
+    data = b"".join(b"line %d\n" % i for i in range(5000))
     path.write_bytes(data)
     for seen in (len(data), 0, 100, len(data) - 1, len(data) + 1, 10 * len(data)):
         assert _read_whole(str(path), seen) == data
