@@ -14,7 +14,7 @@ Qwen2's) has no alternative that matches a letter or digit and then a
 newline, and none looks behind, so a pre-token ends there and the matching
 after it depends only on the text after it. BPE, WordPiece and WordLevel
 models then encode each pre-token on its own. ``cut_rule`` says whether a
-given tokenizer.json is of that kind (normalizer, pre-tokenizer, model and
+given tokenizer is of that kind (normalizer, pre-tokenizer, model and
 added tokens, checked by type), then tries the cut on probe strings built to
 break it; any doubt and packer encodes whole texts, as before.
 """
@@ -64,11 +64,16 @@ def _types(node: dict | None, key: str) -> list[dict]:
     return [node]
 
 
-def _why_not_structurally(d: dict) -> str | None:
-    for n in _types(d.get("normalizer"), "normalizers"):
+def _state(component) -> dict | None:
+    """A tokenizer component's own JSON (a few hundred bytes; the whole file is MBs)."""
+    return None if component is None else json.loads(component.__getstate__())
+
+
+def _why_not_structurally(tok) -> str | None:
+    for n in _types(_state(tok.normalizer), "normalizers"):
         if n.get("type") not in _NORMALIZERS:
             return f"normalizer {n.get('type')}"
-    pres = _types(d.get("pre_tokenizer"), "pretokenizers")
+    pres = _types(_state(tok.pre_tokenizer), "pretokenizers")
     if not pres:
         return "no pre-tokenizer"
     for p in pres:
@@ -76,14 +81,14 @@ def _why_not_structurally(d: dict) -> str | None:
             return f"pre-tokenizer {p.get('type')}"
         if p.get("type") == "ByteLevel" and p.get("add_prefix_space"):
             return "ByteLevel add_prefix_space"
-    model = d.get("model") or {}
-    if model.get("type") not in _MODELS:
-        return f"model {model.get('type')}"
-    if model.get("dropout"):
+    model = type(tok.model).__name__
+    if model not in _MODELS:
+        return f"model {model}"
+    if getattr(tok.model, "dropout", None):
         return "BPE dropout"
-    for t in d.get("added_tokens") or []:
-        if "\n" in t.get("content", "") or t.get("rstrip") or t.get("lstrip"):
-            return f"added token {t.get('content')!r}"
+    for t in tok.get_added_tokens_decoder().values():
+        if "\n" in t.content or t.rstrip or t.lstrip:
+            return f"added token {t.content!r}"
     return None
 
 
@@ -95,10 +100,10 @@ def _probes() -> list[str]:
     return [b + c + a for b in befores for c in cores for a in afters]
 
 
-def cut_rule(tokenizer_json: str, tok) -> str | None:
-    """None if texts may be cut for ``tok`` (a ``tokenizers.Tokenizer`` built
-    from ``tokenizer_json``), else why not, in a few words."""
-    why = _why_not_structurally(json.loads(tokenizer_json))
+def cut_rule(tok) -> str | None:
+    """None if texts may be cut for ``tok`` (a ``tokenizers.Tokenizer``), else
+    why not, in a few words."""
+    why = _why_not_structurally(tok)
     if why:
         return why
     probes = _probes()

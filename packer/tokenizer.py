@@ -222,7 +222,7 @@ class Encoder:
             self._tok = cached if cached is not None else Tokenizer.from_str(info.json)
             self._batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
             if info.fingerprint not in _CUT_RULE:
-                _CUT_RULE[info.fingerprint] = long_texts.cut_rule(info.json, self._tok)
+                _CUT_RULE[info.fingerprint] = long_texts.cut_rule(self._tok)
             self._cut = _CUT_RULE[info.fingerprint] is None
 
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

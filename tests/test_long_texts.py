@@ -86,7 +86,7 @@ def test_cut_rule_accepts_gpt2_and_llama3_regex_and_refuses_the_rest(gpt2_path):
     from tokenizers import Tokenizer
 
     def rule(js):
-        return long_texts.cut_rule(js, Tokenizer.from_str(js))
+        return long_texts.cut_rule(Tokenizer.from_str(js))
 
     with open(gpt2_path, encoding="utf-8") as f:
         assert rule(f.read()) is None
@@ -96,6 +96,11 @@ def test_cut_rule_accepts_gpt2_and_llama3_regex_and_refuses_the_rest(gpt2_path):
     prefix = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
     assert "add_prefix_space" in rule(_variant(gpt2_path, pre_tokenizer=prefix))
     assert "normalizer" in rule(_variant(gpt2_path, normalizer={"type": "Lowercase"}))
+    assert "no pre-tokenizer" in rule(_variant(gpt2_path, pre_tokenizer=None))
+    with open(gpt2_path, encoding="utf-8") as f:
+        added = json.load(f)["added_tokens"]
+    stripping = [{**t, "rstrip": True} for t in added]
+    assert "added token" in rule(_variant(gpt2_path, added_tokens=stripping))
 
 
 @pytest.mark.parametrize("pre", ["gpt2", "llama3", "joins"])
