@@ -436,32 +436,18 @@ def _prepare_out(cfg: BuildConfig, settings: dict) -> bool:
     if os.path.exists(out) and not os.path.isdir(out):
         raise PackerError(f"output {out} exists and is not a folder")
     entries = sorted(os.listdir(out)) if os.path.isdir(out) else []
-    ours = {S.MANIFEST, "build.json", S.SHARD_DIR, S.UNIT_DIR}
-    if cfg.resume and not os.path.exists(build_json) and all(e in ours or e.startswith(".tmp-") for e in entries):
-        entries = []  # killed before build.json was written: nothing to keep, start afresh
-    if entries and cfg.resume:
-        if not os.path.exists(build_json):
-            raise PackerError(f"cannot resume: {out} holds no packer build (no build.json)")
+
+    def old_settings() -> dict:
         with open(build_json) as f:
-            old = json.load(f).get("settings", {})
-        diff = [k for k in settings if old.get(k) != settings[k]]
-        if diff:
-            k = diff[0]
-            what = "input files changed" if k == "input_plan" else f"{k} was {old.get(k)!r}, now {settings[k]!r}"
-            raise PackerError(f"cannot resume {out}: it was built with other settings ({what}); use --overwrite or another folder")
-        if os.path.exists(os.path.join(out, S.MANIFEST)):
-            return True
-    elif entries and cfg.overwrite:
-        foreign = [e for e in entries if e not in ours]
-        if foreign:
-            raise PackerError(
-                f"refusing to overwrite {out}: it holds files packer did not write ({', '.join(foreign[:3])}); choose another folder"
-            )
+            return json.load(f).get("settings", {})
+
+    action = storage.out_action(out, entries, cfg, settings, old_settings)
+    if action == "done":
+        return True
+    if action == "replace":
         for e in entries:
             p = os.path.join(out, e)
             shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
-    elif entries:
-        raise PackerError(f"output folder {out} is not empty: pass --resume to continue a build there, or --overwrite to replace it")
     try:
         os.makedirs(os.path.join(out, S.SHARD_DIR), exist_ok=True)
         os.makedirs(os.path.join(out, S.UNIT_DIR), exist_ok=True)

@@ -364,6 +364,43 @@ def read_manifest(out: str) -> dict:
     return m
 
 
+def out_action(out: str, tops: list[str], cfg, settings: dict, old_settings) -> str:
+    """What a build does with output location ``out``, whose top-level names are ``tops``.
+
+    The rules of ``--resume`` and ``--overwrite``, shared by local folders
+    (``build._prepare_out``) and URI prefixes (``prepare_out``). Returns
+    "done" (resume: a finished build with the same settings), "continue"
+    (resume it), "replace" (overwrite: delete ``tops``) or "fresh";
+    raises PackerError with the one-line reason otherwise. ``old_settings()``
+    reads the settings in the old build.json, only when needed.
+    """
+    from . import shards as S
+
+    ours = {S.MANIFEST, "build.json", S.SHARD_DIR, S.UNIT_DIR}
+    if cfg.resume and "build.json" not in tops and all(t in ours or t.startswith(".tmp-") for t in tops):
+        return "fresh"  # killed before build.json was written: nothing to keep, start afresh
+    if not tops:
+        return "fresh"
+    if cfg.resume:
+        if "build.json" not in tops:
+            raise PackerError(f"cannot resume: {out} holds no packer build (no build.json)")
+        old = old_settings()
+        diff = [k for k in settings if old.get(k) != settings[k]]
+        if diff:
+            k = diff[0]
+            what = "input files changed" if k == "input_plan" else f"{k} was {old.get(k)!r}, now {settings[k]!r}"
+            raise PackerError(f"cannot resume {out}: it was built with other settings ({what}); use --overwrite or another folder")
+        return "done" if S.MANIFEST in tops else "continue"
+    if cfg.overwrite:
+        foreign = [t for t in tops if t not in ours]
+        if foreign:
+            raise PackerError(
+                f"refusing to overwrite {out}: it holds files packer did not write ({', '.join(foreign[:3])}); choose another folder"
+            )
+        return "replace"
+    raise PackerError(f"output folder {out} is not empty: pass --resume to continue a build there, or --overwrite to replace it")
+
+
 def prepare_out(cfg, settings: dict) -> bool:
     """``build._prepare_out`` for a URI prefix: same rules, same messages.
 
@@ -375,32 +412,14 @@ def prepare_out(cfg, settings: dict) -> bool:
 
     out = cfg.out
     objects = listing(out)
-    ours = {S.MANIFEST, "build.json", S.SHARD_DIR, S.UNIT_DIR}
     tops = sorted({k.split("/", 1)[0] for k in objects if not k.rsplit("/", 1)[-1].startswith(".tmp-")})
-    if cfg.resume and "build.json" not in objects and all(t in ours for t in tops):
-        tops = []  # killed before build.json was written: start afresh
-    if tops and cfg.resume:
-        if "build.json" not in objects:
-            raise PackerError(f"cannot resume: {out} holds no packer build (no build.json)")
-        old = json.loads(get(out, "build.json")).get("settings", {})
-        diff = [k for k in settings if old.get(k) != settings[k]]
-        if diff:
-            k = diff[0]
-            what = "input files changed" if k == "input_plan" else f"{k} was {old.get(k)!r}, now {settings[k]!r}"
-            raise PackerError(f"cannot resume {out}: it was built with other settings ({what}); use --overwrite or another folder")
-        if S.MANIFEST in objects:
-            return True
-    elif tops and cfg.overwrite:
-        foreign = [t for t in tops if t not in ours]
-        if foreign:
-            raise PackerError(
-                f"refusing to overwrite {out}: it holds files packer did not write ({', '.join(foreign[:3])}); choose another folder"
-            )
+    action = out_action(out, tops, cfg, settings, lambda: json.loads(get(out, "build.json")).get("settings", {}))
+    if action == "done":
+        return True
+    if action == "replace":
         keys = sorted(objects, key=lambda k: k != S.MANIFEST)  # the manifest goes first
         delete(out, keys)
         objects = {}
-    elif tops:
-        raise PackerError(f"output folder {out} is not empty: pass --resume to continue a build there, or --overwrite to replace it")
     stale = [k for k in objects if k.rsplit("/", 1)[-1].startswith(".tmp-")]  # file://: a killed build's temp files
     if stale:
         delete(out, stale)

@@ -75,6 +75,17 @@ def s3_environment(endpoint: str):
                 os.environ[k] = v
 
 
+@contextlib.contextmanager
+def moto_s3():
+    """A moto S3 server for the duration, with this process's S3 clients pointed at it; yields the env."""
+    srv = MotoServer()
+    try:
+        with s3_environment(srv.endpoint) as env:
+            yield env
+    finally:
+        srv.stop()
+
+
 def s3_client():
     import boto3
 

@@ -20,6 +20,8 @@ import zstandard
 from packer import BuildConfig, build
 from packer.errors import PackerError
 
+from ._services import folder_files
+
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu café 東京 😀 \n".split(" ")
 
 
@@ -141,15 +143,6 @@ def test_no_eos(tmp_path):
     assert m["eos_id"] is None
 
 
-def _all_files(out):
-    files = {}
-    for root, _, names in os.walk(out):
-        for n in names:
-            p = os.path.join(root, n)
-            files[os.path.relpath(p, out)] = open(p, "rb").read()
-    return files
-
-
 def test_byte_identical_across_worker_counts(tmp_path, gpt2_path):
     corpus = tmp_path / "c"
     make_corpus(corpus, seed=1)
@@ -157,7 +150,7 @@ def test_byte_identical_across_worker_counts(tmp_path, gpt2_path):
     for w in (1, 2):
         out = str(tmp_path / f"out{w}")
         build(BuildConfig(inputs=(str(corpus),), out=out, seq_len=96, tokenizer=gpt2_path, workers=w, unit_bytes=15_000))
-        outs.append(_all_files(out))
+        outs.append(folder_files(out))
     assert outs[0].keys() == outs[1].keys()
     assert len([k for k in outs[0] if k.endswith(".arrow")]) >= 4
     for k in outs[0]:
@@ -193,9 +186,9 @@ def test_sigkill_mid_build_then_resume_equals_clean_build(tmp_path):
     assert not os.path.exists(os.path.join(out, "manifest.json")), "killed before the end: no manifest"
     r = _packer("build", str(corpus), out, *args, "--resume")
     assert r.returncode == 0, r.stderr
-    assert _all_files(out) == _all_files(clean)
+    assert folder_files(out) == folder_files(clean)
     r = _packer("build", str(corpus), out, *args, "--resume")  # a finished build: no-op
-    assert r.returncode == 0 and _all_files(out) == _all_files(clean)
+    assert r.returncode == 0 and folder_files(out) == folder_files(clean)
 
 
 def test_sample_data_awkward_records_are_counted(sample_build):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from .test_build import _all_files
+from ._services import folder_files
 
 ARGS = ["--seq-len", "256", "--unit-mb", "0.05", "--workers", "2", "-q"]
 
@@ -52,12 +52,26 @@ def start(*args, env=None):
 
 
 def assert_same_build(out, clean):
-    a, b = _all_files(out), _all_files(clean)
+    a, b = folder_files(out), folder_files(clean)
     assert sorted(a) == sorted(b), set(a) ^ set(b)
     for k in a:
         assert a[k] == b[k], k
     r = packer("stats", out)
     assert r.returncode == 0, r.stderr
+
+
+def assert_resume_gives_the_clean_build(corpus, out, clean):
+    r = packer("build", corpus, out, *ARGS, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert_same_build(out, clean)
+
+
+def assert_failed_in_one_line(r, out, *phrases):
+    """One line on stderr naming what happened (``phrases``), no traceback, no manifest."""
+    for phrase in phrases:
+        assert phrase in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
 
 
 @pytest.mark.parametrize("where", ["read", "tokenize", "pack", "write", "rename", "manifest"])
@@ -68,9 +82,7 @@ def test_crash_at_each_stage_then_resume(tmp_path, corpus, clean, where):
     r = packer("build", corpus, out, *ARGS, env=env)
     assert r.returncode == -signal.SIGKILL
     assert not os.path.exists(os.path.join(out, "manifest.json"))
-    r = packer("build", corpus, out, *ARGS, "--resume")
-    assert r.returncode == 0, r.stderr
-    assert_same_build(out, clean)
+    assert_resume_gives_the_clean_build(corpus, out, clean)
 
 
 def test_ten_random_kills_then_resume(tmp_path, corpus, clean):
@@ -105,9 +117,7 @@ def test_ten_random_kills_then_resume(tmp_path, corpus, clean):
         if os.path.exists(os.path.join(out, "manifest.json")):
             shutil.rmtree(out)  # it finished between kills: start over, so every kill lands mid-build
     assert kills == 10
-    r = packer("build", corpus, out, *ARGS, "--resume")
-    assert r.returncode == 0, r.stderr
-    assert_same_build(out, clean)
+    assert_resume_gives_the_clean_build(corpus, out, clean)
 
 
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, corpus, clean):
@@ -127,36 +137,25 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, corpus, clean):
     assert stopped < 5
     assert "Traceback" not in err
     assert "--resume" in err
-    r = packer("build", corpus, out, *ARGS, "--resume")
-    assert r.returncode == 0, r.stderr
-    assert_same_build(out, clean)
+    assert_resume_gives_the_clean_build(corpus, out, clean)
 
 
 def test_killed_worker_is_detected(tmp_path, corpus, clean):
     out = str(tmp_path / "out")
     r = packer("build", corpus, out, *ARGS, env={"PACKER_FAULT": "kill-worker", "PACKER_FAULT_UNIT": "2"})
     assert r.returncode != 0
-    assert "worker process died" in r.stderr and "--resume" in r.stderr
-    assert "Traceback" not in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
-    assert not os.path.exists(os.path.join(out, "manifest.json"))
-    r = packer("build", corpus, out, *ARGS, "--resume")
-    assert r.returncode == 0, r.stderr
-    assert_same_build(out, clean)
+    assert_failed_in_one_line(r, out, "worker process died", "--resume")
+    assert_resume_gives_the_clean_build(corpus, out, clean)
 
 
 def test_write_error_is_one_line_and_resumable(tmp_path, corpus, clean):
     out = str(tmp_path / "out")
     r = packer("build", corpus, out, *ARGS, env={"PACKER_FAULT": "enospc", "PACKER_FAULT_UNIT": "4"})
     assert r.returncode == 2
-    assert "No space left on device" in r.stderr and "--resume" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
-    assert not os.path.exists(os.path.join(out, "manifest.json"))
+    assert_failed_in_one_line(r, out, "No space left on device", "--resume")
     # Temp files of units still in flight may remain: named .tmp-*, they never look
     # like a shard, and --resume removes them (assert_same_build checks the file set).
-    r = packer("build", corpus, out, *ARGS, "--resume")
-    assert r.returncode == 0, r.stderr
-    assert_same_build(out, clean)
+    assert_resume_gives_the_clean_build(corpus, out, clean)
 
 
 @pytest.fixture
@@ -185,9 +184,7 @@ def test_real_disk_full_then_resume_after_space_is_freed(tmp_path, corpus, clean
     roomy = str(tmp_path / "roomy")
     subprocess.run(["cp", "-a", out, roomy], check=True)
     assert not os.path.exists(ballast)
-    r = packer("build", corpus, roomy, *ARGS, "--resume")
-    assert r.returncode == 0, r.stderr
-    assert_same_build(roomy, clean)
+    assert_resume_gives_the_clean_build(corpus, roomy, clean)
 
 
 def test_a_stalled_build_fails_instead_of_hanging(tmp_path, corpus, monkeypatch):

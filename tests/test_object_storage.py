@@ -19,7 +19,7 @@ import pytest
 from packer import BuildConfig, build
 from packer.errors import PackerError, ShardError
 
-from ._services import MotoServer, S3_ENV, folder_files, make_bucket, objects, s3_client, s3_environment, upload_tree
+from ._services import S3_ENV, folder_files, make_bucket, moto_s3, objects, s3_client, upload_tree
 from .conftest import SAMPLE, write_jsonl
 
 SETTINGS = dict(seq_len=256, unit_bytes=300_000)  # corpus.jsonl (2 MB) becomes 7 ranged slices
@@ -29,12 +29,8 @@ SETTINGS = dict(seq_len=256, unit_bytes=300_000)  # corpus.jsonl (2 MB) becomes 
 def s3():
     pytest.importorskip("moto.server", reason="moto[server] is not installed (pip install 'packer[storage-test]')")
     pytest.importorskip("boto3")
-    srv = MotoServer()
-    try:
-        with s3_environment(srv.endpoint) as env:
-            yield env
-    finally:
-        srv.stop()
+    with moto_s3() as env:
+        yield env
 
 
 @pytest.fixture

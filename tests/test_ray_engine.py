@@ -44,14 +44,10 @@ def s3_env():
     except ImportError:
         yield None
         return
-    from ._services import MotoServer, s3_environment
+    from ._services import moto_s3
 
-    srv = MotoServer()
-    try:
-        with s3_environment(srv.endpoint) as env:
-            yield env
-    finally:
-        srv.stop()
+    with moto_s3() as env:
+        yield env
 
 
 @pytest.fixture(scope="module")

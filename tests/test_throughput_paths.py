@@ -14,6 +14,8 @@ from packer import BuildConfig, build, sources
 from packer.sources import ReadAhead, discover, iter_parts, parse_part, plan_slices, read_slice
 from packer.tokenizer import Encoder, resolve_tokenizer
 
+from ._services import folder_files
+
 from .conftest import SAMPLE
 
 build_module = importlib.import_module("packer.build")  # packer.build is also the function
@@ -113,15 +115,6 @@ def test_encode_flat_is_each_text_encoded_alone(spec, eos, request):
                                                              zip(np.cumsum(lengths) - lengths, lengths)]
 
 
-def _files(out):
-    got = {}
-    for root, _, names in os.walk(out):
-        for n in names:
-            p = os.path.join(root, n)
-            got[os.path.relpath(p, out)] = open(p, "rb").read()
-    return got
-
-
 def test_chunk_size_does_not_change_the_output(tmp_path, monkeypatch):
     """Chunks are the grain of parallelism only: tiny chunks, many units and
     2 workers give the same bytes as one worker with the default chunks."""
@@ -131,7 +124,7 @@ def test_chunk_size_does_not_change_the_output(tmp_path, monkeypatch):
     monkeypatch.setattr(sources, "PART_BYTES", 1_000)
     build(BuildConfig(out=str(tmp_path / "b"), workers=1, **cfg))
     build(BuildConfig(out=str(tmp_path / "c"), workers=2, **cfg))
-    a, b, c = (_files(tmp_path / x) for x in "abc")
+    a, b, c = (folder_files(tmp_path / x) for x in "abc")
     assert a == b == c
     assert sum(k.startswith("shards/") for k in a) > 3
 
