@@ -285,26 +285,29 @@ class TiktokenEncoder:
         self.to_hf += len(texts)
         return [e.ids for e in self._hf.encode_batch(texts, add_special_tokens=False)]
 
-    def encode_lists(self, texts: list[str]) -> list[list[int]]:
-        """Each text's ids (no EOS)."""
-        enc = self._encode
+    def _each(self, texts: list[str], encode_one) -> list:
+        """``encode_one(text)`` for each text tiktoken runs exactly; the others (``_needs_hf``, or
+        text it cannot take) go to HF in one batch and come back as lists of ids. In order."""
         needs_hf = self._needs_hf
         out: list = []
         hf_at = []
         for i, t in enumerate(texts):
-            if needs_hf(t):
-                hf_at.append(i)
-                out.append(None)
-                continue
-            try:
-                out.append(enc(t))
-            except UnicodeEncodeError:
-                hf_at.append(i)
-                out.append(None)
+            if not needs_hf(t):
+                try:
+                    out.append(encode_one(t))
+                    continue
+                except UnicodeEncodeError:
+                    pass
+            hf_at.append(i)
+            out.append(None)
         if hf_at:
             for i, ids in zip(hf_at, self._hf_encode([texts[i] for i in hf_at])):
                 out[i] = ids
         return out
+
+    def encode_lists(self, texts: list[str]) -> list[list[int]]:
+        """Each text's ids (no EOS)."""
+        return self._each(texts, self._encode)
 
     def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
         """One uint32 array of ids per text (no EOS)."""
@@ -313,24 +316,13 @@ class TiktokenEncoder:
     def encode_flat(self, texts: list[str], eos: int | None) -> tuple[np.ndarray, np.ndarray]:
         """(ids, lengths): every text's ids then ``eos`` (if not None), back to back, uint32;
         lengths int64 (len(texts),), EOS included."""
-        buffer, allowed, needs_hf = self._buffer, self._allowed, self._needs_hf
+        buffer, allowed = self._buffer, self._allowed
+        arrays = self._each(texts, lambda t: np.frombuffer(buffer(t, allowed), dtype=np.uint32))
         e = np.array([] if eos is None else [eos], dtype=np.uint32)
         parts: list = []
-        hf_at = []
-        for i, t in enumerate(texts):
-            if needs_hf(t):
-                hf_at.append(i)
-                parts.append(None)
-            else:
-                try:
-                    parts.append(np.frombuffer(buffer(t, allowed), dtype=np.uint32))
-                except UnicodeEncodeError:
-                    hf_at.append(i)
-                    parts.append(None)
+        for a in arrays:
+            parts.append(a if isinstance(a, np.ndarray) else np.array(a, dtype=np.uint32))  # a list: from HF
             parts.append(e)
-        if hf_at:
-            for i, ids in zip(hf_at, self._hf_encode([texts[i] for i in hf_at])):
-                parts[2 * i] = np.array(ids, dtype=np.uint32)
         lengths = np.fromiter(map(len, parts[0::2]), dtype=np.int64, count=len(texts)) + len(e)
         return (np.concatenate(parts) if parts else np.zeros(0, np.uint32)), lengths
 
