@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -46,27 +45,19 @@ import tempfile
 import threading
 import time
 
-from common import emit_json  # bench/common.py
+from common import child_env, emit_json, hf_engine_args, pin  # bench/common.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
 
 _CEILING = r"""
 import json, os, sys, time
-from packer.sources import discover, plan_slices, read_slice
+from common import char_batches, corpus_texts
 from packer.tokenizer import resolve_tokenizer, Encoder
 inputs, tok_path, batch_chars = sys.argv[1].split("\0"), sys.argv[2], int(sys.argv[3])
-texts = []
-for sl, _ in plan_slices(discover(inputs).files, 1 << 62):
-    texts.extend(t for t in read_slice(sl) if isinstance(t, str))
+texts = corpus_texts(inputs)
 tok = Encoder(resolve_tokenizer(tok_path))._tok  # the same tokenizer the build uses (truncation off)
-batches, cur, n = [], [], 0
-for t in texts:
-    cur.append(t); n += len(t)
-    if n >= batch_chars:
-        batches.append(cur); cur, n = [], 0
-if cur:
-    batches.append(cur)
+batches = char_batches(texts, batch_chars)
 
 def run(fn, bs):
     t, c = time.perf_counter(), time.process_time(); count = 0
@@ -83,20 +74,9 @@ print(json.dumps({"method": best, "probe_s": probe, "seconds": seconds, "tokens"
 """
 
 
-def _pinned_env(n: int, extra: dict, first: int = 0) -> tuple[list[str], dict]:
-    """taskset prefix for cores first..first+n-1 of those this process may use, and the env."""
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < first + n:
-        sys.exit(f"asked for {first + n} cores, this process may use only {len(cores)}")
-    cpus = ",".join(str(c) for c in cores[first:first + n])
-    env = {**os.environ, **extra}
-    return ["taskset", "-c", cpus], env
-
-
 def ceiling(inputs: list[str], tok: str, n: int, batch_chars: int, first: int = 0) -> dict:
-    extra = {"RAYON_NUM_THREADS": str(n), "TOKENIZERS_PARALLELISM": "true" if n > 1 else "false"}
-    pin, env = _pinned_env(n, extra, first)
-    r = subprocess.run(pin + [sys.executable, "-c", _CEILING, "\0".join(inputs), tok, str(batch_chars)],
+    env = child_env(RAYON_NUM_THREADS=str(n), TOKENIZERS_PARALLELISM="true" if n > 1 else "false")
+    r = subprocess.run(pin(n, first) + [sys.executable, "-c", _CEILING, "\0".join(inputs), tok, str(batch_chars)],
                        capture_output=True, text=True, env=env)
     if r.returncode:
         sys.exit(r.stderr)
@@ -104,14 +84,13 @@ def ceiling(inputs: list[str], tok: str, n: int, batch_chars: int, first: int = 
 
 
 def build(inputs: list[str], tok: str, n: int, extra_args: list[str], first: int = 0) -> dict:
-    pin, env = _pinned_env(n, {}, first)
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
         out = os.path.join(d, "out")
-        cmd = pin + [sys.executable, "-m", "packer.cli", "build", *inputs, out, "--tokenizer", tok,
+        cmd = pin(n, first) + [sys.executable, "-m", "packer.cli", "build", *inputs, out, "--tokenizer", tok,
                      "--workers", str(n), "-q", *extra_args]
         t = time.perf_counter()
         with open(os.path.join(d, "stderr"), "w+") as err:
-            p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+            p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
             _, status, ru = os.wait4(p.pid, 0)  # this child's rusage, its reaped workers included
             p.returncode = os.waitstatus_to_exitcode(status)
             seconds = time.perf_counter() - t
@@ -122,7 +101,7 @@ def build(inputs: list[str], tok: str, n: int, extra_args: list[str], first: int
         with open(os.path.join(out, "manifest.json")) as f:
             m = json.load(f)
     return {"seconds": seconds, "cpu": cpu, "tokens": m["totals"]["tokens"], "docs": m["totals"]["documents"],
-            "shards": len(m["shards"]), "cmd": " ".join(cmd[3:])}
+            "shards": len(m["shards"]), "cmd": " ".join(cmd[3:]), "manifest": m}
 
 
 def side_by_side(inputs: list[str], tok: str, n: int, batch_chars: int, extra: list[str], rnd: int,
@@ -155,9 +134,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     tok = os.path.abspath(args.tokenizer)
     extra = args.build_args.split()
-    help_text = subprocess.run([sys.executable, "-m", "packer.cli", "build", "--help"], capture_output=True, text=True).stdout
-    if "--tokenizer-backend" in help_text and "--tokenizer-backend" not in extra:
-        extra += ["--tokenizer-backend", "hf"]  # the engine the ceiling measures
+    if "--tokenizer-backend" not in extra:
+        extra += hf_engine_args()  # the engine the ceiling measures
     rows = []
     for rnd in range(args.rounds):
         for n in args.workers:

@@ -1,8 +1,17 @@
-"""Helpers shared by the bench scripts (run as `python bench/NAME.py`, so this imports as `common`)."""
+"""Helpers shared by the bench scripts (run as `python bench/NAME.py`, so this imports as `common`).
+
+The ``python -c`` children that time a bare tokenizer import it too: ``child_env`` puts
+this folder on their path.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def emit_json(result: dict, path: str | None) -> None:
@@ -12,3 +21,48 @@ def emit_json(result: dict, path: str | None) -> None:
     if path:
         with open(path, "a") as f:
             f.write(line + "\n")
+
+
+def pin(n: int, first: int = 0) -> list[str]:
+    """``taskset`` prefix for cores first..first+n-1 of those this process may use."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < first + n:
+        sys.exit(f"asked for {first + n} cores, this process may use only {len(cores)}")
+    return ["taskset", "-c", ",".join(str(c) for c in cores[first:first + n])]
+
+
+def child_env(**extra: str) -> dict:
+    """The environment for a ``python -c`` child that imports ``common``, plus ``extra``."""
+    path = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def hf_engine_args() -> list[str]:
+    """``--tokenizer-backend hf`` where this packer has the option (it picks tiktoken by default,
+    which would change what a ceiling of HF tokenizers measures); [] for a packer without it."""
+    r = subprocess.run([sys.executable, "-m", "packer.cli", "build", "--help"], capture_output=True, text=True)
+    return ["--tokenizer-backend", "hf"] if "--tokenizer-backend" in r.stdout else []
+
+
+def corpus_texts(inputs: list[str]) -> list[str]:
+    """Every text packer would tokenize from ``inputs``, in order, read as the build reads it."""
+    from packer.sources import Skip, discover, plan_slices, read_slice
+
+    texts = []
+    for sl, _ in plan_slices(discover(inputs).files, 1 << 62):
+        texts.extend(t for t in read_slice(sl) if not isinstance(t, Skip))
+    return texts
+
+
+def char_batches(texts: list[str], batch_chars: int) -> list[list[str]]:
+    """``texts`` in order, cut into batches that close once they hold ``batch_chars`` characters."""
+    batches, cur, n = [], [], 0
+    for t in texts:
+        cur.append(t)
+        n += len(t)
+        if n >= batch_chars:
+            batches.append(cur)
+            cur, n = [], 0
+    if cur:
+        batches.append(cur)
+    return batches

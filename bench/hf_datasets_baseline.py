@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 
-from common import emit_json  # bench/common.py
+from common import emit_json, hf_engine_args, pin  # bench/common.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
@@ -73,11 +73,6 @@ print(len(lm), sum(len(x) for x in tokenized["input_ids"]))
 """
 
 
-def _pin(n: int) -> list[str]:
-    cores = sorted(os.sched_getaffinity(0))[:n]
-    return ["taskset", "-c", ",".join(map(str, cores))]
-
-
 def _timed(cmd, env=None) -> tuple[float, float, str]:
     t, ru = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -99,14 +94,13 @@ def main(argv=None) -> None:
     ap.add_argument("--json", help="append the results as one JSON line to this file")
     args = ap.parse_args(argv)
     tok = os.path.abspath(args.tokenizer)
-    help_text = subprocess.run([sys.executable, "-m", "packer.cli", "build", "--help"], capture_output=True, text=True).stdout
     # The same engine as the baseline (hf), and what packer picks by itself (tiktoken where exact).
-    engines = ["hf", "default"] if "--tokenizer-backend" in help_text else ["default"]
+    engines = ["hf", "default"] if hf_engine_args() else ["default"]
     rows = []
     for rnd in range(args.rounds):
         for n in args.workers:
             with tempfile.TemporaryDirectory() as d:
-                hf_s, hf_cpu, out = _timed(_pin(n) + [args.hf_python, "-c", _BASELINE, "\0".join(args.inputs), tok,
+                hf_s, hf_cpu, out = _timed(pin(n) + [args.hf_python, "-c", _BASELINE, "\0".join(args.inputs), tok,
                                                       str(args.seq_len), str(n), os.path.join(d, "cache")])
                 blocks, hf_tokens = map(int, out.split()[-2:])
                 row = {"round": rnd, "workers": n, "hf_s": hf_s, "hf_cpu_s": hf_cpu, "hf_tokens": hf_tokens,
@@ -117,7 +111,7 @@ def main(argv=None) -> None:
                            "--seq-len", str(args.seq_len), "--workers", str(n), "-q"]
                     if engine != "default":
                         cmd += ["--tokenizer-backend", engine]
-                    pk_s, pk_cpu, _ = _timed(_pin(n) + cmd)
+                    pk_s, pk_cpu, _ = _timed(pin(n) + cmd)
                     with open(os.path.join(out, "manifest.json")) as f:
                         m = json.load(f)
                     used = m["tokenizer"].get("backend", "hf")

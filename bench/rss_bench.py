@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 
-from common import emit_json  # bench/common.py
+from common import emit_json, hf_engine_args  # bench/common.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
@@ -104,9 +104,8 @@ def main(argv=None) -> None:
     ap.add_argument("--json", help="append the results as one JSON line to this file")
     args = ap.parse_args(argv)
     tok = GPT2 if args.tokenizer == "gpt2" else args.tokenizer
-    help_text = subprocess.run([sys.executable, "-m", "packer.cli", "build", "--help"], capture_output=True, text=True).stdout
     # HF tokenizers (its encodings are the larger) where packer could also pick tiktoken.
-    extra = ["--tokenizer-backend", "hf"] if "--tokenizer-backend" in help_text and tok != "bytes" else []
+    extra = hf_engine_args() if tok != "bytes" else []
     rows = []
     with tempfile.TemporaryDirectory(dir=os.path.join(REPO, "bench_out")) as d:
         corpora = {}

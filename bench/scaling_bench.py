@@ -41,6 +41,8 @@ import subprocess
 import sys
 import time
 
+from common import child_env, hf_engine_args, pin  # bench/common.py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
 GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
@@ -97,34 +99,16 @@ def train_bpe(base: str, path: str, sample_mb: float = 8) -> str:
 
 _CEILING = r"""
 import json, sys, time
+from common import char_batches
 from tokenizers import Tokenizer
 tok = Tokenizer.from_file(sys.argv[1]); tok.no_truncation(); tok.no_padding()
 texts = [json.loads(l)["text"] for l in open(sys.argv[2], "rb")] * int(sys.argv[3])
-batches, cur, n = [], [], 0
-for t in texts:
-    cur.append(t); n += len(t)
-    if n >= 8_000_000:
-        batches.append(cur); cur, n = [], 0
-if cur:
-    batches.append(cur)
+batches = char_batches(texts, 8_000_000)
 t0 = time.perf_counter(); count = 0
 for b in batches:
     count += sum(len(e) for e in tok.encode_batch_fast(b, add_special_tokens=False))
 print(json.dumps({"seconds": time.perf_counter() - t0, "tokens": count}))
 """
-
-
-def _pin(n: int) -> list[str]:
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < n:
-        sys.exit(f"{n} workers asked, but only {len(cores)} cores are available to this process")
-    return ["taskset", "-c", ",".join(map(str, cores[:n]))]
-
-
-def _backend_args() -> list[str]:
-    """Pin the HF engine where packer has a choice (the tiktoken engine would change what is measured)."""
-    r = subprocess.run([sys.executable, "-m", "packer.cli", "build", "--help"], capture_output=True, text=True)
-    return ["--tokenizer-backend", "hf"] if "--tokenizer-backend" in r.stdout else []
 
 
 def independent(folder: str, tok: str, n: int, extra: list[str], work: str) -> dict:
@@ -175,7 +159,7 @@ def main(argv=None) -> None:
     else:
         tok = train_bpe(base, os.path.join(args.work, "bpe.json"))
     tok = os.path.abspath(tok)
-    extra = _backend_args()
+    extra = hf_engine_args()
     rows = []
     for n in args.workers:
         folder = os.path.join(args.work, f"in{n}")
@@ -188,7 +172,7 @@ def main(argv=None) -> None:
         cmd = [sys.executable, "-m", "packer.cli", "build", folder, out, "--tokenizer", tok, "--workers", str(n),
                "-q", *extra]
         t = time.perf_counter()
-        r = subprocess.run(_pin(n) + cmd, capture_output=True, text=True)
+        r = subprocess.run(pin(n) + cmd, capture_output=True, text=True)
         seconds = time.perf_counter() - t
         if r.returncode:
             sys.exit(r.stderr)
@@ -199,8 +183,8 @@ def main(argv=None) -> None:
                "input_bytes": m["totals"]["input_bytes"], "shards": len(m["shards"]), "cmd": " ".join(cmd[1:])}
         row["tokens_per_s"] = row["tokens"] / seconds
         if args.ceiling:
-            c = subprocess.run(_pin(n) + [sys.executable, "-c", _CEILING, tok, base, str(n)], capture_output=True,
-                               text=True, env={**os.environ, "RAYON_NUM_THREADS": str(n)})
+            c = subprocess.run(pin(n) + [sys.executable, "-c", _CEILING, tok, base, str(n)], capture_output=True,
+                               text=True, env=child_env(RAYON_NUM_THREADS=str(n)))
             if c.returncode:
                 sys.exit(c.stderr)
             cj = json.loads(c.stdout.strip().splitlines()[-1])

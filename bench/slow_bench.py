@@ -31,16 +31,14 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from build_bench import GPT2, ceiling  # bench/ is the script's folder, first on sys.path
+from build_bench import GPT2, build, ceiling  # bench/ is the script's folder, first on sys.path
 from slowfs import SlowMount
 
-from common import emit_json  # bench/common.py
+from common import emit_json, hf_engine_args  # bench/common.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -108,24 +106,6 @@ def pure_read(root: str, threads: int = 32, block: int = 4 << 20) -> tuple[float
     return time.perf_counter() - t, n
 
 
-def build(root: str, tok: str, n: int, extra: list[str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the build and its workers). Wall minus CPU, at one worker, is
-    the time the build sat waiting for the mount: the part of reading not hidden behind tokenizing."""
-    cores = sorted(os.sched_getaffinity(0))[:n]
-    with tempfile.TemporaryDirectory() as d:
-        cmd = ["taskset", "-c", ",".join(map(str, cores)), sys.executable, "-m", "packer.cli", "build", root,
-               os.path.join(d, "out"), "--tokenizer", tok, "--workers", str(n), "-q", *extra]
-        t = time.perf_counter()
-        with open(os.path.join(d, "stderr"), "w+") as err:
-            p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
-            _, status, ru = os.wait4(p.pid, 0)
-            wall = time.perf_counter() - t
-            if os.waitstatus_to_exitcode(status):
-                err.seek(0)
-                sys.exit(err.read())
-        return wall, ru.ru_utime + ru.ru_stime
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--src", default=os.path.join(REPO, "bench_out", "real", "real.jsonl"))
@@ -142,8 +122,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     tok = os.path.abspath(args.tokenizer)
     big, small = make_corpora(args.src, os.path.join(REPO, "bench_out", "slow"), args.mb)
-    help_text = subprocess.run([sys.executable, "-m", "packer.cli", "build", "--help"], capture_output=True, text=True).stdout
-    extra = ["--tokenizer-backend", "hf"] if "--tokenizer-backend" in help_text else []  # the ceiling's engine
+    extra = hf_engine_args()  # the ceiling's engine
     rows = []
     mnt = tempfile.mkdtemp(prefix="slowfs-")
     # The daemon is Python and costs about as much CPU per request as a real server would on its own
@@ -166,7 +145,8 @@ def main(argv=None) -> None:
             # machine it moves with the load, and each row compares neighbours.
             c = ceiling([root], tok, args.workers, 8_000_000)
             with SlowMount(root, mnt, args.latency_ms, mbps, cpus=spare):
-                build_s, build_cpu = build(mnt, tok, args.workers, extra)
+                b = build([mnt], tok, args.workers, extra)  # pinned to cores 0..N-1, with its CPU time
+                build_s, build_cpu = b["seconds"], b["cpu"]
             bound = max(read_s, c["seconds"])
             row = {"layout": name, "files": n_files, "daemon_cpus": spare, "bytes": size, "bandwidth": label, "mbps": mbps,
                    "latency_ms": args.latency_ms, "workers": args.workers, "read_s": read_s,

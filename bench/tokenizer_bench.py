@@ -38,14 +38,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
-from common import emit_json  # bench/common.py
+import build_bench  # bench/build_bench.py: the timed `packer build`
+from common import child_env, emit_json, pin  # bench/common.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
@@ -53,20 +52,12 @@ GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
 _RAW = r"""
 import hashlib, json, os, sys, time
 import numpy as np
-from packer.sources import Skip, discover, plan_slices, read_slice
+from common import char_batches, corpus_texts
 from packer.tokenizer import Encoder, choose_backend, resolve_tokenizer
 from packer import tiktoken_backend as T
 inputs, tok_path, variant, n, batch_chars = sys.argv[1].split("\0"), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-texts = []
-for sl, _ in plan_slices(discover(inputs).files, 1 << 62):
-    texts.extend(t for t in read_slice(sl) if not isinstance(t, Skip))
-batches, cur, k = [], [], 0
-for t in texts:
-    cur.append(t); k += len(t)
-    if k >= batch_chars:
-        batches.append(cur); cur, k = [], 0
-if cur:
-    batches.append(cur)
+texts = corpus_texts(inputs)
+batches = char_batches(texts, batch_chars)
 info = resolve_tokenizer(tok_path)
 if variant in ("hf batch", "hf fast"):
     from tokenizers import Tokenizer
@@ -126,16 +117,9 @@ RAW_VARIANTS = [("hf batch", 1), ("hf fast", 1), ("tiktoken", 1), ("packer hf", 
                 ("hf batch", 2), ("hf fast", 2), ("tiktoken", 2), ("tiktoken procs", 2)]
 
 
-def _pin(n: int) -> list[str]:
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < n:
-        sys.exit(f"asked for {n} cores, this process may use only {len(cores)}")
-    return ["taskset", "-c", ",".join(str(c) for c in cores[:n])]
-
-
 def raw(inputs: list[str], tok: str, variant: str, n: int, batch_chars: int) -> dict:
-    env = {**os.environ, "RAYON_NUM_THREADS": str(n), "TOKENIZERS_PARALLELISM": "true" if n > 1 else "false"}
-    r = subprocess.run(_pin(n) + [sys.executable, "-c", _RAW, "\0".join(inputs), tok, variant, str(n), str(batch_chars)],
+    env = child_env(RAYON_NUM_THREADS=str(n), TOKENIZERS_PARALLELISM="true" if n > 1 else "false")
+    r = subprocess.run(pin(n) + [sys.executable, "-c", _RAW, "\0".join(inputs), tok, variant, str(n), str(batch_chars)],
                        capture_output=True, text=True, env=env)
     if r.returncode:
         sys.exit(f"{variant} x{n}: {r.stderr}")
@@ -143,24 +127,14 @@ def raw(inputs: list[str], tok: str, variant: str, n: int, batch_chars: int) -> 
 
 
 def build(inputs: list[str], tok: str, backend: str, n: int, extra: list[str]) -> dict:
-    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
-        out = os.path.join(d, "out")
-        cmd = _pin(n) + [sys.executable, "-m", "packer.cli", "build", *inputs, out, "--tokenizer", tok,
-                         "--workers", str(n), "--tokenizer-backend", backend, "-q", *extra]
-        t, ru = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        seconds = time.perf_counter() - t
-        ru2 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if r.returncode:
-            sys.exit(r.stderr)
-        with open(os.path.join(out, "manifest.json")) as f:
-            m = json.load(f)
-    return {"seconds": seconds, "cpu": (ru2.ru_utime - ru.ru_utime) + (ru2.ru_stime - ru.ru_stime),
+    b = build_bench.build(inputs, tok, n, ["--tokenizer-backend", backend, *extra])
+    m = b["manifest"]
+    return {"seconds": b["seconds"], "cpu": b["cpu"],
             "tokens": m["totals"]["tokens"] - m["totals"]["documents"],  # EOS excluded, as in the raw figures
             "docs": m["totals"]["documents"],
             "checksums": [s["xxh3_128"] if "xxh3_128" in s else s.get(m.get("checksum", ""), "") for s in m["shards"]],
             "backend": m["tokenizer"].get("backend"), "reason": m["tokenizer"].get("backend_reason"),
-            "cmd": " ".join(cmd[3:])}
+            "cmd": b["cmd"]}
 
 
 def sweep(tok: str) -> None:
