@@ -60,7 +60,7 @@ def _types(node: dict | None, key: str) -> list[dict]:
     if node is None:
         return []
     if node.get("type") == "Sequence":
-        return [m for m in node.get(key, [])]
+        return list(node.get(key, []))
     return [node]
 
 
@@ -103,7 +103,10 @@ def _probes() -> list[str]:
 def cut_rule(tok) -> str | None:
     """None if texts may be cut for ``tok`` (a ``tokenizers.Tokenizer``), else
     why not, in a few words."""
-    why = _why_not_structurally(tok)
+    try:
+        why = _why_not_structurally(tok)
+    except Exception as e:  # a component we cannot read: doubt, so whole texts
+        return f"unreadable tokenizer component ({type(e).__name__})"
     if why:
         return why
     probes = _probes()

@@ -128,3 +128,14 @@ def test_encoder_ids_equal_whole_text_ids(gpt2_path, tmp_path, pre):
     if enc._cut:  # memory: no call saw much more than BATCH_CHARS, though the texts are longer
         assert max(len(t) for t in texts) > long_texts.BATCH_CHARS
         assert max(calls) <= long_texts.BATCH_CHARS + long_texts.PIECE_CHARS * 4
+
+
+def test_cut_rule_says_no_when_a_component_cannot_be_read():
+    class Broken:
+        def __getstate__(self):
+            raise RuntimeError("no state")
+
+    class Tok:
+        normalizer = Broken()
+
+    assert "unreadable" in long_texts.cut_rule(Tok())
