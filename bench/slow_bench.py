@@ -21,6 +21,7 @@ libfuse2 (apt) and fusepy (pip).
 
     python bench/slow_bench.py --mb 6 --workers 1 --latency-ms 5
     python bench/slow_bench.py --mb 20 --layouts big --bandwidths above --rounds 3   # one case, 3 times
+    python bench/slow_bench.py --mb 20 --per-file    # what one small file costs the reader, alone
 
 The FUSE daemon is pinned to the cores the build does not use, where there
 are any: it stands in for a file server, which would not take the client's
@@ -108,6 +109,40 @@ def pure_read(root: str, threads: int = 32, block: int = 4 << 20) -> tuple[float
     return time.perf_counter() - t, n
 
 
+def per_file_cost(root: str, mnt: str, n: int = 1500) -> dict:
+    """What reading one small file through the mount costs the reading thread, alone: the mount
+    without latency or bandwidth cap, files read one after another by one thread the way the build
+    reads them (``sources._read_whole``), once with the kernel's cache of names gone cold (as when
+    reading starts a while after discovery) and once right after a ``stat`` of each file. Per file:
+    CPU microseconds (user, system) and context switches, from ``getrusage(RUSAGE_THREAD)``; each
+    FUSE request is one voluntary switch (the thread sleeps until the daemon answers)."""
+    import resource
+
+    from packer.sources import _read_whole
+
+    names = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)[:2 * n]
+    out = {}
+    with SlowMount(root, mnt, 0, 0, cpus=sorted(os.sched_getaffinity(0))[1:] or None):
+        paths = [os.path.join(mnt, x) for x in names]
+        sizes = {p: os.path.getsize(p) for p in paths}
+        for label, group in (("cold names", paths[0::2]), ("after a stat", paths[1::2])):
+            if label == "cold names":
+                time.sleep(1.5)  # past the mount's 1 s entry and attribute timeouts
+            else:
+                for p in group:
+                    os.stat(p)
+            r0 = resource.getrusage(resource.RUSAGE_THREAD)
+            for p in group:
+                _read_whole(p, sizes[p])
+            r1 = resource.getrusage(resource.RUSAGE_THREAD)
+            k = len(group)
+            out[label] = {"user_us": (r1.ru_utime - r0.ru_utime) / k * 1e6, "sys_us": (r1.ru_stime - r0.ru_stime) / k * 1e6,
+                          "voluntary_switches": (r1.ru_nvcsw - r0.ru_nvcsw) / k, "files": k}
+            print(f"per file through the mount ({label}): user {out[label]['user_us']:.0f} us, system "
+                  f"{out[label]['sys_us']:.0f} us, {out[label]['voluntary_switches']:.2f} FUSE round trips", flush=True)
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--src", default=os.path.join(REPO, "bench_out", "real", "real.jsonl"))
@@ -120,10 +155,18 @@ def main(argv=None) -> None:
     ap.add_argument("--layouts", nargs="+", choices=["big", "small"], default=["big", "small"])
     ap.add_argument("--bandwidths", nargs="+", choices=["below", "above"], default=["below", "above"])
     ap.add_argument("--rounds", type=int, default=1, help="times each case is run (each is its own row)")
+    ap.add_argument("--per-file", action="store_true",
+                    help="only measure what one small file read through the mount costs the reading thread")
     ap.add_argument("--json", help="append the results as one JSON line to this file")
     args = ap.parse_args(argv)
     tok = os.path.abspath(args.tokenizer)
     big, small = make_corpora(args.src, os.path.join(REPO, "bench_out", "slow"), args.mb)
+    if args.per_file:
+        mnt = tempfile.mkdtemp(prefix="slowfs-")
+        res = per_file_cost(small, mnt)
+        os.rmdir(mnt)
+        emit_json({"bench": "slow_bench", "per_file": res, "time": time.strftime("%Y-%m-%d %H:%M:%S")}, args.json)
+        return
     extra = hf_engine_args()  # the ceiling's engine
     rows = []
     mnt = tempfile.mkdtemp(prefix="slowfs-")

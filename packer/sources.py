@@ -77,6 +77,24 @@ class Discovery:
     duplicates: tuple[str, ...]  # paths given more than once (read once)
 
 
+def _io_thread() -> None:
+    """Start of each read-ahead and prefetch thread: Linux's SCHED_BATCH for it.
+
+    A reader thread wakes each time a read returns; as a normal thread it
+    preempts whatever runs on its core, which at ``--workers 1`` is the
+    tokenizer. A batch thread does not preempt on waking: it runs when the
+    running thread's slice ends, with the same share of the core. Reads are
+    issued far enough ahead that a few ms of delay costs nothing. Through a
+    FUSE mount (6,747 small files, one core) this took the build's system
+    time from 1.1-1.4 s to 0.8-0.9 s and its involuntary context switches
+    from 37 k to 12.5 k. No-op where there is no SCHED_BATCH.
+    """
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
+
+
 def _is_within(path: str, folder: str) -> bool:
     path, folder = os.path.realpath(path), os.path.realpath(folder)
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
@@ -275,7 +293,7 @@ class ReadAhead(io.RawIOBase):
         self._block, self._depth = block, depth
         self._step = min(FIRST_READ, block)
         self._on_bytes = on_bytes
-        self._pool = ThreadPoolExecutor(depth, thread_name_prefix="packer-read")
+        self._pool = ThreadPoolExecutor(depth, thread_name_prefix="packer-read", initializer=_io_thread)
         self._inflight: deque = deque()
         self._buf = memoryview(b"")
         self._fill()
@@ -670,7 +688,7 @@ def iter_parts_many(slices, text_field: str = "text", on_bytes=None, prefetch: i
     a thread pool, so a tree of many small files on slow storage does not pay
     one round trip per file in series.
     """
-    pool = ThreadPoolExecutor(prefetch, thread_name_prefix="packer-prefetch")
+    pool = ThreadPoolExecutor(prefetch, thread_name_prefix="packer-prefetch", initializer=_io_thread)
     ahead: deque = deque()  # (key, slice or None, future or None), in order
     it = iter(slices)
     exhausted = False

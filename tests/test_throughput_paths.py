@@ -152,3 +152,42 @@ def test_whole_file_read_matches_the_file_whatever_discovery_saw(tmp_path):
     path.write_bytes(b"")
     assert _read_whole(str(path), 0) == b""
     assert _read_whole(str(path), 50) == b""
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies only")
+def test_reader_threads_run_as_batch_and_leave_the_caller_alone(tmp_path, monkeypatch):
+    """Whole-file prefetch threads and read-ahead threads do not preempt the tokenizer
+    (SCHED_BATCH); the thread that drives them keeps its own policy."""
+    import threading
+
+    from packer.sources import iter_parts_many
+
+    allowed = []
+
+    def probe():
+        try:
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+            allowed.append(True)
+        except OSError:
+            pass
+
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    if not allowed:
+        pytest.skip("this system does not let a thread change its scheduling policy")
+    (tmp_path / "a.txt").write_text("alpha\n")
+    (tmp_path / "b.jsonl").write_text('{"text": "beta"}\n')
+    policies = []
+    real_read = sources.read_text_part
+    monkeypatch.setattr(sources, "read_text_part",
+                        lambda sl, on_bytes=None: (policies.append(os.sched_getscheduler(0)), real_read(sl, on_bytes))[1])
+    before = os.sched_getscheduler(0)
+    slices = [(sl.file.path, sl) for sl, _ in plan_slices(discover([str(tmp_path)]).files, 1 << 30)]
+    texts = [t for _, p in iter_parts_many(slices) for t in parse_part(p, ("text",))]
+    assert sorted(texts) == ["alpha\n", "beta"]
+    assert policies == [os.SCHED_BATCH]
+    ra = ReadAhead(str(tmp_path / "b.jsonl"))
+    assert ra._pool.submit(os.sched_getscheduler, 0).result() == os.SCHED_BATCH
+    ra.close()
+    assert os.sched_getscheduler(0) == before
