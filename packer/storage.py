@@ -255,8 +255,8 @@ def json_bytes(obj) -> bytes:
     return (json.dumps(obj, indent=1, sort_keys=False) + "\n").encode()
 
 
-def put(out: str, rel: str, data: bytes) -> None:
-    """Publish ``data`` at ``out/rel`` atomically: a reader sees all of it or nothing."""
+def put(out: str, rel: str, data) -> None:
+    """Publish ``data`` (bytes or a ``pa.Buffer``) at ``out/rel`` atomically: a reader sees all of it or nothing."""
     if not is_uri(out) or urlsplit(out).scheme.lower() == "file":
         from . import shards as S
 

@@ -191,3 +191,28 @@ def test_reader_threads_run_as_batch_and_leave_the_caller_alone(tmp_path, monkey
     assert ra._pool.submit(os.sched_getscheduler, 0).result() == os.SCHED_BATCH
     ra.close()
     assert os.sched_getscheduler(0) == before
+
+
+def test_presized_ipc_file_is_the_plain_writers_bytes():
+    """shards.table_bytes lays the file out into an exactly sized buffer; the bytes are
+    those of pyarrow's plain IPC file writer, batch for batch, and the file reads back."""
+    import pyarrow as pa
+
+    from packer import shards as S
+
+    rng = np.random.default_rng(5)
+    seq_len, rows = 64, 2500  # more rows than one 1024-row batch
+    lengths = rng.integers(1, seq_len + 1, size=rows)
+    tokens = rng.integers(0, 50_000, size=rows * seq_len).astype(np.uint16)
+    row = np.arange(rows)
+    table = S.shard_table(tokens, seq_len, row, lengths, row, np.zeros(rows, np.int64), rows)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as w:
+        for batch in table.to_batches(max_chunksize=1024):
+            w.write_batch(batch)
+    want = sink.getvalue().to_pybytes()
+    got = S.table_bytes(table)
+    assert bytes(got) == want and len(got) == len(want)
+    assert S.checksum(got) == S.checksum(want)
+    back = pa.ipc.open_file(pa.BufferReader(got)).read_all()
+    assert back.equals(table) and back.to_batches()[0].num_rows == 1024
