@@ -155,6 +155,9 @@ class _Progress:
 def stats(out, as_json, no_verify, plot_path, quiet):
     """Verify the shards in OUT against the manifest and print what was built.
 
+    OUT is a build folder, or the URI a build wrote to (s3://bucket/out, gs://...,
+    any pyarrow or fsspec filesystem); a remote shard is fetched whole to be verified.
+
     \b
     Verification (unless --no-verify) reads every byte once: each shard the
     manifest names exists, has its size and xxh3_128 checksum, schema, seq_len
@@ -166,7 +169,11 @@ def stats(out, as_json, no_verify, plot_path, quiet):
     """
     from . import stats as st
 
-    if not os.path.isdir(out):
+    from .storage import check_uri, is_uri
+
+    if is_uri(out):
+        check_uri(out)  # a scheme packer reads, no credentials in it
+    elif not os.path.isdir(out):
         raise PackerError(f"no such build folder: {out}")
     if plot_path:
         st.require_matplotlib()  # say so before the long read, not after
@@ -201,7 +208,7 @@ def _bytes_bar(out, desc, quiet):
         return None
     from tqdm import tqdm
 
-    from .shards import read_manifest
+    from .storage import read_manifest
 
     try:
         total = sum(int(e.get("bytes", 0)) for e in read_manifest(out)["shards"])
@@ -226,7 +233,11 @@ def show(out, row, tokenizer, ids):
     """
     from .shards import read_manifest
     from .show import Decoder, read_row, render
+    from .storage import is_uri
 
+    if is_uri(out):
+        raise PackerError(f"packer show reads a local build folder, not {out}: copy the folder down, "
+                          "or read rows with PackedDataset(uri); packer stats takes the URI")
     if not os.path.isdir(out):
         raise PackerError(f"no such build folder: {out}")
     view = read_row(out, row)

@@ -34,6 +34,7 @@ import pyarrow as pa
 import xxhash
 
 from . import shards as S
+from . import storage
 from .errors import PackerError, ShardError
 
 STATS_VERSION = 1  # of the --json document, see docs/stats.md
@@ -166,7 +167,7 @@ class _MappedReader:
 
     DROP_EVERY = 16 << 20
 
-    def __init__(self, mm: mmap.mmap, hasher, on_bytes=None):
+    def __init__(self, mm, hasher, on_bytes=None):  # mm: an mmap.mmap, or any buffer (a remote shard's bytes)
         self._mm, self._mv, self._h, self._on = mm, memoryview(mm), hasher, on_bytes
         self.pos = 0
         self._dropped = 0
@@ -178,7 +179,7 @@ class _MappedReader:
         self._h.update(data)
         if self._on is not None:
             self._on(end - self.pos)
-        if self.pos - self._dropped >= self.DROP_EVERY and hasattr(mmap, "MADV_DONTNEED"):
+        if self.pos - self._dropped >= self.DROP_EVERY and isinstance(self._mm, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
             upto = self.pos // mmap.PAGESIZE * mmap.PAGESIZE
             self._mm.madvise(mmap.MADV_DONTNEED, self._dropped, upto - self._dropped)
             self._dropped = upto
@@ -361,6 +362,19 @@ class _ShardScan:
         self.rep.doc_lengths.add(lengths[present])
 
 
+def _open_bytes(full: str):
+    """The shard's bytes: a read-only memory map of a local file, or (a URI) the
+    whole object fetched into memory, one GET."""
+    if storage.is_uri(full):
+        with storage.open_input(full) as f:
+            return f.read_buffer()
+    with open(full, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    if hasattr(mmap, "MADV_SEQUENTIAL"):
+        mm.madvise(mmap.MADV_SEQUENTIAL)  # aggressive read-ahead on a cold file
+    return mm
+
+
 def _scan_deep(scan: _ShardScan, full: str, entry: dict, fig: ShardFigures, on_bytes) -> list[Problem]:
     """Read the file once: hash every byte, parse the IPC stream inside it, check each batch.
 
@@ -372,13 +386,10 @@ def _scan_deep(scan: _ShardScan, full: str, entry: dict, fig: ShardFigures, on_b
     h = xxhash.xxh3_128()
     parsed, batches = False, 0
     try:
-        with open(full, "rb") as f:
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        mm = _open_bytes(full)
     except (OSError, ValueError) as e:  # ValueError: an empty file cannot be mapped
         scan.problem("unreadable", f"cannot read the file ({e})")
         return scan.all_problems()
-    if hasattr(mmap, "MADV_SEQUENTIAL"):
-        mm.madvise(mmap.MADV_SEQUENTIAL)  # aggressive read-ahead on a cold file
     reader = _MappedReader(mm, h, on_bytes)
     if bytes(reader.read(8)[:6]) != MAGIC:
         scan.problem("unreadable", "not an Arrow IPC file (no ARROW1 magic at the start)")
@@ -406,7 +417,8 @@ def _scan_deep(scan: _ShardScan, full: str, entry: dict, fig: ShardFigures, on_b
         scan.finish(fig)
     try:
         reader.release()
-        mm.close()
+        if isinstance(mm, mmap.mmap):
+            mm.close()
     except BufferError:  # an Arrow buffer still points into it: unmapped when that goes
         pass
     found = []
@@ -415,10 +427,11 @@ def _scan_deep(scan: _ShardScan, full: str, entry: dict, fig: ShardFigures, on_b
     return found + scan.all_problems()
 
 
-def _scan_shallow(scan: _ShardScan, full: str, fig: ShardFigures, on_bytes) -> list[Problem]:
-    """Memory-map the file and read only the piece columns: no checksum, no token checks."""
+def _scan_shallow(scan: _ShardScan, full: str, size: int, fig: ShardFigures, on_bytes) -> list[Problem]:
+    """Memory-map the file (ranged reads of an object) and read only the piece columns:
+    no checksum, no token checks."""
     try:
-        r = pa.ipc.open_file(pa.memory_map(full, "r"))
+        r = pa.ipc.open_file(storage.open_input(full) if storage.is_uri(full) else pa.memory_map(full, "r"))
         if scan.check_schema(r.schema):
             for i in range(r.num_record_batches):
                 scan.batch(r.get_batch(i))
@@ -426,7 +439,7 @@ def _scan_shallow(scan: _ShardScan, full: str, fig: ShardFigures, on_bytes) -> l
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
         scan.problem("unreadable", f"not a readable Arrow file ({str(e).splitlines()[0]})")
     if on_bytes is not None:
-        on_bytes(os.path.getsize(full))
+        on_bytes(size)
     return scan.all_problems()
 
 
@@ -447,13 +460,17 @@ def _need(m: dict, out: str, *keys):
 
 
 def check(out: str, deep: bool = True, progress=None) -> Report:
-    """Verify the build in ``out`` and measure it.
+    """Verify the build in ``out`` (a folder, or a URI prefix such as
+    ``s3://bucket/out``) and measure it.
 
     ``deep``: read every byte (checksums, token ids, padding); otherwise read
     only the piece columns. ``progress(nbytes)`` is called as shard bytes are
-    read. Raises ``ShardError`` only for an unreadable manifest.
+    read. Raises ``ShardError`` only for an unreadable manifest. A remote
+    shard is fetched whole into memory to be verified (one GET per shard).
     """
-    m = S.read_manifest(out)
+    m = storage.read_manifest(out)
+    remote = storage.is_uri(out)
+    objects = storage.listing(out) if remote else None  # {rel: size}, one listing for the whole build
     seq_len, dtype = int(_need(m, out, "seq_len")), str(_need(m, out, "dtype"))
     vocab = int(m.get("vocab_size", _need(m, out, "tokenizer", "vocab_size")))
     pad_id = int(m.get("pad_id", _need(m, out, "tokenizer", "pad_id")))
@@ -472,14 +489,19 @@ def check(out: str, deep: bool = True, progress=None) -> Report:
         rel = e["path"]
         fig = ShardFigures(rel, e.get("unit"))
         rep.shards.append(fig)
-        full = os.path.normpath(os.path.join(out, rel))
-        if os.path.isabs(rel) or not full.startswith(os.path.normpath(out) + os.sep):
+        full = storage.join(out, rel) if remote else os.path.normpath(os.path.join(out, rel))
+        if remote:  # keys are plain "/"-joined names: no way up, no absolute key
+            outside = rel.startswith("/") or ".." in rel.split("/")
+        else:
+            outside = os.path.isabs(rel) or not full.startswith(os.path.normpath(out) + os.sep)
+        if outside:
             rep.problems.append(Problem(rel, "manifest", "shard path points outside the build folder"))
             continue
-        if not os.path.isfile(full):
+        size = objects.get(rel) if remote else (os.path.getsize(full) if os.path.isfile(full) else None)
+        if size is None:
             rep.problems.append(Problem(rel, "missing", "missing: the manifest names it but there is no such file"))
             continue
-        fig.bytes = size = os.path.getsize(full)
+        fig.bytes = size
         if size != e["bytes"]:
             what = "truncated" if size < e["bytes"] else "longer than written"
             rep.problems.append(Problem(rel, "size", f"{size:,} bytes, the manifest says {e['bytes']:,} ({what})"))
@@ -491,13 +513,13 @@ def check(out: str, deep: bool = True, progress=None) -> Report:
             rep.problems.extend(_scan_deep(scan, full, e, fig, progress))
             rep.bytes_read += size
         else:
-            rep.problems.extend(_scan_shallow(scan, full, fig, progress))
+            rep.problems.extend(_scan_shallow(scan, full, size, fig, progress))
         if fig.rows is not None and fig.documents is not None:
             for k in _COUNTS:
                 got, want = getattr(fig, k), e[k]
                 if got != want:
                     rep.problems.append(Problem(rel, "count", f"{k}: {got:,} in the shard, the manifest says {want:,}"))
-    rep.problems.extend(_extra_files(out, entries))
+    rep.problems.extend(_extra_files(out, entries, objects))
     return rep
 
 
@@ -515,20 +537,26 @@ def _check_totals(rep: Report, m: dict, entries: list[dict]) -> None:
             rep.problems.append(Problem("manifest.json", "totals", f"totals.{k} is {t[k]:,}, its shard entries sum to {v:,}"))
 
 
-def _extra_files(out: str, entries: list[dict]) -> list[Problem]:
+def _extra_files(out: str, entries: list[dict], objects: dict[str, int] | None = None) -> list[Problem]:
+    """Files in ``out`` (or, for a URI, the ``objects`` under it) that the manifest does not account for."""
     known = {S.MANIFEST, "build.json"}
     for e in entries:
-        known.add(os.path.normpath(e["path"]))
+        known.add(os.path.normpath(e["path"]) if objects is None else e["path"])
         if e.get("unit") is not None:
-            known.add(os.path.join(S.UNIT_DIR, f"{int(e['unit']):06d}.json"))
+            known.add(os.path.join(S.UNIT_DIR, f"{int(e['unit']):06d}.json") if objects is None
+                      else f"{S.UNIT_DIR}/{int(e['unit']):06d}.json")
+    if objects is not None:
+        rels = sorted(objects)
+    else:
+        rels = []
+        for root, dirs, files in os.walk(out):
+            dirs.sort()
+            rels.extend(os.path.relpath(os.path.join(root, name), out) for name in sorted(files))
     found = []
-    for root, dirs, files in os.walk(out):
-        dirs.sort()
-        for name in sorted(files):
-            rel = os.path.relpath(os.path.join(root, name), out)
-            if rel not in known:
-                why = "a temp file of an interrupted write" if name.startswith(".tmp-") else "not in the manifest"
-                found.append(Problem(rel, "extra", f"extra file: {why}"))
+    for rel in rels:
+        if rel not in known:
+            why = "a temp file of an interrupted write" if os.path.basename(rel).startswith(".tmp-") else "not in the manifest"
+            found.append(Problem(rel, "extra", f"extra file: {why}"))
     return found
 
 

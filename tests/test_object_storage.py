@@ -311,3 +311,49 @@ def test_dataloader_workers_share_one_bounded_cache(s3_build, local_build, tmp_p
     got = torch.cat(seen)
     assert torch.equal(got, ref.batch(list(range(len(ref))))["input_ids"])
     assert sum(_cache_files(tmp_path / "cache").values()) <= bound
+
+
+# packer stats over a build on S3.
+
+
+def test_stats_verifies_a_build_on_s3_as_it_does_the_local_one(bucket, local_build):
+    """The same figures from s3:// as from the local folder, with every byte read;
+    a flipped byte, a missing shard and a stray object are each reported."""
+    from packer import stats as st
+
+    upload_tree(local_build, bucket, "out")
+    out = f"s3://{bucket}/out"
+    local, remote = st.check(local_build), st.check(out)
+    assert not local.problems and not remote.problems
+    assert remote.bytes_read == local.bytes_read > 0
+    want, got = st.figures(local), st.figures(remote)
+    want.pop("build", None), got.pop("build", None)
+    assert got == want
+    assert st.figures(st.check(out, deep=False))["rows"] == want["rows"]
+
+    m = json.load(open(os.path.join(local_build, "manifest.json")))
+    first, second = m["shards"][0]["path"], m["shards"][1]["path"]
+    data = bytearray(open(os.path.join(local_build, first), "rb").read())
+    data[len(data) // 2] ^= 0x01
+    c = s3_client()
+    c.put_object(Bucket=bucket, Key=f"out/{first}", Body=bytes(data))
+    c.delete_object(Bucket=bucket, Key=f"out/{second}")
+    c.put_object(Bucket=bucket, Key="out/shards/stray.arrow", Body=b"x")
+    kinds = {(p.path, p.kind) for p in st.check(out).problems}
+    assert (first, "checksum") in kinds
+    assert (second, "missing") in kinds
+    assert ("shards/stray.arrow", "extra") in kinds
+
+
+def test_stats_cli_takes_a_uri(bucket, local_build):
+    from click.testing import CliRunner
+
+    from packer.cli import main
+
+    upload_tree(local_build, bucket, "out")
+    r = CliRunner().invoke(main, ["stats", f"s3://{bucket}/out", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "verified" in r.output and "OK" in r.output
+    r = CliRunner().invoke(main, ["stats", f"s3://{bucket}/nothing-here", "-q"])
+    assert r.exit_code != 0 and "not a packer build" in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)  # one line, no traceback
