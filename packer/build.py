@@ -475,9 +475,11 @@ def _finished(out: str, unit: Unit) -> dict | None:
     return None
 
 
-def build(cfg: BuildConfig, progress=None) -> BuildResult:
+def build(cfg: BuildConfig, progress=None, on_sized=None) -> BuildResult:
     """Run a build. ``progress`` (optional) is called as
-    progress(done_bytes, docs, tokens, units_done, units, total_bytes)."""
+    progress(done_bytes, docs, tokens, units_done, units, total_bytes);
+    ``on_sized`` (optional) as on_sized(files_done, files) while the input
+    files found are sized, before any is read."""
     t0 = time.perf_counter()
     if cfg.seq_len < 2:
         raise PackerError(f"--seq-len must be at least 2 (got {cfg.seq_len})")
@@ -490,7 +492,7 @@ def build(cfg: BuildConfig, progress=None) -> BuildResult:
     if cfg.engine not in ("local", "ray"):
         raise PackerError(f"unknown --engine {cfg.engine!r}: choose local or ray")
     tok = resolve_tokenizer(cfg.tokenizer, cfg.eos, cfg.eos_token)
-    found = discover(list(cfg.inputs), exclude=cfg.out)
+    found = discover(list(cfg.inputs), exclude=cfg.out, on_sized=on_sized)
     if not found.files:
         raise PackerError(f"no input files found in {', '.join(cfg.inputs)}")
     units = plan_units(plan_slices(found.files, cfg.unit_bytes), cfg.unit_bytes)

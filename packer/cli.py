@@ -94,7 +94,7 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
     )
     bar = None if quiet else _Progress()
     try:
-        result = run_build(cfg, progress=bar.update if bar else None)
+        result = run_build(cfg, progress=bar.update if bar else None, on_sized=bar.sized if bar else None)
     except KeyboardInterrupt:
         if bar:
             bar.close()
@@ -125,7 +125,18 @@ class _Progress:
 
         self._tqdm = tqdm
         self.bar = None
+        self.sizing = None  # a bar over the input files being sized, shown only if that takes over a second
         self.t0 = time.perf_counter()
+
+    def sized(self, done, total):
+        if self.sizing is None:
+            self.sizing = self._tqdm(total=total, unit=" files", desc="sizing inputs", file=sys.stderr, delay=1.0,
+                                     leave=False, dynamic_ncols=sys.stderr.isatty())
+        elif total != self.sizing.total:  # the next input of several
+            self.sizing.reset(total=total)
+        self.sizing.update(done - self.sizing.n)
+        if done >= total:
+            self.sizing.close()
 
     def update(self, done_bytes, docs, tokens, units_done, units, total_bytes):
         if self.bar is None:
@@ -138,6 +149,8 @@ class _Progress:
         self.bar.update(max(0, min(done_bytes, total_bytes) - self.bar.n))
 
     def close(self):
+        if self.sizing is not None:
+            self.sizing.close()
         if self.bar is not None:
             self.bar.close()
             self.bar = None

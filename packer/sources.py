@@ -100,15 +100,17 @@ def _is_within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def discover(paths: list[str], exclude: str | None = None) -> Discovery:
+def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Discovery:
     """Expand folders (recursively, sorted), files and globs into input files.
 
     ``exclude`` is a folder never read from (the output folder, when it sits
     inside an input folder). Raises ``PackerError`` for a missing input or an
-    explicitly named file of unknown format.
+    explicitly named file of unknown format. ``on_sized(done, total)``, if
+    given, is called as the files found are sized (a stat each: on a slow
+    mount, a large tree takes a while).
     """
     if any(storage.is_uri(p) for p in paths) or storage.is_uri(exclude):
-        return storage.discover(paths, exclude)  # object storage (packer/storage.py)
+        return storage.discover(paths, exclude, on_sized)  # object storage (packer/storage.py)
     found: list[str] = []
     ignored: list[str] = []
     for p in paths:
@@ -139,8 +141,12 @@ def discover(paths: list[str], exclude: str | None = None) -> Discovery:
     # A few metadata calls per file, asked by many threads at once: on a
     # mount where each call waits (network, FUSE) a tree of many small files
     # would otherwise pay every round trip in series.
+    facts = []
     with ThreadPoolExecutor(PREFETCH_FILES, thread_name_prefix="packer-stat") as pool:
-        facts = list(pool.map(_file_facts, found))
+        for fact in pool.map(_file_facts, found):
+            facts.append(fact)
+            if on_sized is not None and (len(facts) % 256 == 0 or len(facts) == len(found)):
+                on_sized(len(facts), len(found))
     ex_real = os.path.realpath(exclude).rstrip(os.sep) if exclude else None
     files, seen, dups = [], set(), []
     for f, (real, size, err, readable) in zip(found, facts):

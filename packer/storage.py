@@ -174,7 +174,7 @@ def source(path: str):
     return open_input(path) if is_uri(path) else path
 
 
-def discover(paths: list[str], exclude: str | None = None):
+def discover(paths: list[str], exclude: str | None = None, on_sized=None):
     """``sources.discover`` for paths that may include URIs, in the order given.
 
     A URI naming an object is one input file; a URI naming a prefix holds
@@ -187,7 +187,7 @@ def discover(paths: list[str], exclude: str | None = None):
     local_exclude = exclude if exclude and not is_uri(exclude) else None
     for p in paths:
         if not is_uri(p):
-            d = sources.discover([p], exclude=local_exclude)
+            d = sources.discover([p], exclude=local_exclude, on_sized=on_sized)
             found = list(d.files)
             ignored.extend(d.ignored)
         else:

@@ -311,3 +311,18 @@ def test_build_path_does_not_import_torch(tmp_path):
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     r = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_sizing_inputs_is_reported_up_to_every_file(tmp_path):
+    """``on_sized(done, total)`` runs while discovery sizes the files: done never goes
+    back, total is the number of input files, and the last call says all are done."""
+    for i in range(700):  # over 256, so intermediate calls happen too
+        (tmp_path / "in" / f"{i // 100}").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "in" / f"{i // 100}" / f"{i:04d}.txt").write_text(f"document {i}\n")
+    calls = []
+    r = build(BuildConfig(inputs=(str(tmp_path / "in"),), out=str(tmp_path / "out"), workers=1, quiet=True),
+              on_sized=lambda done, total: calls.append((done, total)))
+    assert r.manifest["totals"]["documents"] == 700
+    assert calls[-1] == (700, 700) and len(calls) >= 3
+    assert all(t == 700 for _, t in calls)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
