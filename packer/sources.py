@@ -22,6 +22,7 @@ import glob as globlib
 import gzip
 import io
 import os
+import stat
 import threading
 import zlib
 from collections import deque
@@ -95,11 +96,6 @@ def _io_thread() -> None:
         pass
 
 
-def _is_within(path: str, folder: str) -> bool:
-    path, folder = os.path.realpath(path), os.path.realpath(folder)
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-
-
 def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Discovery:
     """Expand folders (recursively, sorted), files and globs into input files.
 
@@ -111,7 +107,7 @@ def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Dis
     """
     if any(storage.is_uri(p) for p in paths) or storage.is_uri(exclude):
         return storage.discover(paths, exclude, on_sized)  # object storage (packer/storage.py)
-    found: list[str] = []
+    found: list[tuple[str, str | None]] = []  # (path, its real path where the walk knows it)
     ignored: list[str] = []
     for p in paths:
         if any(ch in p for ch in "*?["):
@@ -122,7 +118,7 @@ def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Dis
                 if os.path.isdir(m):
                     found.extend(_walk(m, ignored, exclude))
                 elif detect_format(m):
-                    found.append(m)
+                    found.append((m, None))
                 else:
                     ignored.append(m)
         elif os.path.isdir(p):
@@ -132,15 +128,15 @@ def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Dis
                 raise PackerError(
                     f"unknown input format: {p} (supported: {', '.join(sorted(FORMATS))})"
                 )
-            found.append(p)
+            found.append((p, None))
         elif os.path.islink(p):
             raise PackerError(f"input is a broken symlink: {p}")
         else:
             raise PackerError(f"input not found: {p}")
 
-    # A few metadata calls per file, asked by many threads at once: on a
-    # mount where each call waits (network, FUSE) a tree of many small files
-    # would otherwise pay every round trip in series.
+    # One stat per file, asked by many threads at once: on a mount where each
+    # call waits (network, FUSE) a tree of many small files would otherwise
+    # pay every round trip in series.
     facts = []
     with ThreadPoolExecutor(PREFETCH_FILES, thread_name_prefix="packer-stat") as pool:
         for fact in pool.map(_file_facts, found):
@@ -149,7 +145,7 @@ def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Dis
                 on_sized(len(facts), len(found))
     ex_real = os.path.realpath(exclude).rstrip(os.sep) if exclude else None
     files, seen, dups = [], set(), []
-    for f, (real, size, err, readable) in zip(found, facts):
+    for (f, _), (real, size, err, readable) in zip(found, facts):
         if real in seen:
             dups.append(f)
             continue
@@ -165,30 +161,71 @@ def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Dis
     return Discovery(tuple(files), tuple(ignored), tuple(dups))
 
 
-def _file_facts(path: str) -> tuple[str, int, OSError | None, bool]:
-    """(real path, size, error getting the size, readable) of one input file."""
+def _file_facts(item: tuple[str, str | None]) -> tuple[str, int, OSError | None, bool]:
+    """(real path, size, error getting the size, readable) of one input file,
+    from one ``stat`` (and a ``realpath`` only where the walk did not know it)."""
+    path, real = item
     try:
-        size, err = os.path.getsize(path), None
+        st = os.stat(path)
+        size, err = st.st_size, None
     except OSError as e:
         size, err = -1, e
-    return os.path.realpath(path), size, err, err is None and os.access(path, os.R_OK)
+    # The mode bits answer for the usual case; os.access (a call to the file
+    # server on a network mount) only confirms a file they say is unreadable.
+    readable = err is None and (_mode_readable(st) or os.access(path, os.R_OK))
+    return real or os.path.realpath(path), size, err, readable
 
 
-def _walk(folder: str, ignored: list[str], exclude: str | None) -> list[str]:
+def _mode_readable(st: os.stat_result) -> bool:
+    uid = os.geteuid()
+    if uid == 0:
+        return True
+    if st.st_uid == uid:
+        return bool(st.st_mode & stat.S_IRUSR)
+    if st.st_gid == os.getegid() or st.st_gid in os.getgroups():
+        return bool(st.st_mode & stat.S_IRGRP)
+    return bool(st.st_mode & stat.S_IROTH)
+
+
+def _walk(folder: str, ignored: list[str], exclude: str | None) -> list[tuple[str, str | None]]:
+    """(path, real path) of the input files under ``folder``, sorted as paths
+    (a/sub/x before b). Names starting with "." are skipped, and a symlinked
+    folder is not entered (so loops cannot occur). The real path comes from
+    the folder's, resolved once, except for a file that is itself a symlink
+    (None: resolved later): no per-file ``realpath``, which is a metadata
+    call per path component on a network mount."""
     out = []
-    # followlinks=False: a symlinked folder is not entered, so loops cannot occur.
-    for root, dirs, names in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        if exclude and _is_within(root, exclude):
-            dirs[:] = []
+    ex_real = os.path.realpath(exclude).rstrip(os.sep) if exclude else None
+
+    def add(path: str, real: str | None) -> None:
+        if detect_format(path):
+            out.append((path, real))
+        else:
+            ignored.append(path)
+
+    todo = [folder]
+    while todo:
+        root = todo.pop()
+        real_root = os.path.realpath(root)
+        if ex_real is not None and (real_root == ex_real or real_root.startswith(ex_real + os.sep)):
             continue
-        for n in sorted(names):
-            if n.startswith("."):
+        try:
+            with os.scandir(root) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue  # an unreadable folder is skipped, as os.walk does
+        subdirs = []
+        for e in entries:
+            if e.name.startswith("."):
                 continue
-            full = os.path.join(root, n)
-            (out if detect_format(full) else ignored).append(full)
-    # Sorted as paths (a/sub/x before b), not in os.walk's files-then-folders order.
-    return sorted(out, key=lambda p: p.split(os.sep))
+            if e.is_dir(follow_symlinks=False):
+                subdirs.append(e.path)
+            elif not e.is_symlink():
+                add(e.path, os.path.join(real_root, e.name))
+            elif not e.is_dir():  # a symlinked file: resolved later; a symlinked folder is not entered
+                add(e.path, None)
+        todo.extend(reversed(subdirs))
+    return sorted(out, key=lambda p: p[0].split(os.sep))
 
 
 # --------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import zstandard
 
 from packer import BuildConfig, build
 from packer.errors import PackerError
+from packer.sources import discover
 
 from .test_build import read_documents
 
@@ -232,6 +233,22 @@ def test_same_path_twice(tmp_path):
     (root / "a.txt").write_bytes(b"once")
     res_texts, m = run(tmp_path, {}, inputs=(str(root / "a.txt"), str(root), str(root / "a.txt")))
     assert res_texts == [b"once"]
+
+
+# 23b: one file reached by several names (a symlinked file, a symlinked input folder) is read once;
+# an output folder inside the input, named through a symlink, is not read.
+def test_one_file_by_several_names_is_read_once(tmp_path):
+    root = tmp_path / "in"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.txt").write_bytes(b"once")
+    (root / "sub" / "b.txt").write_bytes(b"other")
+    os.symlink(root / "a.txt", root / "sub" / "link.txt")
+    os.symlink(root, tmp_path / "alias")
+    found = discover([str(tmp_path / "alias"), str(root)], exclude=str(tmp_path / "alias" / "sub"))
+    assert [f.path for f in found.files] == [str(tmp_path / "alias" / "a.txt")]
+    found = discover([str(tmp_path / "alias"), str(root)])
+    assert [os.path.basename(f.path) for f in found.files] == ["a.txt", "b.txt"]
+    assert len(found.duplicates) == 4  # alias/sub/link.txt, then in/a.txt, in/sub/b.txt and in/sub/link.txt
 
 
 # 24-25: inputs that do not exist.
