@@ -318,3 +318,27 @@ def test_unwritable_output(tmp_path):
     r = subprocess.run([sys.executable, "-m", "packer.cli", "build", str(tmp_path / "in"), str(tmp_path / "file" / "out")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "file/out" in r.stderr
+
+
+def test_readability_from_the_mode_bits_is_confirmed_by_access(tmp_path, monkeypatch):
+    """Discovery reads permission bits instead of asking the file server; a file the bits
+    call unreadable is checked with os.access, which has the last word."""
+    from packer import sources
+
+    f = tmp_path / "a.txt"
+    f.write_bytes(b"x")
+    monkeypatch.setattr(os, "geteuid", lambda: 4242)  # not root, not the owner
+    monkeypatch.setattr(os, "getegid", lambda: 4242)
+    monkeypatch.setattr(os, "getgroups", lambda: [4243])
+    os.chmod(f, 0o604)
+    assert sources._mode_readable(os.stat(f))  # "other" may read
+    os.chmod(f, 0o640)
+    assert not sources._mode_readable(os.stat(f))
+    asked = []
+    monkeypatch.setattr(os, "access", lambda p, mode: asked.append(p) or False)
+    with pytest.raises(PackerError, match="cannot read input .*a.txt: permission denied"):
+        discover([str(f)])
+    assert asked == [str(f)]
+    os.chmod(f, 0o644)
+    asked.clear()
+    assert [x.path for x in discover([str(f)]).files] == [str(f)] and asked == []
