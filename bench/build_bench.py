@@ -105,10 +105,11 @@ def start_floor(tok: str, n: int, first: int = 0) -> float:
     return time.perf_counter() - t
 
 
-def build(inputs: list[str], tok: str, n: int, extra_args: list[str], first: int = 0) -> dict:
+def build(inputs: list[str], tok: str, n: int, extra_args: list[str], first: int = 0, cores: int | None = None) -> dict:
+    """``packer build --workers n``, timed, on cores first..first+n-1 (or ``cores`` of them)."""
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
         out = os.path.join(d, "out")
-        cmd = pin(n, first) + [sys.executable, "-m", "packer.cli", "build", *inputs, out, "--tokenizer", tok,
+        cmd = pin(cores or n, first) + [sys.executable, "-m", "packer.cli", "build", *inputs, out, "--tokenizer", tok,
                      "--workers", str(n), "-q", *extra_args]
         t = time.perf_counter()
         with open(os.path.join(d, "stderr"), "w+") as err:

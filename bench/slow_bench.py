@@ -150,6 +150,9 @@ def main(argv=None) -> None:
     ap.add_argument("--src", default=os.path.join(REPO, "bench_out", "real", "real.jsonl"))
     ap.add_argument("--mb", type=float, default=6, help="corpus size taken from --src")
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--build-cores", type=int, default=None,
+                    help="cores the build is pinned to (default: --workers): one more lets its reading run beside "
+                         "the tokenizer; the ceiling keeps --workers cores")
     ap.add_argument("--latency-ms", type=float, default=5.0, help="per read request")
     ap.add_argument("--below", type=float, default=0.5, help="slow bandwidth, as a fraction of the tokenize rate")
     ap.add_argument("--above", type=float, default=3.0, help="fast bandwidth, as a multiple of the tokenize rate")
@@ -174,7 +177,8 @@ def main(argv=None) -> None:
     mnt = tempfile.mkdtemp(prefix="slowfs-")
     # The daemon is Python and costs about as much CPU per request as a real server would on its own
     # machine; give it the cores the build does not use (build and ceiling take cores 0..N-1).
-    spare = sorted(os.sched_getaffinity(0))[args.workers:] or None
+    build_cores = args.build_cores or args.workers
+    spare = sorted(os.sched_getaffinity(0))[max(args.workers, build_cores):] or None
     print(f"slowfs daemon on cores {spare if spare else 'any (no core is spare: it competes with the build)'}")
     layouts = [(n, r) for key, n, r in (("big", "one big file", big), ("small", "many small files", small))
                if key in args.layouts]
@@ -192,13 +196,13 @@ def main(argv=None) -> None:
             # machine it moves with the load, and each row compares neighbours.
             c = ceiling([root], tok, args.workers, 8_000_000)
             with SlowMount(root, mnt, args.latency_ms, mbps, cpus=spare):
-                b = build([mnt], tok, args.workers, extra)  # pinned to cores 0..N-1, with its CPU time
+                b = build([mnt], tok, args.workers, extra, cores=build_cores)  # pinned to cores 0.., with its CPU time
                 build_s, build_cpu = b["seconds"], b["cpu"]
             # The same build from local disk, next to it: what the mount itself costs the build.
-            local = build([root], tok, args.workers, extra)
+            local = build([root], tok, args.workers, extra, cores=build_cores)
             bound = max(read_s, c["seconds"])
             row = {"layout": name, "files": n_files, "daemon_cpus": spare, "bytes": size, "bandwidth": label, "mbps": mbps,
-                   "latency_ms": args.latency_ms, "workers": args.workers, "read_s": read_s,
+                   "latency_ms": args.latency_ms, "workers": args.workers, "build_cores": build_cores, "read_s": read_s,
                    "tokenize_s": c["seconds"], "build_s": build_s, "build_cpu_s": build_cpu,
                    "local_build_s": local["seconds"], "local_build_cpu_s": local["cpu"],
                    "ratio": build_s / bound, "mount_over_local": build_s / local["seconds"]}
