@@ -109,6 +109,7 @@ def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Dis
         return storage.discover(paths, exclude, on_sized)  # object storage (packer/storage.py)
     found: list[tuple[str, str | None]] = []  # (path, its real path where the walk knows it)
     ignored: list[str] = []
+    ex_real = os.path.realpath(exclude).rstrip(os.sep) if exclude else None
     for p in paths:
         if any(ch in p for ch in "*?["):
             matches = sorted(globlib.glob(p, recursive=True))
@@ -116,13 +117,13 @@ def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Dis
                 raise PackerError(f"input glob matches nothing: {p}")
             for m in matches:
                 if os.path.isdir(m):
-                    found.extend(_walk(m, ignored, exclude))
+                    found.extend(_walk(m, ignored, ex_real))
                 elif detect_format(m):
                     found.append((m, None))
                 else:
                     ignored.append(m)
         elif os.path.isdir(p):
-            found.extend(_walk(p, ignored, exclude))
+            found.extend(_walk(p, ignored, ex_real))
         elif os.path.exists(p):
             if detect_format(p) is None:
                 raise PackerError(
@@ -143,7 +144,6 @@ def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Dis
             facts.append(fact)
             if on_sized is not None and (len(facts) % 256 == 0 or len(facts) == len(found)):
                 on_sized(len(facts), len(found))
-    ex_real = os.path.realpath(exclude).rstrip(os.sep) if exclude else None
     files, seen, dups = [], set(), []
     for (f, _), (real, size, err, readable) in zip(found, facts):
         if real in seen:
@@ -191,15 +191,15 @@ def _mode_readable(st: os.stat_result) -> bool:
     return bool(st.st_mode & stat.S_IROTH)
 
 
-def _walk(folder: str, ignored: list[str], exclude: str | None) -> list[tuple[str, str | None]]:
+def _walk(folder: str, ignored: list[str], ex_real: str | None) -> list[tuple[str, str | None]]:
     """(path, real path) of the input files under ``folder``, sorted as paths
     (a/sub/x before b). Names starting with "." are skipped, and a symlinked
     folder is not entered (so loops cannot occur). The real path comes from
     the folder's, resolved once, except for a file that is itself a symlink
     (None: resolved later): no per-file ``realpath``, which is a metadata
-    call per path component on a network mount."""
+    call per path component on a network mount. ``ex_real``: the real path
+    of a folder not to enter (the output)."""
     out = []
-    ex_real = os.path.realpath(exclude).rstrip(os.sep) if exclude else None
 
     def add(path: str, real: str | None) -> None:
         if detect_format(path):
@@ -207,10 +207,9 @@ def _walk(folder: str, ignored: list[str], exclude: str | None) -> list[tuple[st
         else:
             ignored.append(path)
 
-    todo = [folder]
+    todo = [(folder, os.path.realpath(folder))]  # (folder, its real path): a walked subfolder is never a symlink
     while todo:
-        root = todo.pop()
-        real_root = os.path.realpath(root)
+        root, real_root = todo.pop()
         if ex_real is not None and (real_root == ex_real or real_root.startswith(ex_real + os.sep)):
             continue
         try:
@@ -223,7 +222,7 @@ def _walk(folder: str, ignored: list[str], exclude: str | None) -> list[tuple[st
             if e.name.startswith("."):
                 continue
             if e.is_dir(follow_symlinks=False):
-                subdirs.append(e.path)
+                subdirs.append((e.path, os.path.join(real_root, e.name)))
             elif not e.is_symlink():
                 add(e.path, os.path.join(real_root, e.name))
             elif not e.is_dir():  # a symlinked file: resolved later; a symlinked folder is not entered

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import posixpath
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -538,24 +539,24 @@ def _check_totals(rep: Report, m: dict, entries: list[dict]) -> None:
 
 
 def _extra_files(out: str, entries: list[dict], objects: dict[str, int] | None = None) -> list[Problem]:
-    """Files in ``out`` (or, for a URI, the ``objects`` under it) that the manifest does not account for."""
+    """Files in ``out`` (or, for a URI, the ``objects`` under it) that the manifest does not account for.
+    Names are compared "/"-separated, as the manifest and object keys write them."""
     known = {S.MANIFEST, "build.json"}
     for e in entries:
-        known.add(os.path.normpath(e["path"]) if objects is None else e["path"])
+        known.add(posixpath.normpath(e["path"]))
         if e.get("unit") is not None:
-            known.add(os.path.join(S.UNIT_DIR, f"{int(e['unit']):06d}.json") if objects is None
-                      else f"{S.UNIT_DIR}/{int(e['unit']):06d}.json")
+            known.add(f"{S.UNIT_DIR}/{int(e['unit']):06d}.json")
     if objects is not None:
         rels = sorted(objects)
     else:
         rels = []
         for root, dirs, files in os.walk(out):
             dirs.sort()
-            rels.extend(os.path.relpath(os.path.join(root, name), out) for name in sorted(files))
+            rels.extend(os.path.relpath(os.path.join(root, n), out).replace(os.sep, "/") for n in sorted(files))
     found = []
     for rel in rels:
         if rel not in known:
-            why = "a temp file of an interrupted write" if os.path.basename(rel).startswith(".tmp-") else "not in the manifest"
+            why = "a temp file of an interrupted write" if posixpath.basename(rel).startswith(".tmp-") else "not in the manifest"
             found.append(Problem(rel, "extra", f"extra file: {why}"))
     return found
 
