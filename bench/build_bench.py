@@ -35,7 +35,7 @@ a machine shared with other jobs, whose speed drifts by 10-20% from one
 minute to the next, both then meet the same conditions.
 
 Inputs: a .jsonl file, a folder of .txt files, or any folder packer reads
-(texts for the ceiling come from ``packer.sources.read_slice``, so they are
+(texts for the ceiling come from ``packer.formats.read_slice``, so they are
 exactly what the build tokenizes).
 """
 
@@ -59,7 +59,7 @@ GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
 _CEILING = r"""
 import json, os, sys, time
 from common import char_batches, corpus_texts
-from packer.tokenizer import resolve_tokenizer, Encoder
+from packer.tokenize import resolve_tokenizer, Encoder
 inputs, tok_path, batch_chars = sys.argv[1].split("\0"), sys.argv[2], int(sys.argv[3])
 texts = corpus_texts(inputs)
 tok = Encoder(resolve_tokenizer(tok_path))._tok  # the same tokenizer the build uses (truncation off)

@@ -46,11 +46,11 @@ def hf_engine_args() -> list[str]:
 
 def corpus_texts(inputs: list[str]) -> list[str]:
     """Every text packer would tokenize from ``inputs``, in order, read as the build reads it."""
-    from packer.sources import Skip, discover, plan_slices, read_slice
+    from packer.formats import Skip, discover, plan_slices, read_slice
 
     texts = []
     for sl, _ in plan_slices(discover(inputs).files, 1 << 62):
-        texts.extend(t for t in read_slice(sl) if not isinstance(t, Skip))
+        texts.extend(t.text for t in read_slice(sl) if not isinstance(t, Skip))
     return texts
 
 

@@ -92,10 +92,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from packer import shards as S
-from packer.dataset import PackedDataset
-from packer.masks import block_mask, dense_mask
+from packer.io import atomic_write, write_json
+from packer.train.dataset import PackedDataset
+from packer.train.masks import block_mask, dense_mask
 from packer.pack import pack
-from packer.sampler import PackedLoader, PackedSampler
+from packer.train.sampler import PackedLoader, PackedSampler
 
 IGNORE = -100
 SEED = 0
@@ -316,7 +317,7 @@ def write_build(out: str, tokens: np.ndarray, lengths: np.ndarray, seq_len: int,
         table = S.shard_table(buf, seq_len, lay.row, lay.length, lay.doc, lay.offset, lay.num_rows)
         data = S.table_bytes(table)
         rel = f"{S.SHARD_DIR}/{u:06d}.arrow"
-        S.atomic_write(os.path.join(out, rel), data)
+        atomic_write(os.path.join(out, rel), data)
         split = int((np.bincount(lay.doc, minlength=len(ln)) > 1).sum())
         rec = {"unit": u, "path": rel, "rows": lay.num_rows, "tokens": int(ln.sum()), "pieces": len(lay.length),
                "documents": len(ln), "documents_split": split, "padding": int(lay.padding), "bytes": len(data),
@@ -334,7 +335,7 @@ def write_build(out: str, tokens: np.ndarray, lengths: np.ndarray, seq_len: int,
         "settings": {"seq_len": seq_len, "pack": "bfd", "eos": True, "generator": name},
         "totals": totals, "shards": shards,
     }
-    S.write_json(os.path.join(out, S.MANIFEST), manifest)
+    write_json(os.path.join(out, S.MANIFEST), manifest)
     return manifest
 
 

@@ -37,9 +37,9 @@ import tracemalloc
 
 from packer import BuildConfig
 from packer import shards as S
-from packer.sources import Discovery, InputFile, Slice
-from packer.storage import json_bytes
-from packer.tokenizer import resolve_tokenizer
+from packer.formats import Discovery, InputFile, Slice
+from packer.io import json_bytes
+from packer.tokenize import resolve_tokenizer
 
 B = importlib.import_module("packer.build")  # packer.build is also the function
 
@@ -52,7 +52,7 @@ def synthetic(n: int):
     for f in files:
         slices += [(Slice(f, 0, 64 << 20), 64 << 20), (Slice(f, 64 << 20, 128 << 20), 64 << 20)]
     slices = slices[:n]
-    cfg = BuildConfig(inputs=("s3://corpus-bucket/common-crawl/2026-08/",), out="s3://out-bucket/build")
+    cfg = BuildConfig.of(inputs=("s3://corpus-bucket/common-crawl/2026-08/",), out="s3://out-bucket/build")
     tok = resolve_tokenizer(None)
     records = {}
     for i in range(n):

@@ -73,7 +73,7 @@ def real_lengths() -> np.ndarray:
         return np.load(cache)
     import orjson
 
-    from packer.tokenizer import Encoder, choose_backend, resolve_tokenizer
+    from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
 
     with open(REAL, "rb") as f:
         texts = [orjson.loads(line)["text"] for line in f if line.strip()]
@@ -452,7 +452,7 @@ def profile_build(seq_len: int, out_dir: str) -> dict:
     from packer import BuildConfig, build
 
     shutil.rmtree(out_dir, ignore_errors=True)
-    cfg = BuildConfig(inputs=(REAL,), out=out_dir, seq_len=seq_len, tokenizer=os.path.abspath(GPT2), workers=1, quiet=True)
+    cfg = BuildConfig.of(inputs=(REAL,), out=out_dir, seq_len=seq_len, tokenizer=os.path.abspath(GPT2), workers=1, quiet=True)
     prof = cProfile.Profile()
     t = time.perf_counter()
     prof.runcall(build, cfg)

@@ -117,7 +117,7 @@ def main() -> None:
     def cfg(engine: str, n: int, s3_in: bool = False, s3_out: bool = False) -> BuildConfig:
         out = f"s3://bench-out/{engine}-{n}" if s3_out else os.path.join(args.out, f"{engine}-{n}")
         inputs = ("s3://bench-in/" + os.path.basename(args.input),) if s3_in else base["inputs"]
-        return BuildConfig(out=out, engine=engine, workers=n, **{**base, "inputs": inputs})
+        return BuildConfig.of(out=out, engine=engine, workers=n, **{**base, "inputs": inputs})
 
     cold, ref, tokens = one(cfg("ray", max(args.workers)))  # fresh workers: imports, tokenizer
     best: dict[tuple[str, int], float] = {}

@@ -120,7 +120,7 @@ def per_file_cost(root: str, mnt: str, n: int = 1500) -> dict:
     FUSE request is one voluntary switch (the thread sleeps until the daemon answers)."""
     import resource
 
-    from packer.sources import _read_whole
+    from packer.io import storage_for
 
     names = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)[:2 * n]
     out = {}
@@ -135,7 +135,7 @@ def per_file_cost(root: str, mnt: str, n: int = 1500) -> dict:
                     os.stat(p)
             r0 = resource.getrusage(resource.RUSAGE_THREAD)
             for p in group:
-                _read_whole(p, sizes[p])
+                storage_for(p).read(size_hint=sizes[p])
             r1 = resource.getrusage(resource.RUSAGE_THREAD)
             k = len(group)
             out[label] = {"user_us": (r1.ru_utime - r0.ru_utime) / k * 1e6, "sys_us": (r1.ru_stime - r0.ru_stime) / k * 1e6,

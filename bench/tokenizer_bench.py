@@ -1,6 +1,6 @@
 """Tokenizer backends: raw ceilings of HF tokenizers and tiktoken, and whole builds with each, side by side.
 
-Everything runs on the same texts (read with ``packer.sources``, so exactly
+Everything runs on the same texts (read with ``packer.formats``, so exactly
 what a build tokenizes), in subprocesses pinned to the first N cores
 (``taskset``), over ``--rounds``. The two targets are ratios of runs made
 next to each other in time (per round: the tiktoken ceiling, the auto build,
@@ -53,8 +53,8 @@ _RAW = r"""
 import hashlib, json, os, sys, time
 import numpy as np
 from common import char_batches, corpus_texts
-from packer.tokenizer import Encoder, choose_backend, resolve_tokenizer
-from packer import tiktoken_backend as T
+from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
+from packer.tokenize import tiktoken_engine as T
 inputs, tok_path, variant, n, batch_chars = sys.argv[1].split("\0"), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 texts = corpus_texts(inputs)
 batches = char_batches(texts, batch_chars)
@@ -141,8 +141,8 @@ def sweep(tok: str) -> None:
     """Every code point (bar surrogates) in 8 contexts: HF vs tiktoken. Prints the differences."""
     from tokenizers import Tokenizer
 
-    from packer import tiktoken_backend as T
-    from packer.tokenizer import resolve_tokenizer
+    from packer.tokenize import tiktoken_engine as T
+    from packer.tokenize import resolve_tokenizer
 
     info = resolve_tokenizer(tok)
     conv = T.convert(info.json)

@@ -5,7 +5,7 @@ Variants, measured side by side in every round (order shuffled per round):
 - ``read``: ``readinto`` a reused 16 MB buffer, file after file: the floor any
   verifier that reads every byte has to pay;
 - ``read+hash``: the same plus xxh3_128 of every block;
-- ``verify``: ``packer.stats.check(out)``: checksum + Arrow parse + every
+- ``verify``: ``packer.inspect.stats.check(out)``: checksum + Arrow parse + every
   token, padding, piece and count check;
 - ``no-verify``: ``check(out, deep=False)``: the piece columns only.
 
@@ -38,7 +38,8 @@ import xxhash
 
 from packer import BuildConfig, build
 from packer import shards as S
-from packer.stats import check
+from packer.io import atomic_write, write_json
+from packer.inspect.stats import check
 
 REAL = "bench_out/real/real.jsonl"
 GPT2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "gpt2-tokenizer.json")
@@ -57,7 +58,7 @@ def ensure_builds(root: str) -> list[str]:
         out = os.path.join(root, name)
         if not os.path.exists(os.path.join(out, S.MANIFEST)):
             print(f"building {out} ...", file=sys.stderr)
-            build(BuildConfig(inputs=(REAL,), out=out, seq_len=2048, tokenizer=tok, unit_bytes=16 << 20, overwrite=True))
+            build(BuildConfig.of(inputs=(REAL,), out=out, seq_len=2048, tokenizer=tok, unit_bytes=16 << 20, overwrite=True))
         outs.append(out)
     return outs
 
@@ -154,7 +155,7 @@ def scaled_copy(out: str, dst: str, k: int) -> str:
     for key in ("documents", "tokens", "rows", "slots", "padding", "pieces", "documents_split"):
         t[key] *= k
     m["shards"] = entries
-    S.write_json(os.path.join(dst, S.MANIFEST), m)
+    write_json(os.path.join(dst, S.MANIFEST), m)
     shutil.copy(os.path.join(out, "build.json"), os.path.join(dst, "build.json"))
     return dst
 
@@ -167,7 +168,7 @@ def peak_rss_mb(code: str) -> float:
     return float(r.stdout.strip()) / 1024
 
 
-RSS = ("import packer.stats as s; {body}; "
+RSS = ("import packer.inspect.stats as s; {body}; "
        "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:')))")
 
 

@@ -2,8 +2,8 @@
 
 Build side (no torch needed)::
 
-    from packer import BuildConfig, build
-    build(BuildConfig(inputs=("corpus/",), out="out/", seq_len=2048))
+    from packer import build
+    build("corpus/", "out/", seq_len=2048, tokenizer="gpt2/tokenizer.json")   # packer build's options, same names
 
 Training side (imports torch on first use)::
 
@@ -23,12 +23,12 @@ __version__ = "0.1.0"
 
 # Training-side names and the module each lives in; imported on first use.
 _LAZY = {
-    "PackedDataset": "dataset",
-    "PackedSampler": "sampler",
-    "PackedLoader": "sampler",
-    "collate": "batching",
-    "block_mask": "masks",
-    "dense_mask": "masks",
+    "PackedDataset": "train.dataset",
+    "PackedSampler": "train.sampler",
+    "PackedLoader": "train.sampler",
+    "collate": "train.batching",
+    "block_mask": "train.masks",
+    "dense_mask": "train.masks",
 }
 
 

@@ -11,7 +11,7 @@ import time
 import click
 
 from .errors import PackerError
-from .sources import SKIP_REASONS
+from .formats import SKIP_REASONS
 
 
 def _user_errors(fn):
@@ -80,21 +80,20 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
     Example:
       packer build corpus/ out/ --seq-len 2048 --tokenizer gpt2/tokenizer.json
     """
-    from .build import BuildConfig, build as run_build
-    from .stats import summary_lines
+    from .build import build as run_build
+    from .inspect.stats import summary_lines
 
     if len(inputs) < 2:
         raise PackerError("give at least one INPUT and then OUT")
     *ins, out = inputs
-    cfg = BuildConfig(
-        inputs=tuple(ins), out=out, seq_len=seq_len, tokenizer=tokenizer, text_field=text_field,
-        pack=pack_mode, eos=not no_eos, eos_token=eos_token, unit_bytes=int(unit_mb * (1 << 20)), workers=workers,
-        strict=strict, overwrite=overwrite, resume=resume, quiet=quiet, tokenizer_backend=tokenizer_backend,
-        engine=engine, ray_address=ray_address,
+    options = dict(
+        seq_len=seq_len, tokenizer=tokenizer, text_field=text_field, pack=pack_mode, no_eos=no_eos, eos_token=eos_token,
+        unit_mb=unit_mb, workers=workers, strict=strict, overwrite=overwrite, resume=resume, quiet=quiet,
+        tokenizer_backend=tokenizer_backend, engine=engine, ray_address=ray_address,
     )
     bar = None if quiet else _Progress()
     try:
-        result = run_build(cfg, progress=bar.update if bar else None, on_sized=bar.sized if bar else None)
+        result = run_build(ins, out, progress=bar.update if bar else None, on_sized=bar.sized if bar else None, **options)
     except KeyboardInterrupt:
         if bar:
             bar.close()
@@ -180,13 +179,11 @@ def stats(out, as_json, no_verify, plot_path, quiet):
 
     Exit 0 when everything holds; 1 with one line per problem (on stderr) otherwise.
     """
-    from . import stats as st
+    from .inspect import stats as st
+    from .io import storage_for
 
-    from .storage import check_uri, is_uri
-
-    if is_uri(out):
-        check_uri(out)  # a scheme packer reads, no credentials in it
-    elif not os.path.isdir(out):
+    store = storage_for(out)  # a URI is checked: a scheme packer reads, no credentials in it
+    if store.local and not os.path.isdir(out):
         raise PackerError(f"no such build folder: {out}")
     if plot_path:
         st.require_matplotlib()  # say so before the long read, not after
@@ -221,7 +218,7 @@ def _bytes_bar(out, desc, quiet):
         return None
     from tqdm import tqdm
 
-    from .storage import read_manifest
+    from .shards import read_manifest
 
     try:
         total = sum(int(e.get("bytes", 0)) for e in read_manifest(out)["shards"])
@@ -244,14 +241,11 @@ def show(out, row, tokenizer, ids):
     [doc UNIT:INDEX piece K/N, offset O, L tokens], and the padding that ends
     the row is marked, so you see exactly what the model will see.
     """
+    from .inspect.show import Decoder, read_row, render
+    from .io import storage_for
     from .shards import read_manifest
-    from .show import Decoder, read_row, render
-    from .storage import is_uri
 
-    if is_uri(out):
-        raise PackerError(f"packer show reads a local build folder, not {out}: copy the folder down, "
-                          "or read rows with PackedDataset(uri); packer stats takes the URI")
-    if not os.path.isdir(out):
+    if storage_for(out).local and not os.path.isdir(out):
         raise PackerError(f"no such build folder: {out}")
     view = read_row(out, row)
     decoder = None if ids else Decoder(read_manifest(out), tokenizer)

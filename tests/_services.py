@@ -58,7 +58,7 @@ class MotoServer:
 @contextlib.contextmanager
 def s3_environment(endpoint: str):
     """Point S3 clients of this process (and of processes it starts) at ``endpoint``."""
-    from packer import storage
+    from packer.io import uri as storage
 
     env = dict(S3_ENV, AWS_ENDPOINT_URL=endpoint)
     old = {k: os.environ.get(k) for k in env}

@@ -33,7 +33,7 @@ def sample_build(tmp_path_factory) -> str:
     from packer import BuildConfig, build
 
     out = str(tmp_path_factory.mktemp("sample") / "out")
-    build(BuildConfig(inputs=(SAMPLE,), out=out, seq_len=256, workers=1, unit_bytes=1 << 20))
+    build(BuildConfig.of(inputs=(SAMPLE,), out=out, seq_len=256, workers=1, unit_bytes=1 << 20))
     return out
 
 
@@ -43,7 +43,7 @@ def sample_build_gpt2(tmp_path_factory, gpt2_path) -> str:
     from packer import BuildConfig, build
 
     out = str(tmp_path_factory.mktemp("sample_gpt2") / "out")
-    build(BuildConfig(inputs=(SAMPLE,), out=out, seq_len=512, tokenizer=gpt2_path, workers=1, unit_bytes=1 << 20))
+    build(BuildConfig.of(inputs=(SAMPLE,), out=out, seq_len=512, tokenizer=gpt2_path, workers=1, unit_bytes=1 << 20))
     return out
 
 

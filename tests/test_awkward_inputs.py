@@ -21,7 +21,8 @@ import zstandard
 
 from packer import BuildConfig, build
 from packer.errors import PackerError
-from packer.sources import discover
+from packer.formats import discover
+from packer.io.discover import _mode_readable
 
 from .test_build import read_documents
 
@@ -34,7 +35,7 @@ def run(tmp_path, files: dict[str, bytes], **kw):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(data)
     out = str(tmp_path / "out")
-    build(BuildConfig(inputs=kw.pop("inputs", (str(root),)), out=out, seq_len=kw.pop("seq_len", 64), workers=1, **kw))
+    build(BuildConfig.of(inputs=kw.pop("inputs", (str(root),)), out=out, seq_len=kw.pop("seq_len", 64), workers=1, **kw))
     docs, m = read_documents(out)
     texts = []
     for d in docs:
@@ -140,7 +141,7 @@ def test_single_200mb_line(tmp_path):
         f.write('"}\n{"text": "tail"}\n')
     del big
     out = str(tmp_path / "out")
-    build(BuildConfig(inputs=(str(root),), out=out, seq_len=8192, workers=1))
+    build(BuildConfig.of(inputs=(str(root),), out=out, seq_len=8192, workers=1))
     m = json.load(open(os.path.join(out, "manifest.json")))
     assert m["totals"]["documents"] == 2
     assert m["totals"]["tokens"] == 200 * (1 << 20) + 1 + 4 + 1
@@ -219,7 +220,7 @@ def test_file_vanishing_mid_build(tmp_path, monkeypatch):
 
     # (Files are read ahead of tokenizing, so a progress callback is too late to race the reader.)
     monkeypatch.setattr(build_module, "discover", discover_then_remove)
-    build(BuildConfig(inputs=(str(root),), out=out, seq_len=64, workers=1, unit_bytes=4096))
+    build(BuildConfig.of(inputs=(str(root),), out=out, seq_len=64, workers=1, unit_bytes=4096))
     docs, m = read_documents(out)
     assert [bytes(d[:-1].astype("uint8").tolist()) for d in docs] == [b"first" * 1000, b"third" * 1000]
     assert skipped(m) == {"unreadable": 1}
@@ -286,9 +287,9 @@ def test_resume_with_other_tokenizer_is_refused(tmp_path, gpt2_path):
     root.mkdir()
     (root / "a.txt").write_bytes(b"text")
     out = str(tmp_path / "out")
-    build(BuildConfig(inputs=(str(root),), out=out, seq_len=64, workers=1))
+    build(BuildConfig.of(inputs=(str(root),), out=out, seq_len=64, workers=1))
     with pytest.raises(PackerError, match="cannot resume .*tokenizer was 'bytes'"):
-        build(BuildConfig(inputs=(str(root),), out=out, seq_len=64, workers=1, tokenizer=gpt2_path, resume=True))
+        build(BuildConfig.of(inputs=(str(root),), out=out, seq_len=64, workers=1, tokenizer=gpt2_path, resume=True))
 
 
 # 29: --resume after the input changed.
@@ -297,10 +298,10 @@ def test_resume_after_input_changed_is_refused(tmp_path):
     root.mkdir()
     (root / "a.txt").write_bytes(b"text")
     out = str(tmp_path / "out")
-    build(BuildConfig(inputs=(str(root),), out=out, seq_len=64, workers=1))
+    build(BuildConfig.of(inputs=(str(root),), out=out, seq_len=64, workers=1))
     (root / "b.txt").write_bytes(b"more")
     with pytest.raises(PackerError, match="input files changed"):
-        build(BuildConfig(inputs=(str(root),), out=out, seq_len=64, workers=1, resume=True))
+        build(BuildConfig.of(inputs=(str(root),), out=out, seq_len=64, workers=1, resume=True))
 
 
 # 30: JSON with a lone surrogate escape cannot become UTF-8 text: counted.
@@ -323,17 +324,15 @@ def test_unwritable_output(tmp_path):
 def test_readability_from_the_mode_bits_is_confirmed_by_access(tmp_path, monkeypatch):
     """Discovery reads permission bits instead of asking the file server; a file the bits
     call unreadable is checked with os.access, which has the last word."""
-    from packer import sources
-
     f = tmp_path / "a.txt"
     f.write_bytes(b"x")
     monkeypatch.setattr(os, "geteuid", lambda: 4242)  # not root, not the owner
     monkeypatch.setattr(os, "getegid", lambda: 4242)
     monkeypatch.setattr(os, "getgroups", lambda: [4243])
     os.chmod(f, 0o604)
-    assert sources._mode_readable(os.stat(f))  # "other" may read
+    assert _mode_readable(os.stat(f))  # "other" may read
     os.chmod(f, 0o640)
-    assert not sources._mode_readable(os.stat(f))
+    assert not _mode_readable(os.stat(f))
     asked = []
     monkeypatch.setattr(os, "access", lambda p, mode: asked.append(p) or False)
     with pytest.raises(PackerError, match="cannot read input .*a.txt: permission denied"):

@@ -107,7 +107,7 @@ def test_round_trip_every_token_once_in_order(tmp_path, mode, tok, request):
     texts = make_corpus(corpus)
     seq_len = 128
     out = str(tmp_path / "out")
-    res = build(BuildConfig(inputs=(str(corpus),), out=out, seq_len=seq_len, tokenizer=tok_path, pack=mode, workers=1, unit_bytes=20_000))
+    res = build(BuildConfig.of(inputs=(str(corpus),), out=out, seq_len=seq_len, tokenizer=tok_path, pack=mode, workers=1, unit_bytes=20_000))
     got, m = read_documents(out)
     want = expected_tokens(texts, tok_path)
     assert len(got) == len(want) == m["totals"]["documents"]
@@ -137,7 +137,7 @@ def test_no_eos(tmp_path):
     corpus = tmp_path / "c"
     texts = make_corpus(corpus, seed=3, n=10)
     out = str(tmp_path / "out")
-    build(BuildConfig(inputs=(str(corpus),), out=out, seq_len=64, eos=False, workers=1))
+    build(BuildConfig.of(inputs=(str(corpus),), out=out, seq_len=64, eos=False, workers=1))
     got, m = read_documents(out)
     assert [g.tolist() for g in got] == expected_tokens(texts, None, eos=False)
     assert m["eos_id"] is None
@@ -149,7 +149,7 @@ def test_byte_identical_across_worker_counts(tmp_path, gpt2_path):
     outs = []
     for w in (1, 2):
         out = str(tmp_path / f"out{w}")
-        build(BuildConfig(inputs=(str(corpus),), out=out, seq_len=96, tokenizer=gpt2_path, workers=w, unit_bytes=15_000))
+        build(BuildConfig.of(inputs=(str(corpus),), out=out, seq_len=96, tokenizer=gpt2_path, workers=w, unit_bytes=15_000))
         outs.append(folder_files(out))
     assert outs[0].keys() == outs[1].keys()
     assert len([k for k in outs[0] if k.endswith(".arrow")]) >= 4
@@ -209,7 +209,7 @@ def test_truncated_archive_keeps_records_before_the_break(tmp_path, ext):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / f"x.jsonl.{ext}").write_bytes(blob[: len(blob) // 2])
     out = str(tmp_path / "out")
-    build(BuildConfig(inputs=(str(tmp_path / "in"),), out=out, seq_len=64, workers=1))
+    build(BuildConfig.of(inputs=(str(tmp_path / "in"),), out=out, seq_len=64, workers=1))
     got, m = read_documents(out)
     assert m["totals"]["skipped"].get("truncated") == 1
     n = len(got)
@@ -234,7 +234,7 @@ def test_large_vocab_uses_uint32(tmp_path):
         for t in texts:
             f.write(json.dumps({"text": t}) + "\n")
     out = str(tmp_path / "out")
-    build(BuildConfig(inputs=(str(tmp_path / "in"),), out=out, seq_len=64, tokenizer=tok_path, workers=1))
+    build(BuildConfig.of(inputs=(str(tmp_path / "in"),), out=out, seq_len=64, tokenizer=tok_path, workers=1))
     got, m = read_documents(out)
     assert m["dtype"] == "uint32"
     assert [g.tolist() for g in got] == [[int(w[1:]) for w in t.split()] + [70_001] for t in texts]
@@ -270,18 +270,18 @@ def test_output_rules(tmp_path):
     make_corpus(corpus, n=5)
     out = str(tmp_path / "out")
     cfg = dict(inputs=(str(corpus),), out=out, seq_len=64, workers=1)
-    build(BuildConfig(**cfg))
+    build(BuildConfig.of(**cfg))
     with pytest.raises(PackerError, match="not empty"):
-        build(BuildConfig(**cfg))
+        build(BuildConfig.of(**cfg))
     with pytest.raises(PackerError, match="seq_len was 64, now 128"):
-        build(BuildConfig(**{**cfg, "seq_len": 128}, resume=True))
-    res = build(BuildConfig(**cfg, resume=True))
+        build(BuildConfig.of(**{**cfg, "seq_len": 128}, resume=True))
+    res = build(BuildConfig.of(**cfg, resume=True))
     assert res.units_run == 0
-    build(BuildConfig(**{**cfg, "seq_len": 128}, overwrite=True))
+    build(BuildConfig.of(**{**cfg, "seq_len": 128}, overwrite=True))
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("precious")
     with pytest.raises(PackerError, match="files packer did not write"):
-        build(BuildConfig(**{**cfg, "out": str(tmp_path / "mine")}, overwrite=True))
+        build(BuildConfig.of(**{**cfg, "out": str(tmp_path / "mine")}, overwrite=True))
 
 
 def test_strict_names_the_first_bad_record(tmp_path):
@@ -296,16 +296,16 @@ def test_out_inside_input_is_not_read(tmp_path):
     corpus = tmp_path / "c"
     texts = make_corpus(corpus, n=5)
     out = str(corpus / "out")
-    build(BuildConfig(inputs=(str(corpus),), out=out, seq_len=64, workers=1))
-    build(BuildConfig(inputs=(str(corpus),), out=out, seq_len=64, workers=1, resume=True))
+    build(BuildConfig.of(inputs=(str(corpus),), out=out, seq_len=64, workers=1))
+    build(BuildConfig.of(inputs=(str(corpus),), out=out, seq_len=64, workers=1, resume=True))
     got, _ = read_documents(out)
     assert len(got) == len(texts)
 
 
 def test_build_path_does_not_import_torch(tmp_path):
     code = (
-        "import sys, packer, packer.cli, packer.build, packer.stats\n"
-        f"packer.build(packer.BuildConfig(inputs=('sample_data',), out={str(tmp_path / 'o')!r}, workers=1))\n"
+        "import sys, packer, packer.cli, packer.build, packer.inspect.stats\n"
+        f"packer.build(packer.BuildConfig.of(inputs=('sample_data',), out={str(tmp_path / 'o')!r}, workers=1))\n"
         "assert 'torch' not in sys.modules, 'torch imported by the build path'\n"
     )
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -320,7 +320,7 @@ def test_sizing_inputs_is_reported_up_to_every_file(tmp_path):
         (tmp_path / "in" / f"{i // 100}").mkdir(parents=True, exist_ok=True)
         (tmp_path / "in" / f"{i // 100}" / f"{i:04d}.txt").write_text(f"document {i}\n")
     calls = []
-    r = build(BuildConfig(inputs=(str(tmp_path / "in"),), out=str(tmp_path / "out"), workers=1, quiet=True),
+    r = build(BuildConfig.of(inputs=(str(tmp_path / "in"),), out=str(tmp_path / "out"), workers=1, quiet=True),
               on_sized=lambda done, total: calls.append((done, total)))
     assert r.manifest["totals"]["documents"] == 700
     assert calls[-1] == (700, 700) and len(calls) >= 3

@@ -69,7 +69,7 @@ def test_shards_hold_exactly_the_input_tokens(corpus, seq_len, mode, eos, unit_b
         root.mkdir()
         docs = write(root, corpus)
         out = str(tmp / "out")
-        build(BuildConfig(inputs=(str(root),), out=out, seq_len=seq_len, pack=mode, eos=eos, workers=1, unit_bytes=unit_bytes))
+        build(BuildConfig.of(inputs=(str(root),), out=out, seq_len=seq_len, pack=mode, eos=eos, workers=1, unit_bytes=unit_bytes))
         got, m = read_documents(out)
         want = [w for w in expected_tokens(docs, None, eos=eos) if w]  # empty docs never reach here (min_size=1)
         assert [g.tolist() for g in got] == want
@@ -90,7 +90,7 @@ def test_worker_count_never_changes_the_bytes(corpus, seq_len, mode):
         outs = []
         for w in (1, 2):
             out = tmp / f"out{w}"
-            build(BuildConfig(inputs=(str(root),), out=str(out), seq_len=seq_len, pack=mode, workers=w, unit_bytes=4096))
+            build(BuildConfig.of(inputs=(str(root),), out=str(out), seq_len=seq_len, pack=mode, workers=w, unit_bytes=4096))
             outs.append({p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()})
         assert outs[0] == outs[1]
     finally:

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from packer import PackedDataset, block_mask, collate, dense_mask
-from packer.batching import boundaries, collate_padding_free, padding_free
+from packer.train.batching import boundaries, collate_padding_free, padding_free
 
 from .conftest import load_script
 

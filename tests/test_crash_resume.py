@@ -193,10 +193,11 @@ def test_a_stalled_build_fails_instead_of_hanging(tmp_path, corpus, monkeypatch)
 
     from packer.errors import PackerError
 
-    B = importlib.import_module("packer.build")  # the module: packer.build is also the function's name
+    from packer import BuildConfig, build
+    B = importlib.import_module("packer.build.local")  # the local engine (packer.build is also the function's name)
 
     monkeypatch.setattr(B, "_read_units", lambda *a, **k: None)  # a reader that dies without a word
     t = time.perf_counter()
     with pytest.raises(PackerError, match="stalled"):
-        B.build(B.BuildConfig(inputs=(corpus,), out=str(tmp_path / "out"), seq_len=256, workers=1, unit_bytes=50_000))
+        build(BuildConfig.of(inputs=(corpus,), out=str(tmp_path / "out"), seq_len=256, workers=1, unit_bytes=50_000))
     assert time.perf_counter() - t < 30

@@ -142,7 +142,7 @@ def wide_build(tmp_path_factory):
     with open(d / "in.jsonl", "w") as f:
         f.writelines(json.dumps({"text": t}) + "\n" for t in texts)
     out = str(d / "out")
-    build(BuildConfig(inputs=(str(d / "in.jsonl"),), out=out, seq_len=64, tokenizer=str(d / "tokenizer.json"), workers=1))
+    build(BuildConfig.of(inputs=(str(d / "in.jsonl"),), out=out, seq_len=64, tokenizer=str(d / "tokenizer.json"), workers=1))
     return out
 
 

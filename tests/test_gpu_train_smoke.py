@@ -115,7 +115,7 @@ def test_padded_batches_hold_one_document_or_chunk_per_row(tmp_path):
 
 def test_packed_batches_count_useful_tokens_from_the_pieces(tmp_path):
     gt = load_bench()
-    from packer.dataset import PackedDataset
+    from packer.train.dataset import PackedDataset
     from packer.pack import pack
 
     lengths = gt.weblike_lengths(60)

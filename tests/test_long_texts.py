@@ -8,8 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from packer import long_texts
-from packer.tokenizer import Encoder, resolve_tokenizer
+from packer.tokenize import long_texts
+from packer.tokenize import Encoder, resolve_tokenizer
 
 from .conftest import SAMPLE
 

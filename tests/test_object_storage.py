@@ -49,7 +49,7 @@ def corpus(s3) -> str:
 @pytest.fixture(scope="module")
 def local_build(tmp_path_factory) -> str:
     out = str(tmp_path_factory.mktemp("local") / "out")
-    build(BuildConfig(inputs=(SAMPLE,), out=out, workers=1, **SETTINGS))
+    build(BuildConfig.of(inputs=(SAMPLE,), out=out, workers=1, **SETTINGS))
     return out
 
 
@@ -62,7 +62,7 @@ def _manifest_as_if(m: dict, old: str, new: str) -> dict:
 
 def test_s3_inputs_give_the_shards_of_a_local_build(corpus, local_build, tmp_path):
     out = str(tmp_path / "out")
-    r = build(BuildConfig(inputs=(corpus,), out=out, workers=2, **SETTINGS))
+    r = build(BuildConfig.of(inputs=(corpus,), out=out, workers=2, **SETTINGS))
     got, want = folder_files(out), folder_files(local_build)
     shards = sorted(k for k in want if k.startswith("shards/"))
     assert len(shards) >= 10 and sorted(k for k in got if k.startswith("shards/")) == shards
@@ -78,7 +78,7 @@ def test_s3_inputs_give_the_shards_of_a_local_build(corpus, local_build, tmp_pat
 @pytest.mark.parametrize("workers", [1, 2])
 def test_s3_out_holds_the_local_build_byte_for_byte(bucket, local_build, workers):
     out = f"s3://{bucket}/builds/a"
-    build(BuildConfig(inputs=(SAMPLE,), out=out, workers=workers, **SETTINGS))
+    build(BuildConfig.of(inputs=(SAMPLE,), out=out, workers=workers, **SETTINGS))
     got = objects(bucket, "builds/a")
     assert got == folder_files(local_build)  # build.json, units/, shards/, manifest.json: the same bytes
     assert not any(".tmp" in k for k in got)
@@ -86,7 +86,7 @@ def test_s3_out_holds_the_local_build_byte_for_byte(bucket, local_build, workers
 
 def test_resume_on_s3_runs_exactly_the_unfinished_units(bucket, local_build):
     out = f"s3://{bucket}/out"
-    cfg = BuildConfig(inputs=(SAMPLE,), out=out, workers=1, **SETTINGS)
+    cfg = BuildConfig.of(inputs=(SAMPLE,), out=out, workers=1, **SETTINGS)
     build(cfg)
     c = s3_client()
     # As a killed build leaves it: no manifest; unit 1 without its record, unit 3
@@ -96,42 +96,42 @@ def test_resume_on_s3_runs_exactly_the_unfinished_units(bucket, local_build):
     c.delete_object(Bucket=bucket, Key="out/shards/000003.arrow")
     body = c.get_object(Bucket=bucket, Key="out/shards/000005.arrow")["Body"].read()
     c.put_object(Bucket=bucket, Key="out/shards/000005.arrow", Body=body[: len(body) // 2])
-    r = build(BuildConfig(**{**cfg.__dict__, "resume": True}))
+    r = build(cfg.but(resume=True))
     assert (r.units_run, r.units_skipped) == (3, len(r.manifest["shards"]) - 3)
     assert objects(bucket, "out") == folder_files(local_build)
-    again = build(BuildConfig(**{**cfg.__dict__, "resume": True}))
+    again = build(cfg.but(resume=True))
     assert again.units_run == 0 and "build was already complete: nothing to do" in again.notes
 
 
 def test_the_rules_of_an_output_folder_hold_on_s3(bucket):
     out = f"s3://{bucket}/out"
-    cfg = BuildConfig(inputs=(SAMPLE,), out=out, workers=1, **SETTINGS)
+    cfg = BuildConfig.of(inputs=(SAMPLE,), out=out, workers=1, **SETTINGS)
     build(cfg)
     with pytest.raises(PackerError, match="is not empty: pass --resume"):
         build(cfg)
     with pytest.raises(PackerError, match="seq_len was 256, now 128"):
-        build(BuildConfig(**{**cfg.__dict__, "resume": True, "seq_len": 128}))
-    r = build(BuildConfig(**{**cfg.__dict__, "overwrite": True, "seq_len": 128}))
+        build(cfg.but(resume=True, seq_len=128))
+    r = build(cfg.but(overwrite=True, seq_len=128))
     assert r.manifest["seq_len"] == 128 and json.loads(objects(bucket, "out")["build.json"])["settings"]["seq_len"] == 128
     s3_client().put_object(Bucket=bucket, Key="out/notes.txt", Body=b"mine")
     with pytest.raises(PackerError, match=r"refusing to overwrite .*notes\.txt"):
-        build(BuildConfig(**{**cfg.__dict__, "overwrite": True}))
+        build(cfg.but(overwrite=True))
     s3_client().put_object(Bucket=bucket, Key="file-out", Body=b"x")
     with pytest.raises(PackerError, match="exists and is not a folder"):
-        build(BuildConfig(**{**cfg.__dict__, "out": f"s3://{bucket}/file-out"}))
+        build(cfg.but(out=f"s3://{bucket}/file-out"))
 
 
 def test_missing_input_and_bad_names_are_one_line(bucket, tmp_path):
     out = str(tmp_path / "out")
     with pytest.raises(PackerError, match=rf"input not found: s3://{bucket}/nothing"):
-        build(BuildConfig(inputs=(f"s3://{bucket}/nothing",), out=out))
+        build(BuildConfig.of(inputs=(f"s3://{bucket}/nothing",), out=out))
     s3_client().put_object(Bucket=bucket, Key="doc.pdf", Body=b"x")
     with pytest.raises(PackerError, match="unknown input format"):
-        build(BuildConfig(inputs=(f"s3://{bucket}/doc.pdf",), out=out))
+        build(BuildConfig.of(inputs=(f"s3://{bucket}/doc.pdf",), out=out))
     with pytest.raises(PackerError, match="globs are not expanded"):
-        build(BuildConfig(inputs=(f"s3://{bucket}/*.jsonl",), out=out))
+        build(BuildConfig.of(inputs=(f"s3://{bucket}/*.jsonl",), out=out))
     with pytest.raises(PackerError, match=r"^cannot write s3://no-such-bucket-x/out/build.json: .*bucket") as e:
-        build(BuildConfig(inputs=(SAMPLE,), out="s3://no-such-bucket-x/out"))
+        build(BuildConfig.of(inputs=(SAMPLE,), out="s3://no-such-bucket-x/out"))
     assert "\n" not in str(e.value)
 
 
@@ -140,14 +140,14 @@ def test_nothing_secret_in_uris_manifests_or_messages(bucket, corpus, tmp_path):
     key_id = S3_ENV["AWS_ACCESS_KEY_ID"]
     for uri in (f"s3://{key_id}:{secret}@{bucket}/x", f"s3://{bucket}/x?secret_key={secret}"):
         with pytest.raises(PackerError) as e:
-            build(BuildConfig(inputs=(SAMPLE,), out=uri))
+            build(BuildConfig.of(inputs=(SAMPLE,), out=uri))
         msg = str(e.value)
         assert "through the environment" in msg and secret not in msg and key_id not in msg and "\n" not in msg
         with pytest.raises(PackerError) as e:
-            build(BuildConfig(inputs=(uri,), out=str(tmp_path / "o")))
+            build(BuildConfig.of(inputs=(uri,), out=str(tmp_path / "o")))
         assert secret not in str(e.value)
     out = f"s3://{bucket}/out"
-    r = build(BuildConfig(inputs=(corpus,), out=out, workers=1, **SETTINGS))
+    r = build(BuildConfig.of(inputs=(corpus,), out=out, workers=1, **SETTINGS))
     written = b"".join(objects(bucket, "out").values()) + "\n".join(r.notes).encode()
     assert secret.encode() not in written and key_id.encode() not in written
 
@@ -160,8 +160,8 @@ def test_a_bad_record_deep_in_a_remote_slice_is_named_by_line(bucket, tmp_path):
     with open(path, "wb") as f:
         f.writelines(lines)
     s3_client().upload_file(path, bucket, "in/c.jsonl")
-    local = build(BuildConfig(inputs=(path,), out=str(tmp_path / "l"), workers=1, seq_len=128, unit_bytes=100_000))
-    remote = build(BuildConfig(inputs=(f"s3://{bucket}/in/c.jsonl",), out=str(tmp_path / "r"), workers=1, seq_len=128,
+    local = build(BuildConfig.of(inputs=(path,), out=str(tmp_path / "l"), workers=1, seq_len=128, unit_bytes=100_000))
+    remote = build(BuildConfig.of(inputs=(f"s3://{bucket}/in/c.jsonl",), out=str(tmp_path / "r"), workers=1, seq_len=128,
                                unit_bytes=100_000))
     assert local.manifest["totals"]["skipped_examples"] == {"malformed_json": [f"{path}:452"]}
     assert remote.manifest["totals"]["skipped_examples"] == {"malformed_json": [f"s3://{bucket}/in/c.jsonl:452"]}
@@ -176,16 +176,16 @@ def test_an_fsspec_scheme_reads_and_writes_like_a_local_folder(local_build, tmp_
         with open(os.path.join(SAMPLE, n), "rb") as src, mem.open(f"/packer-test/{n}", "wb") as dst:
             dst.write(src.read())
     try:
-        a = build(BuildConfig(inputs=tuple(os.path.join(SAMPLE, n) for n in sorted(names)), out=str(tmp_path / "a"),
+        a = build(BuildConfig.of(inputs=tuple(os.path.join(SAMPLE, n) for n in sorted(names)), out=str(tmp_path / "a"),
                               workers=1, **SETTINGS))
-        b = build(BuildConfig(inputs=("memory://packer-test",), out=str(tmp_path / "b"), workers=2, **SETTINGS))
+        b = build(BuildConfig.of(inputs=("memory://packer-test",), out=str(tmp_path / "b"), workers=2, **SETTINGS))
     finally:
         mem.rm("/packer-test", recursive=True)
     assert [s[S_KEY] for s in a.manifest["shards"]] == [s[S_KEY] for s in b.manifest["shards"]]
     assert folder_files(str(tmp_path / "a"))["shards/000000.arrow"] == folder_files(str(tmp_path / "b"))["shards/000000.arrow"]
     # And as OUT: the local build's files, object for object.
     try:
-        build(BuildConfig(inputs=(SAMPLE,), out="memory://packer-out/b", workers=1, **SETTINGS))
+        build(BuildConfig.of(inputs=(SAMPLE,), out="memory://packer-out/b", workers=1, **SETTINGS))
         got = {p[len("/packer-out/b/"):]: mem.cat_file(p) for p in mem.find("/packer-out/b")}
     finally:
         mem.rm("/packer-out", recursive=True)
@@ -194,7 +194,7 @@ def test_an_fsspec_scheme_reads_and_writes_like_a_local_folder(local_build, tmp_
 
 def test_a_file_uri_out_is_written_atomically_as_a_local_folder(local_build, tmp_path):
     out = tmp_path / "out"
-    build(BuildConfig(inputs=(SAMPLE,), out=out.as_uri(), workers=1, **SETTINGS))
+    build(BuildConfig.of(inputs=(SAMPLE,), out=out.as_uri(), workers=1, **SETTINGS))
     assert folder_files(str(out)) == folder_files(local_build)
 
 
@@ -319,7 +319,7 @@ def test_dataloader_workers_share_one_bounded_cache(s3_build, local_build, tmp_p
 def test_stats_verifies_a_build_on_s3_as_it_does_the_local_one(bucket, local_build):
     """The same figures from s3:// as from the local folder, with every byte read;
     a flipped byte, a missing shard and a stray object are each reported."""
-    from packer import stats as st
+    from packer.inspect import stats as st
 
     upload_tree(local_build, bucket, "out")
     out = f"s3://{bucket}/out"

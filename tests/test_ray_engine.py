@@ -71,7 +71,7 @@ def cluster(s3_env):
 @pytest.fixture(scope="module")
 def local_build(tmp_path_factory) -> str:
     out = str(tmp_path_factory.mktemp("local") / "out")
-    build(BuildConfig(inputs=(SAMPLE,), out=out, workers=2, **SETTINGS))
+    build(BuildConfig.of(inputs=(SAMPLE,), out=out, workers=2, **SETTINGS))
     return out
 
 
@@ -85,7 +85,7 @@ def _drop_units(out: str, units: list[int]) -> None:
 def test_a_ray_build_is_byte_identical_to_a_local_build(cluster, local_build, tmp_path):
     out = str(tmp_path / "out")
     seen = []
-    r = build(BuildConfig(inputs=(SAMPLE,), out=out, workers=2, engine="ray", **SETTINGS),
+    r = build(BuildConfig.of(inputs=(SAMPLE,), out=out, workers=2, engine="ray", **SETTINGS),
               progress=lambda *a: seen.append(a))
     assert folder_files(out) == folder_files(local_build)
     assert r.units_run == len(r.manifest["shards"]) >= 10
@@ -101,8 +101,8 @@ def test_a_ray_build_is_byte_identical_to_a_local_build(cluster, local_build, tm
 def test_a_ray_build_with_gpt2_is_byte_identical(cluster, gpt2_path, tmp_path):
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     cfg = dict(inputs=(os.path.join(SAMPLE, "corpus.jsonl"),), seq_len=512, tokenizer=gpt2_path, unit_bytes=400_000, workers=2)
-    build(BuildConfig(out=a, **cfg))
-    r = build(BuildConfig(out=b, engine="ray", **cfg))
+    build(BuildConfig.of(out=a, **cfg))
+    r = build(BuildConfig.of(out=b, engine="ray", **cfg))
     assert r.manifest["tokenizer"]["name"] == gpt2_path
     assert folder_files(a) == folder_files(b)
 
@@ -112,11 +112,11 @@ def test_resume_finishes_what_the_other_engine_started(cluster, local_build, tmp
     n = len([k for k in want if k.startswith("units/")])
     for first, then in (("local", "ray"), ("ray", "local")):
         out = str(tmp_path / f"{first}-{then}")
-        cfg = BuildConfig(inputs=(SAMPLE,), out=out, workers=2, engine=first, **SETTINGS)
+        cfg = BuildConfig.of(inputs=(SAMPLE,), out=out, workers=2, engine=first, **SETTINGS)
         build(cfg)
         _drop_units(out, [0, 4, n - 1])
         os.unlink(os.path.join(out, "shards", "000006.arrow"))  # record kept, shard gone: not finished
-        r = build(BuildConfig(**{**cfg.__dict__, "engine": then, "resume": True}))
+        r = build(cfg.but(engine=then, resume=True))
         assert (r.units_run, r.units_skipped) == (4, n - 4)
         assert folder_files(out) == want
 
@@ -150,12 +150,12 @@ def _kill_one_running_unit(stop: threading.Event, killed: list) -> None:
 def test_a_worker_killed_mid_build_is_retried_and_the_output_is_unchanged(cluster, tmp_path):
     path = _corpus(tmp_path)
     cfg = dict(inputs=(path,), seq_len=1024, unit_bytes=1 << 20, workers=2)
-    build(BuildConfig(out=str(tmp_path / "local"), **cfg))
+    build(BuildConfig.of(out=str(tmp_path / "local"), **cfg))
     stop, killed = threading.Event(), []
     killer = threading.Thread(target=_kill_one_running_unit, args=(stop, killed))
     killer.start()
     try:
-        r = build(BuildConfig(out=str(tmp_path / "ray"), engine="ray", **cfg))
+        r = build(BuildConfig.of(out=str(tmp_path / "ray"), engine="ray", **cfg))
     finally:
         stop.set()
         killer.join()
@@ -167,7 +167,7 @@ def test_a_worker_killed_mid_build_is_retried_and_the_output_is_unchanged(cluste
 @pytest.mark.slow  # about 6 s each: Ray starts fresh workers after each death; CI runs them
 def test_a_unit_whose_worker_always_dies_fails_in_one_line_then_resumes(cluster, local_build, tmp_path, monkeypatch):
     out = str(tmp_path / "out")
-    cfg = BuildConfig(inputs=(SAMPLE,), out=out, workers=2, engine="ray", **SETTINGS)
+    cfg = BuildConfig.of(inputs=(SAMPLE,), out=out, workers=2, engine="ray", **SETTINGS)
     monkeypatch.setenv("PACKER_FAULT", "kill-worker")  # SIGKILL of the worker, after the unit's record (faults.py)
     monkeypatch.setenv("PACKER_FAULT_UNIT", "3")
     with pytest.raises(PackerError) as e:
@@ -176,7 +176,7 @@ def test_a_unit_whose_worker_always_dies_fails_in_one_line_then_resumes(cluster,
     assert "\n" not in msg and "a Ray worker died" in msg and "unit 3" in msg and "--resume" in msg
     assert not os.path.exists(os.path.join(out, "manifest.json"))
     monkeypatch.delenv("PACKER_FAULT")
-    r = build(BuildConfig(**{**cfg.__dict__, "resume": True, "engine": "local"}))
+    r = build(cfg.but(resume=True, engine="local"))
     assert r.units_skipped >= 1
     assert folder_files(out) == folder_files(local_build)
 
@@ -187,7 +187,7 @@ def test_a_bad_record_under_strict_is_the_same_one_line_on_ray(cluster, tmp_path
         f.write("{broken\n")
     for engine in ("local", "ray"):
         with pytest.raises(InputError, match=rf"^{path}:51: malformed_json"):
-            build(BuildConfig(inputs=(path,), out=str(tmp_path / engine), strict=True, engine=engine, workers=2))
+            build(BuildConfig.of(inputs=(path,), out=str(tmp_path / engine), strict=True, engine=engine, workers=2))
 
 
 def test_s3_in_and_out_on_ray_is_byte_identical(cluster, s3_env, local_build):
@@ -198,7 +198,7 @@ def test_s3_in_and_out_on_ray_is_byte_identical(cluster, s3_env, local_build):
     make_bucket("ray-corpus")
     upload_tree(SAMPLE, "ray-corpus", "in")
     make_bucket("ray-out")
-    r = build(BuildConfig(inputs=("s3://ray-corpus/in",), out="s3://ray-out/build", workers=2, engine="ray", **SETTINGS))
+    r = build(BuildConfig.of(inputs=("s3://ray-corpus/in",), out="s3://ray-out/build", workers=2, engine="ray", **SETTINGS))
     got = objects("ray-out", "build")
     want = folder_files(local_build)
     assert sorted(got) == sorted(want)
@@ -222,8 +222,8 @@ def test_relative_paths_mean_what_they_mean_to_the_driver(cluster, tmp_path, mon
     os.makedirs("in")
     write_jsonl(tmp_path / "in" / "c.jsonl", [f"text {i} " * (i % 50 + 1) for i in range(3000)])
     cfg = dict(inputs=("in",), seq_len=128, unit_bytes=50_000, workers=2)
-    build(BuildConfig(out="a", **cfg))
-    r = build(BuildConfig(out="b", engine="ray", **cfg))
+    build(BuildConfig.of(out="a", **cfg))
+    r = build(BuildConfig.of(out="b", engine="ray", **cfg))
     assert r.manifest["shards"][0]["sources"][0]["path"] == os.path.join("in", "c.jsonl")
     assert folder_files("a") == folder_files("b")
 
@@ -232,9 +232,9 @@ def test_a_path_missing_on_a_worker_node_is_named_not_counted(cluster, tmp_path)
     """A Ray node without the shared filesystem (here: OUT gone after planning) fails in one line."""
     import importlib
 
-    from packer.engine_ray import packer_unit
-    from packer.sources import discover, plan_slices
-    from packer.tokenizer import resolve_tokenizer
+    from packer.build.ray_engine import packer_unit
+    from packer.formats import discover, plan_slices
+    from packer.tokenize import resolve_tokenizer
 
     B = importlib.import_module("packer.build")
     path = write_jsonl(tmp_path / "c.jsonl", ["x"] * 10)
@@ -247,4 +247,4 @@ def test_a_path_missing_on_a_worker_node_is_named_not_counted(cluster, tmp_path)
 def test_engine_ray_without_ray_says_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails, as where it is not installed
     with pytest.raises(PackerError, match=r"pip install 'packer\[ray\]'"):
-        build(BuildConfig(inputs=(SAMPLE,), out=str(tmp_path / "o"), engine="ray"))
+        build(BuildConfig.of(inputs=(SAMPLE,), out=str(tmp_path / "o"), engine="ray"))

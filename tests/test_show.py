@@ -13,8 +13,9 @@ from click.testing import CliRunner
 
 from packer import BuildConfig, build
 from packer import shards as S
+from packer.io import atomic_write, write_json
 from packer.cli import main
-from packer.show import BYTES_EOS_TEXT, Decoder, read_row
+from packer.inspect.show import BYTES_EOS_TEXT, Decoder, read_row
 
 MARKER = re.compile(r"^\[doc (\d+):(\d+) piece (\d+)/(\d+), offset ([\d,]+), ([\d,]+) tokens(?:; other pieces in rows (.*))?\]$")
 PADDING = re.compile(r"^\[padding: (?:([\d,]+) slots of pad id (\d+)|none, the row is full)\]$")
@@ -39,7 +40,7 @@ def tiny(tmp_path_factory):
             for t in texts[k * 150 : (k + 1) * 150]:
                 f.write(json.dumps({"text": t}) + "\n")
     out = str(root / "out")
-    build(BuildConfig(inputs=(str(root),), out=out, seq_len=32, workers=1, unit_bytes=4096))
+    build(BuildConfig.of(inputs=(str(root),), out=out, seq_len=32, workers=1, unit_bytes=4096))
     with open(os.path.join(out, S.MANIFEST)) as f:
         m = json.load(f)
     assert len(m["shards"]) >= 2 and m["totals"]["documents_split"] > 0  # the test needs both
@@ -152,7 +153,7 @@ def test_unloadable_tokenizer_shows_ids_and_says_why(sample_build_gpt2, copy_bui
     with open(path) as f:
         m = json.load(f)
     m["tokenizer"]["name"] = "/nowhere/tokenizer.json"
-    S.write_json(path, m)
+    write_json(path, m)
     res = run("show", out, "0")
     assert res.exit_code == 0
     notes = [ln for ln in res.stdout.splitlines() if ln.startswith("note:")]

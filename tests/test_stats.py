@@ -13,8 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from packer import shards as S
+from packer.io import atomic_write, write_json
 from packer.cli import main
-from packer.stats import Dist, check, figures
+from packer.inspect.stats import Dist, check, figures
 
 
 def run(*args):
@@ -32,7 +33,7 @@ def manifest(out) -> dict:
 
 
 def save_manifest(out, m) -> None:
-    S.write_json(os.path.join(out, S.MANIFEST), m)
+    write_json(os.path.join(out, S.MANIFEST), m)
 
 
 def shard_path(out, i=0) -> str:

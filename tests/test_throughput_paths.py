@@ -10,15 +10,16 @@ import random
 import numpy as np
 import pytest
 
-from packer import BuildConfig, build, sources
-from packer.sources import ReadAhead, discover, iter_parts, parse_part, plan_slices, read_slice
-from packer.tokenizer import Encoder, resolve_tokenizer
+from packer import BuildConfig, build, formats as sources
+from packer.io import ReadAhead
+from packer.formats import discover, iter_parts, parse_part, plan_slices, read_slice
+from packer.tokenize import Encoder, resolve_tokenizer
 
 from ._services import folder_files
 
 from .conftest import SAMPLE
 
-build_module = importlib.import_module("packer.build")  # packer.build is also the function
+build_module = importlib.import_module("packer.build.local")  # the local engine
 
 
 def _records(sl, part_bytes):
@@ -70,7 +71,7 @@ def test_read_ahead_counts_bytes(tmp_path):
 def test_read_ahead_blocks_grow_then_taper_to_the_end(tmp_path):
     """Big blocks mid-file (few round trips), small ones at its end (a slow link's last block
     must not keep the parser waiting): no block over max(TAPER_MIN, 1/8 of what was left)."""
-    from packer.sources import READ_BLOCK, TAPER_MIN
+    from packer.io.readahead import READ_BLOCK, TAPER_MIN
 
     path = tmp_path / "f.bin"
     total = 40 << 20
@@ -119,11 +120,11 @@ def test_chunk_size_does_not_change_the_output(tmp_path, monkeypatch):
     """Chunks are the grain of parallelism only: tiny chunks, many units and
     2 workers give the same bytes as one worker with the default chunks."""
     cfg = dict(inputs=(SAMPLE,), seq_len=128, unit_bytes=300_000)
-    build(BuildConfig(out=str(tmp_path / "a"), workers=1, **cfg))
+    build(BuildConfig.of(out=str(tmp_path / "a"), workers=1, **cfg))
     monkeypatch.setattr(build_module, "PART_BYTES", 3_000)
     monkeypatch.setattr(sources, "PART_BYTES", 1_000)
-    build(BuildConfig(out=str(tmp_path / "b"), workers=1, **cfg))
-    build(BuildConfig(out=str(tmp_path / "c"), workers=2, **cfg))
+    build(BuildConfig.of(out=str(tmp_path / "b"), workers=1, **cfg))
+    build(BuildConfig.of(out=str(tmp_path / "c"), workers=2, **cfg))
     a, b, c = (folder_files(tmp_path / x) for x in "abc")
     assert a == b == c
     assert sum(k.startswith("shards/") for k in a) > 3
@@ -142,16 +143,16 @@ def test_unit_window_admits_two_units_or_small_ones():
 def test_whole_file_read_matches_the_file_whatever_discovery_saw(tmp_path):
     """Text files are read with one read of the discovered size + 1 byte; a file that
     changed size since discovery (grew, shrank, emptied) still comes back whole."""
-    from packer.sources import _read_whole
+    from packer.io import storage_for
 
     path = tmp_path / "f.txt"
     data = b"".join(b"line %d\n" % i for i in range(5000))
     path.write_bytes(data)
     for seen in (len(data), 0, 100, len(data) - 1, len(data) + 1, 10 * len(data)):
-        assert _read_whole(str(path), seen) == data
+        assert storage_for(str(path)).read(size_hint=seen) == data
     path.write_bytes(b"")
-    assert _read_whole(str(path), 0) == b""
-    assert _read_whole(str(path), 50) == b""
+    assert storage_for(str(path)).read(size_hint=0) == b""
+    assert storage_for(str(path)).read(size_hint=50) == b""
 
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies only")
@@ -160,7 +161,7 @@ def test_reader_threads_run_as_batch_and_leave_the_caller_alone(tmp_path, monkey
     (SCHED_BATCH); the thread that drives them keeps its own policy."""
     import threading
 
-    from packer.sources import iter_parts_many
+    from packer.formats import iter_parts_many
 
     allowed = []
 
@@ -179,13 +180,13 @@ def test_reader_threads_run_as_batch_and_leave_the_caller_alone(tmp_path, monkey
     (tmp_path / "a.txt").write_text("alpha\n")
     (tmp_path / "b.jsonl").write_text('{"text": "beta"}\n')
     policies = []
-    real_read = sources.read_text_part
-    monkeypatch.setattr(sources, "read_text_part",
+    real_read = sources.text.read_whole
+    monkeypatch.setattr(sources.text, "read_whole",
                         lambda sl, on_bytes=None: (policies.append(os.sched_getscheduler(0)), real_read(sl, on_bytes))[1])
     before = os.sched_getscheduler(0)
     slices = [(sl.file.path, sl) for sl, _ in plan_slices(discover([str(tmp_path)]).files, 1 << 30)]
     texts = [t for _, p in iter_parts_many(slices) for t in parse_part(p, ("text",))]
-    assert sorted(texts) == ["alpha\n", "beta"]
+    assert sorted(t.text for t in texts) == ["alpha\n", "beta"]
     assert policies == [os.SCHED_BATCH]
     ra = ReadAhead(str(tmp_path / "b.jsonl"))
     assert ra._pool.submit(os.sched_getscheduler, 0).result() == os.SCHED_BATCH

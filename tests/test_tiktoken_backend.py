@@ -16,9 +16,9 @@ pytest.importorskip("tiktoken")
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
 
-from packer import tiktoken_backend as T  # noqa: E402
-from packer.sources import Skip, discover, plan_slices, read_slice  # noqa: E402
-from packer.tokenizer import resolve_tokenizer  # noqa: E402
+from packer.tokenize import tiktoken_engine as T  # noqa: E402
+from packer.formats import Skip, discover, plan_slices, read_slice  # noqa: E402
+from packer.tokenize import resolve_tokenizer  # noqa: E402
 
 from .conftest import REPO, SAMPLE  # noqa: E402
 
@@ -336,7 +336,7 @@ def test_build_shards_identical_whichever_backend(tmp_path, gpt2_path):
     outs = {}
     for backend, workers in [("hf", 1), ("auto", 1), ("tiktoken", 2)]:
         out = str(tmp_path / f"{backend}{workers}")
-        build(BuildConfig(inputs=(SAMPLE,), out=out, seq_len=512, tokenizer=gpt2_path, workers=workers,
+        build(BuildConfig.of(inputs=(SAMPLE,), out=out, seq_len=512, tokenizer=gpt2_path, workers=workers,
                           unit_bytes=1 << 20, tokenizer_backend=backend))
         outs[backend] = out
     ref = shard_bytes(outs["hf"])
@@ -356,14 +356,14 @@ def test_resume_with_the_other_backend_is_allowed_and_identical(tmp_path, gpt2_p
     from packer import BuildConfig, build
 
     out = str(tmp_path / "out")
-    cfg = BuildConfig(inputs=(SAMPLE,), out=out, seq_len=256, tokenizer=gpt2_path, workers=1, unit_bytes=1 << 20,
+    cfg = BuildConfig.of(inputs=(SAMPLE,), out=out, seq_len=256, tokenizer=gpt2_path, workers=1, unit_bytes=1 << 20,
                       tokenizer_backend="hf")
     build(cfg)
     ref = shard_bytes(out)
     for name in sorted(os.listdir(os.path.join(out, "units")))[1::2]:  # lose every other unit
         os.unlink(os.path.join(out, "units", name))
     os.unlink(os.path.join(out, "manifest.json"))
-    res = build(BuildConfig(**{**cfg.__dict__, "resume": True, "tokenizer_backend": "tiktoken"}))
+    res = build(cfg.but(resume=True, tokenizer_backend="tiktoken"))
     assert res.units_run > 0 and res.units_skipped > 0
     assert shard_bytes(out) == ref
     assert res.manifest["tokenizer"]["backend"] == "tiktoken"
@@ -380,7 +380,7 @@ def test_real_text_build_identical(tmp_path, gpt2_path):
     shards = []
     for backend in ("hf", "auto"):
         out = str(tmp_path / backend)
-        res = build(BuildConfig(inputs=(src,), out=out, seq_len=2048, tokenizer=gpt2_path, workers=1, unit_bytes=200_000,
+        res = build(BuildConfig.of(inputs=(src,), out=out, seq_len=2048, tokenizer=gpt2_path, workers=1, unit_bytes=200_000,
                                 tokenizer_backend=backend))
         assert res.manifest["tokenizer"]["backend"] == ("hf" if backend == "hf" else "tiktoken")
         shards.append(shard_bytes(out))
@@ -393,7 +393,7 @@ def test_auto_falls_back_to_hf_with_a_note_when_tiktoken_is_missing(tmp_path, gp
     from packer import BuildConfig, build
 
     monkeypatch.setitem(sys.modules, "tiktoken", None)  # import tiktoken -> ImportError
-    res = build(BuildConfig(inputs=(os.path.join(SAMPLE, "txt"),), out=str(tmp_path / "o"), seq_len=128,
+    res = build(BuildConfig.of(inputs=(os.path.join(SAMPLE, "txt"),), out=str(tmp_path / "o"), seq_len=128,
                             tokenizer=gpt2_path, workers=1))
     assert res.manifest["tokenizer"]["backend"] == "hf"
     notes = [n for n in res.notes if "tokenizer backend" in n]
@@ -419,7 +419,7 @@ def test_a_difference_on_the_input_sample_falls_back_to_hf(tmp_path, gpt2_path, 
     tok = gap_tokenizer(tmp_path, "é")  # sample_data holds "café" and "naïve"
     monkeypatch.setattr(T, "hard_strings", lambda added=(): ["plain text"])  # let it reach the input sample
     T._STATIC.clear()
-    res = build(BuildConfig(inputs=(os.path.join(SAMPLE, "txt"),), out=str(tmp_path / "o"), seq_len=256,
+    res = build(BuildConfig.of(inputs=(os.path.join(SAMPLE, "txt"),), out=str(tmp_path / "o"), seq_len=256,
                             tokenizer=tok, workers=1))
     T._STATIC.clear()
     t = res.manifest["tokenizer"]
@@ -429,7 +429,7 @@ def test_a_difference_on_the_input_sample_falls_back_to_hf(tmp_path, gpt2_path, 
 
 
 def test_a_difference_on_the_hard_strings_is_caught(tmp_path):
-    from packer.tokenizer import choose_backend
+    from packer.tokenize import choose_backend
 
     info = resolve_tokenizer(gap_tokenizer(tmp_path, "é"))
     got = choose_backend(info, "auto", lambda: ["no sample needed"])
@@ -449,7 +449,7 @@ def test_a_pattern_tiktoken_cannot_compile_is_refused():
 
 def test_forcing_tiktoken_where_it_cannot_be_exact_is_one_clear_error(tmp_path, gpt2_path):
     from packer import PackerError
-    from packer.tokenizer import choose_backend
+    from packer.tokenize import choose_backend
 
     with pytest.raises(PackerError, match="needs a --tokenizer"):
         choose_backend(resolve_tokenizer(None), "tiktoken")

@@ -44,7 +44,7 @@ import xxhash
 from torch.utils.data import DataLoader, Sampler
 
 from .batching import collate
-from .errors import PackerError
+from ..errors import PackerError
 
 # Tags keep the random streams of different purposes apart (NumPy seeds from the whole list).
 _PERMUTE, _STREAM, _MIX = 1, 2, 3

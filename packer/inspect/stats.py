@@ -34,9 +34,9 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from . import shards as S
-from . import storage
-from .errors import PackerError, ShardError
+from .. import shards as S
+from ..errors import PackerError, ShardError
+from ..io import Storage, storage_for
 
 STATS_VERSION = 1  # of the --json document, see docs/stats.md
 PERCENTILES = (50, 90, 99)
@@ -363,20 +363,7 @@ class _ShardScan:
         self.rep.doc_lengths.add(lengths[present])
 
 
-def _open_bytes(full: str):
-    """The shard's bytes: a read-only memory map of a local file, or (a URI) the
-    whole object fetched into memory, one GET."""
-    if storage.is_uri(full):
-        with storage.open_input(full) as f:
-            return f.read_buffer()
-    with open(full, "rb") as f:
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    if hasattr(mmap, "MADV_SEQUENTIAL"):
-        mm.madvise(mmap.MADV_SEQUENTIAL)  # aggressive read-ahead on a cold file
-    return mm
-
-
-def _scan_deep(scan: _ShardScan, full: str, entry: dict, fig: ShardFigures, on_bytes) -> list[Problem]:
+def _scan_deep(scan: _ShardScan, store: Storage, rel: str, entry: dict, fig: ShardFigures, on_bytes) -> list[Problem]:
     """Read the file once: hash every byte, parse the IPC stream inside it, check each batch.
 
     An IPC file is ``ARROW1\\0\\0``, an IPC stream (schema, batches, end marker),
@@ -387,7 +374,7 @@ def _scan_deep(scan: _ShardScan, full: str, entry: dict, fig: ShardFigures, on_b
     h = xxhash.xxh3_128()
     parsed, batches = False, 0
     try:
-        mm = _open_bytes(full)
+        mm = store.map(rel)  # a local file memory-mapped; an object fetched whole (one GET)
     except (OSError, ValueError) as e:  # ValueError: an empty file cannot be mapped
         scan.problem("unreadable", f"cannot read the file ({e})")
         return scan.all_problems()
@@ -428,11 +415,11 @@ def _scan_deep(scan: _ShardScan, full: str, entry: dict, fig: ShardFigures, on_b
     return found + scan.all_problems()
 
 
-def _scan_shallow(scan: _ShardScan, full: str, size: int, fig: ShardFigures, on_bytes) -> list[Problem]:
+def _scan_shallow(scan: _ShardScan, store: Storage, rel: str, size: int, fig: ShardFigures, on_bytes) -> list[Problem]:
     """Memory-map the file (ranged reads of an object) and read only the piece columns:
     no checksum, no token checks."""
     try:
-        r = pa.ipc.open_file(storage.open_input(full) if storage.is_uri(full) else pa.memory_map(full, "r"))
+        r = pa.ipc.open_file(store.arrow_map(rel))
         if scan.check_schema(r.schema):
             for i in range(r.num_record_batches):
                 scan.batch(r.get_batch(i))
@@ -469,9 +456,9 @@ def check(out: str, deep: bool = True, progress=None) -> Report:
     read. Raises ``ShardError`` only for an unreadable manifest. A remote
     shard is fetched whole into memory to be verified (one GET per shard).
     """
-    m = storage.read_manifest(out)
-    remote = storage.is_uri(out)
-    objects = storage.listing(out) if remote else None  # {rel: size}, one listing for the whole build
+    store = storage_for(out)
+    m = S.read_manifest(store)
+    objects = store.list()  # {rel: size}, one listing for the whole build
     seq_len, dtype = int(_need(m, out, "seq_len")), str(_need(m, out, "dtype"))
     vocab = int(m.get("vocab_size", _need(m, out, "tokenizer", "vocab_size")))
     pad_id = int(m.get("pad_id", _need(m, out, "tokenizer", "pad_id")))
@@ -490,15 +477,10 @@ def check(out: str, deep: bool = True, progress=None) -> Report:
         rel = e["path"]
         fig = ShardFigures(rel, e.get("unit"))
         rep.shards.append(fig)
-        full = storage.join(out, rel) if remote else os.path.normpath(os.path.join(out, rel))
-        if remote:  # keys are plain "/"-joined names: no way up, no absolute key
-            outside = rel.startswith("/") or ".." in rel.split("/")
-        else:
-            outside = os.path.isabs(rel) or not full.startswith(os.path.normpath(out) + os.sep)
-        if outside:
-            rep.problems.append(Problem(rel, "manifest", "shard path points outside the build folder"))
+        if not store.inside(rel):
+            rep.problems.append(Problem(str(rel), "manifest", "shard path points outside the build folder"))
             continue
-        size = objects.get(rel) if remote else (os.path.getsize(full) if os.path.isfile(full) else None)
+        size = objects.get(posixpath.normpath(rel))
         if size is None:
             rep.problems.append(Problem(rel, "missing", "missing: the manifest names it but there is no such file"))
             continue
@@ -511,16 +493,16 @@ def check(out: str, deep: bool = True, progress=None) -> Report:
             continue
         scan = _ShardScan(rep, rel, seq_len, dtype, vocab, pad_id, deep)
         if deep:
-            rep.problems.extend(_scan_deep(scan, full, e, fig, progress))
+            rep.problems.extend(_scan_deep(scan, store, rel, e, fig, progress))
             rep.bytes_read += size
         else:
-            rep.problems.extend(_scan_shallow(scan, full, size, fig, progress))
+            rep.problems.extend(_scan_shallow(scan, store, rel, size, fig, progress))
         if fig.rows is not None and fig.documents is not None:
             for k in _COUNTS:
                 got, want = getattr(fig, k), e[k]
                 if got != want:
                     rep.problems.append(Problem(rel, "count", f"{k}: {got:,} in the shard, the manifest says {want:,}"))
-    rep.problems.extend(_extra_files(out, entries, objects))
+    rep.problems.extend(_extra_files(entries, objects))
     return rep
 
 
@@ -538,21 +520,15 @@ def _check_totals(rep: Report, m: dict, entries: list[dict]) -> None:
             rep.problems.append(Problem("manifest.json", "totals", f"totals.{k} is {t[k]:,}, its shard entries sum to {v:,}"))
 
 
-def _extra_files(out: str, entries: list[dict], objects: dict[str, int] | None = None) -> list[Problem]:
-    """Files in ``out`` (or, for a URI, the ``objects`` under it) that the manifest does not account for.
+def _extra_files(entries: list[dict], objects: dict[str, int]) -> list[Problem]:
+    """Files of the build (``objects``: its listing) that the manifest does not account for.
     Names are compared "/"-separated, as the manifest and object keys write them."""
     known = {S.MANIFEST, "build.json"}
     for e in entries:
         known.add(posixpath.normpath(e["path"]))
         if e.get("unit") is not None:
             known.add(f"{S.UNIT_DIR}/{int(e['unit']):06d}.json")
-    if objects is not None:
-        rels = sorted(objects)
-    else:
-        rels = []
-        for root, dirs, files in os.walk(out):
-            dirs.sort()
-            rels.extend(os.path.relpath(os.path.join(root, n), out).replace(os.sep, "/") for n in sorted(files))
+    rels = sorted(objects)
     found = []
     for rel in rels:
         if rel not in known:

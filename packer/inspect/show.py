@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import shards as S
-from .errors import PackerError
-from .tokenizer import BYTES_EOS, BYTES_NAME, resolve_tokenizer
+from .. import shards as S
+from ..errors import PackerError, ShardError
+from ..io import storage_for
+from ..tokenize import BYTES_EOS, BYTES_NAME, resolve_tokenizer
 
 BYTES_EOS_TEXT = "<eos>"  # how the built-in tokenizer's end-of-document id is printed
 
@@ -50,8 +51,10 @@ class RowView:
 
 
 def read_row(out: str, row: int) -> RowView:
-    """Locate global ``row`` and read its pieces; raise ``PackerError`` if it does not exist."""
-    m = S.read_manifest(out)
+    """Locate global ``row`` of the build at ``out`` (a folder or a URI) and read its pieces;
+    raise ``PackerError`` if it does not exist."""
+    store = storage_for(out)
+    m = S.read_manifest(store)
     total = sum(int(e["rows"]) for e in m["shards"])
     if not 0 <= row < total:
         held = f"{total:,} rows (0..{total - 1})" if total else "no rows"
@@ -63,7 +66,15 @@ def read_row(out: str, row: int) -> RowView:
         first += e["rows"]
     local = row - first
     seq_len = int(m["seq_len"])
-    table = S.open_shard(os.path.join(out, e["path"]), seq_len, m["dtype"])
+    if not store.inside(e["path"]):
+        raise ShardError(f"{store.path(S.MANIFEST)}: shard path {e['path']!r} points outside the build folder")
+    try:
+        data = store.map(e["path"])  # a local shard memory-mapped; a remote one fetched whole
+    except FileNotFoundError:
+        raise ShardError(f"{store.path(e['path'])}: shard is missing") from None
+    except (OSError, ValueError) as err:
+        raise ShardError(f"{store.path(e['path'])}: cannot read shard ({err})") from None
+    table = S.open_shard_buffer(data, store.path(e["path"]), seq_len, m["dtype"])
     if local >= table.num_rows:
         raise PackerError(f"{e['path']}: holds {table.num_rows} rows, the manifest says {e['rows']}: run packer stats {out}")
 

@@ -2,7 +2,7 @@
 
 The task is the unit, whole: ``run_unit`` reads the unit's own slices (on the
 worker, from a shared filesystem or an object store), tokenizes them with
-``build.encode_chunk`` and packs and writes them with ``build.assemble_unit``:
+``unit.encode_chunk`` and packs and writes them with ``unit.assemble_unit``:
 the same functions the local engine runs, composed in one process. So the
 shards, the unit records and the manifest are byte-identical to a local
 build, and ``--resume`` trusts unit records whichever engine wrote them.
@@ -30,11 +30,12 @@ from __future__ import annotations
 import logging
 import os
 
-from . import shards as S
-from .build import Job, Unit, _bounded_malloc, assemble_unit, encode_chunk
-from .errors import PackerError
-from .sources import PART_BYTES, iter_parts_many
-from .storage import is_uri
+from .. import shards as S
+from ..errors import PackerError
+from ..formats import PART_BYTES, iter_parts_many
+from ..io import storage_for
+from .plan import Unit
+from .unit import Job, assemble_unit, bounded_malloc, encode_chunk
 
 MAX_RETRIES = 3  # a unit is run again this many times after its worker dies
 FORWARD_ENV = ("PACKER_FAULT", "PACKER_FAULT_UNIT")  # fault injection (packer/faults.py) reaches the tasks
@@ -72,9 +73,9 @@ def packer_unit(job: Job, unit: Unit, cwd: str) -> dict:
         # (set before its first use in this worker process).
         os.environ["RAYON_NUM_THREADS"] = "1"
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
-        _bounded_malloc()
+        bounded_malloc()
         _prepared = True
-    local = [p for p in [job.out] + [sl.file.path for sl in unit.slices] if not is_uri(p)]
+    local = [p for p in [job.out] + [sl.file.path for sl in unit.slices] if storage_for(p).local]
     if local and os.getcwd() != cwd and any(not os.path.isabs(p) for p in local):
         try:
             os.chdir(cwd)  # relative input/output paths mean what they meant to the driver
@@ -92,14 +93,19 @@ def packer_unit(job: Job, unit: Unit, cwd: str) -> dict:
     return run_unit(job, unit)
 
 
-def _size(path: str) -> int | None:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return None
+class RayEngine:
+    """Each unit a Ray task (``--engine ray``): on a cluster, with retries; the same bytes as the local engine."""
+
+    name = "ray"
+
+    def __init__(self, workers: int = 0, address: str | None = None, quiet: bool = False):
+        self.workers, self.address, self.quiet = workers, address, quiet
+
+    def run(self, todo: list[Unit], job: Job, records: dict, units: list[Unit], progress) -> list[str]:
+        return run_ray(self, todo, job, records, units, progress)
 
 
-def _connect(cfg, workers: int) -> bool:
+def _connect(eng: RayEngine, workers: int) -> bool:
     """Connect to Ray (or start it here); True if this call started it."""
     try:
         import ray
@@ -107,8 +113,8 @@ def _connect(cfg, workers: int) -> bool:
         raise PackerError("--engine ray needs Ray: pip install 'packer[ray]'") from None
     if ray.is_initialized():
         return False
-    address = cfg.ray_address or os.environ.get("RAY_ADDRESS")
-    kwargs = dict(logging_level=logging.WARNING, log_to_driver=not cfg.quiet)
+    address = eng.address or os.environ.get("RAY_ADDRESS")
+    kwargs = dict(logging_level=logging.WARNING, log_to_driver=not eng.quiet)
     try:
         if address:
             ray.init(address=address, **kwargs)
@@ -119,15 +125,15 @@ def _connect(cfg, workers: int) -> bool:
     return True
 
 
-def run_ray(cfg, todo: list[Unit], job: Job, records: dict, units: list[Unit], progress) -> list[str]:
+def run_ray(eng: RayEngine, todo: list[Unit], job: Job, records: dict, units: list[Unit], progress) -> list[str]:
     """Run the ``todo`` units as Ray tasks; fill ``records``; return notes for the summary."""
-    started = _connect(cfg, cfg.workers)
+    started = _connect(eng, eng.workers)
     import ray
     from ray.exceptions import RayError, RayTaskError
 
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))
-        in_flight = max(1, min(cfg.workers or cpus, len(todo)))
+        in_flight = max(1, min(eng.workers or cpus, len(todo)))
         env = {k: os.environ[k] for k in FORWARD_ENV if k in os.environ}
         opts = dict(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)
         if env:
@@ -161,7 +167,7 @@ def run_ray(cfg, todo: list[Unit], job: Job, records: dict, units: list[Unit], p
                             f"a Ray worker died ({type(e).__name__}: killed, out of memory, or its node lost) while building "
                             f"unit {u.index}, {MAX_RETRIES + 1} times; nothing half-written was kept: rerun with --resume"
                         ) from None
-                    if not is_uri(job.out) and _size(os.path.join(job.out, rec["path"])) != rec["bytes"]:
+                    if storage_for(job.out).size(rec["path"]) != rec["bytes"]:
                         raise PackerError(f"unit {u.index}'s shard was written on a Ray node but is not in {job.out} here: "
                                           "with --engine ray, OUT must be on a filesystem every node shares, or a URI")
                     records[u.index] = rec

@@ -469,79 +469,13 @@ def encoder_for(tokenizer_json: str, fingerprint: str, hf=None) -> TiktokenEncod
     return enc
 
 
-def sample_texts(slices, text_field: str = "text", max_docs: int = SAMPLE_DOCS, max_chars: int = SAMPLE_CHARS,
-                 max_slices: int = 64) -> list[str]:
-    """Up to ``max_docs`` input texts (each cut to SAMPLE_TEXT_CHARS), a few
-    from the start of each of 8 slices spread over ``slices``
-    (``packer.sources.Slice``), then of the slices after the first, until
-    ``max_docs``, ``max_chars`` or ``max_slices``. Bad records are passed over:
-    the build reports them, with file and line."""
-    import threading
-
-    before = set(threading.enumerate())
-    try:
-        return _sample(list(slices), text_field, max_docs, max_chars, max_slices)
-    finally:
-        # Readers stopped early leave their read-ahead threads to finish a
-        # last block; wait for them, so the build finds one thread and can
-        # fork its workers (see packer.build._make_pool).
-        for t in set(threading.enumerate()) - before:
-            t.join(timeout=2.0)
-
-
-def _sample(slices, text_field: str, max_docs: int, max_chars: int, max_slices: int) -> list[str]:
-    import os
-
-    from .sources import Skip, read_slice
-
-    n = min(8, len(slices))
-    spread = sorted({round(i * (len(slices) - 1) / max(1, n - 1)) for i in range(n)})
-    order = spread + sorted(set(range(len(slices))) - set(spread))
-    per = -(-max_docs // max(1, n))
-    out: list[str] = []
-    chars = 0
-    for i in order[:max_slices]:
-        got = 0
-        sl = slices[i]
-        if sl.file.format == "text" and sl.file.compression is None and os.path.isfile(sl.file.path):
-            # One document per file: its start is sample enough (read_slice would read it all).
-            try:
-                with open(sl.file.path, "rb") as f:
-                    head = f.read(4 * SAMPLE_TEXT_CHARS).decode("utf-8", "ignore")[:SAMPLE_TEXT_CHARS]
-            except OSError:
-                continue
-            if head:
-                out.append(head)
-                chars += len(head)
-            if chars >= max_chars or len(out) >= max_docs:
-                break
-            continue
-        it = read_slice(sl, text_field)
-        try:
-            for rec in it:
-                if isinstance(rec, Skip):
-                    continue
-                out.append(rec[:SAMPLE_TEXT_CHARS])
-                chars += len(out[-1])
-                got += 1
-                if got >= per or chars >= max_chars or len(out) >= max_docs:
-                    break
-        except Exception:  # a broken input is the build's to report, with its file and line
-            pass
-        finally:
-            it.close()
-        if chars >= max_chars or len(out) >= max_docs:
-            break
-    return out
-
-
 def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=None) -> Choice:
     """Pick the engine for a build: ``requested`` is "auto", "hf" or "tiktoken";
     ``sample()`` returns input texts to compare on (called only if needed).
 
     "tiktoken" that cannot be exact raises ``PackerError``; "auto" falls back to HF.
     """
-    from .errors import PackerError
+    from ..errors import PackerError
 
     if requested not in BACKENDS:
         raise PackerError(f"unknown tokenizer backend {requested!r}: choose from {', '.join(BACKENDS)}")

@@ -52,16 +52,15 @@ import operator
 import os
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from . import shards as S
-from . import storage
-from .errors import PackerError, ShardError
-from .shard_cache import ShardCache, check_build
+from .. import shards as S
+from ..errors import PackerError, ShardError
+from ..io import ShardCache, Storage, storage_for
 
 IGNORE_INDEX = -100  # what torch's cross_entropy and HF models skip
 
@@ -92,10 +91,16 @@ class BuildInfo:
 
 @dataclass(frozen=True)
 class _ShardEntry:
-    path: str  # absolute file path
+    store: Storage  # the build's folder or prefix
+    rel: str  # the shard's name in it, as the manifest gives it
     rows: int
     nbytes: int
     checksum: str
+
+    @property
+    def path(self) -> str:
+        """The shard as messages name it (a path, or a URI)."""
+        return self.store.path(self.rel)
 
 
 class _Mapped:
@@ -195,14 +200,16 @@ class PackedDataset(Dataset):
             raise PackerError(f"input_ids_dtype must be torch.int64 or torch.int32, not {input_ids_dtype}")
         seen: dict[str, str] = {}
         for p in paths:
-            real = p.rstrip("/") if storage.is_uri(p) else os.path.realpath(p)
+            st = storage_for(p)
+            real = os.path.realpath(p) if st.local else p.rstrip("/")
             if real in seen:
                 raise PackerError(f"{p}: build named twice (as {seen[real]}); to weight it, use PackedSampler(weights=...)")
             seen[real] = p
 
         builds, entries, first = [], [], None
         for p in paths:
-            m = storage.read_manifest(p)  # a local folder or a URI
+            store = storage_for(p)
+            m = S.read_manifest(store)
             if first is None:
                 first = (p, m)
             else:
@@ -211,15 +218,16 @@ class PackedDataset(Dataset):
             rows = 0
             for sh in m["shards"]:
                 try:
-                    e = _ShardEntry(storage.join(p, sh["path"]) if storage.is_uri(p) else os.path.join(p, sh["path"]),
-                                    int(sh["rows"]), int(sh["bytes"]), sh.get(S.CHECKSUM, ""))
+                    e = _ShardEntry(store, sh["path"], int(sh["rows"]), int(sh["bytes"]), sh.get(S.CHECKSUM, ""))
+                    if not store.inside(e.rel):
+                        raise ShardError(f"{store.path(S.MANIFEST)}: shard path {e.rel!r} points outside the build folder")
                 except (KeyError, TypeError, ValueError):
                     raise ShardError(f"{os.path.join(p, S.MANIFEST)}: malformed shard entry {sh!r}") from None
                 entries.append(e)
                 rows += e.rows
             builds.append(BuildInfo(p, rows, start, m))
-            if storage.is_uri(p):  # shards are fetched on first use; here one listing checks their sizes
-                check_build(p, [(sh["path"], int(sh["bytes"])) for sh in m["shards"]])
+            if not store.local:  # shards are fetched on first use; here one listing checks their sizes
+                _check_listed(store, entries[len(entries) - len(m["shards"]):])
 
         m = first[1]
         self.builds: tuple[BuildInfo, ...] = tuple(builds)
@@ -234,10 +242,10 @@ class PackedDataset(Dataset):
         self._entries = tuple(entries)
         self._starts = np.cumsum([0] + [e.rows for e in entries], dtype=np.int64)
         self._len = int(self._starts[-1])
-        self._cache = ShardCache(cache_dir, cache_max_bytes) if any(storage.is_uri(p) for p in paths) else None
+        self._cache = ShardCache(cache_dir, cache_max_bytes)  # used only by shards on object stores
         self._verify = verify
         for e in entries:
-            if not storage.is_uri(e.path):
+            if e.store.local:  # checked now where reads are cheap; a remote shard is checked as it is fetched
                 _check_file(e, self.seq_len, self.dtype, verify)
         self._starts_list = self._starts.tolist()
         self._ids_np = np.int64 if input_ids_dtype == torch.int64 else np.int32
@@ -439,10 +447,10 @@ class PackedDataset(Dataset):
 
     def _map(self, k: int) -> _Mapped:
         e = self._entries[k]
-        if storage.is_uri(e.path):  # fetched into the cache, mapped there (under its lock: see shard_cache.py)
-            with self._cache.local(e.path, e.nbytes, e.checksum, verify=self._verify) as path:
-                return _map_shard(replace(e, path=path), self.seq_len, self._np_dtype)
-        return _map_shard(e, self.seq_len, self._np_dtype)
+        # A local shard is mapped where it is; a remote one is fetched into the
+        # cache and mapped there (under its lock: see packer/io/cache.py).
+        with e.store.local_copy(e.rel, e.nbytes, e.checksum, self._cache, verify=self._verify) as path:
+            return _map_shard(e, path, self.seq_len, self._np_dtype)
 
 
 # --------------------------------------------------------------------------
@@ -461,6 +469,18 @@ def _check_compatible(a: tuple[str, dict], b: tuple[str, dict]) -> None:
             raise PackerError(
                 f"{pb}: {key} {get(mb)!r} differs from {get(ma)!r} in {pa_}; builds read together must agree"
             )
+
+
+def _check_listed(store: Storage, entries: list[_ShardEntry]) -> None:
+    """Every shard is in the store with its size: one listing."""
+    objects = store.list()
+    for e in entries:
+        size = objects.get(e.rel)
+        if size is None:
+            raise ShardError(f"{e.path}: shard is missing")
+        if size != e.nbytes:
+            what = "truncated" if size < e.nbytes else "longer than the manifest says"
+            raise ShardError(f"{e.path}: shard is {what} ({size} bytes, manifest says {e.nbytes})")
 
 
 def _check_file(e: _ShardEntry, seq_len: int, dtype: str, verify: bool) -> None:
@@ -483,10 +503,10 @@ def _check_file(e: _ShardEntry, seq_len: int, dtype: str, verify: bool) -> None:
         raise ShardError(f"{e.path}: {table.num_rows} rows, manifest says {e.rows}")
 
 
-def _map_shard(e: _ShardEntry, seq_len: int, dt: np.dtype) -> _Mapped:
-    """Map one shard privately and copy out its piece index, checking it."""
+def _map_shard(e: _ShardEntry, path: str, seq_len: int, dt: np.dtype) -> _Mapped:
+    """Map one shard (a local file at ``path``) privately and copy out its piece index, checking it."""
     try:
-        storage = torch.from_file(e.path, shared=False, size=e.nbytes, dtype=torch.uint8)
+        storage = torch.from_file(path, shared=False, size=e.nbytes, dtype=torch.uint8)
     except RuntimeError as err:
         raise ShardError(f"{e.path}: cannot map shard ({str(err).splitlines()[0]})") from None
     mem = storage.numpy()  # writable: private pages
@@ -501,7 +521,7 @@ def _map_shard(e: _ShardEntry, seq_len: int, dt: np.dtype) -> _Mapped:
         n = batch.num_rows
         if not n:
             continue
-        ids, dl = batch.column(0), batch.column(1)
+        ids, dl = batch.column("input_ids"), batch.column("doc_lens")
         child = ids.values
         addr = child.buffers()[1].address + (child.offset + ids.offset * seq_len) * isz
         off = addr - base

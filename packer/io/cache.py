@@ -27,8 +27,8 @@ import time
 
 import xxhash
 
-from . import storage
-from .errors import PackerError, ShardError
+from ..errors import PackerError, ShardError
+from .uri import first_line
 
 BLOCK = 8 << 20  # bytes per read of a download
 STALE_TMP_S = 24 * 3600  # temp files of downloads killed this long ago are removed
@@ -54,10 +54,11 @@ class ShardCache:
         return os.path.join(self.folder, f"{checksum}.arrow")
 
     @contextlib.contextmanager
-    def local(self, uri: str, nbytes: int, checksum: str, verify: bool = False):
-        """A local path holding the shard at ``uri``, valid inside the ``with``
+    def local(self, store, rel: str, nbytes: int, checksum: str, verify: bool = False):
+        """A local path holding the shard ``rel`` of ``store`` (a ``Storage``), valid inside the ``with``
         (map it there; the mapping outlives an eviction). ``verify`` rehashes
         a shard already in the cache (new downloads are always hashed)."""
+        uri = store.path(rel)
         if not checksum:
             raise ShardError(f"{uri}: the manifest gives no checksum for this shard; it cannot be cached safely")
         if self.max_bytes is not None and nbytes > self.max_bytes:
@@ -72,7 +73,7 @@ class ShardCache:
                 os.utime(path)  # used now: last in line for eviction
                 yield path
                 return
-        tmp = self._download(uri, nbytes, checksum)  # outside the lock: downloads run in parallel
+        tmp = self._download(store, rel, nbytes, checksum)  # outside the lock: downloads run in parallel
         try:
             with self._locked():
                 self._evict(nbytes, keep=path)
@@ -83,13 +84,14 @@ class ShardCache:
             if tmp is not None:
                 _unlink(tmp)
 
-    def _download(self, uri: str, nbytes: int, checksum: str) -> str:
+    def _download(self, store, rel: str, nbytes: int, checksum: str) -> str:
+        uri = store.path(rel)
         fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".arrow")
         h, got = xxhash.xxh3_128(), 0
         try:
             with os.fdopen(fd, "wb") as out:
                 try:
-                    src = storage.open_read(uri)
+                    src = store.stream(rel)
                 except FileNotFoundError:
                     raise ShardError(f"{uri}: shard is missing") from None
                 with src:
@@ -108,7 +110,7 @@ class ShardCache:
         except BaseException as e:
             _unlink(tmp)
             if isinstance(e, OSError):
-                raise ShardError(f"cannot download {uri}: {storage._first_line(e)}") from None
+                raise ShardError(f"cannot download {uri}: {first_line(e)}") from None
             raise
 
     def _evict(self, incoming: int, keep: str) -> None:
@@ -148,19 +150,6 @@ class ShardCache:
             yield
         finally:
             os.close(fd)  # releases the lock
-
-
-def check_build(uri: str, shards: list[tuple[str, int]]) -> None:
-    """Every shard (path relative to the build, bytes) is in the store with its size: one listing."""
-    objects = storage.listing(uri)
-    for rel, nbytes in shards:
-        where = storage.join(uri, rel)
-        size = objects.get(rel)
-        if size is None:
-            raise ShardError(f"{where}: shard is missing")
-        if size != nbytes:
-            what = "truncated" if size < nbytes else "longer than the manifest says"
-            raise ShardError(f"{where}: shard is {what} ({size} bytes, manifest says {nbytes})")
 
 
 def _size(path: str) -> int | None:

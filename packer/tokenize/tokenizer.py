@@ -10,7 +10,7 @@ no files at all.
 
 The engine that encodes an HF tokenizer (``TokenizerInfo.backend``) is HF
 ``tokenizers`` or, where it gives the same ids, tiktoken (about 4x faster):
-``choose_backend`` decides, see packer/tiktoken_backend.py and docs/tokenizers.md.
+``choose_backend`` decides, see packer/tokenize/tiktoken_engine.py and docs/tokenizers.md.
 The ids, and so the shards, are the same whichever runs.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import long_texts
-from .errors import PackerError
+from ..errors import PackerError
 
 BYTES_NAME = "bytes"
 BYTES_EOS = 256
@@ -133,7 +133,7 @@ def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: 
     a fallback for a surprising reason (tiktoken missing, a difference found)
     is added to ``notes``. "tiktoken" that cannot be exact raises PackerError.
     """
-    from .tiktoken_backend import BACKENDS, choose
+    from .tiktoken_engine import BACKENDS, choose
 
     if requested not in BACKENDS:
         raise PackerError(f"unknown --tokenizer-backend {requested!r}: choose from {', '.join(BACKENDS)}")
@@ -212,7 +212,7 @@ class Encoder:
         self._eos = np.array([info.eos_id] if info.eos_id is not None else [], dtype=np.uint32)
         self._tk = None
         if info.kind == "hf" and info.backend == "tiktoken":
-            from .tiktoken_backend import encoder_for
+            from .tiktoken_engine import encoder_for
 
             self._tk = encoder_for(info.json, info.fingerprint, _LOADED.get(info.fingerprint))
         elif info.kind == "hf":

@@ -1,0 +1,117 @@
+"""What a build is asked to do: the settings that decide the output bytes, apart from how it runs.
+
+``OutputSettings`` are recorded in build.json and the manifest, and a
+``--resume`` must match them; ``RunSettings`` change only how fast or how
+loudly the same bytes are made. ``BuildConfig.of(inputs, out, **options)``
+takes the CLI's options by the CLI's names (``seq_len``, ``tokenizer``,
+``unit_mb``, ``no_eos``, ``workers``, ...) and routes each to its half.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+
+from ..errors import PackerError
+from ..pack import MODES
+
+DEFAULT_UNIT_BYTES = 64 << 20
+ENGINES = ("local", "ray")
+BACKENDS = ("auto", "hf", "tiktoken")
+
+
+@dataclass(frozen=True)
+class OutputSettings:
+    """Everything that changes the bytes written (recorded; ``--resume`` compares it)."""
+
+    seq_len: int = 2048  # slots per row
+    tokenizer: str | None = None  # None = built-in bytes
+    text_field: str = "text"  # dots reach nested objects
+    pack: str = "bfd"  # "bfd" | "concat"
+    eos: bool = True  # an end-of-document id after every document
+    eos_token: str | None = None  # None = the tokenizer's own
+    unit_bytes: int = DEFAULT_UNIT_BYTES  # input bytes per work unit (one shard each)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How the build runs: the same bytes whatever these are."""
+
+    workers: int = 0  # 0 = all cores
+    strict: bool = False  # stop at the first bad record instead of counting it
+    overwrite: bool = False
+    resume: bool = False
+    quiet: bool = False
+    tokenizer_backend: str = "auto"  # "auto" | "hf" | "tiktoken": the ids are the same
+    engine: str = "local"  # "local" (worker processes) | "ray" (Ray tasks): same bytes
+    ray_address: str | None = None  # engine "ray": a running cluster; None = start one here
+
+
+_OUTPUT = {f.name for f in fields(OutputSettings)}
+_RUN = {f.name for f in fields(RunSettings)}
+_ALIASES = {"unit_mb": "unit_bytes", "no_eos": "eos"}  # the CLI's spellings
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """A build: its inputs (folders, files, globs, URIs), its output location, and the two halves of its settings."""
+
+    inputs: tuple[str, ...]
+    out: str
+    output: OutputSettings = field(default_factory=OutputSettings)
+    run: RunSettings = field(default_factory=RunSettings)
+
+    @classmethod
+    def of(cls, inputs, out, **options) -> "BuildConfig":
+        """A config from the CLI's option names; unknown names and bad values raise ``PackerError``."""
+        if isinstance(inputs, (str, os.PathLike)):
+            inputs = (inputs,)
+        out_opts, run_opts = {}, {}
+        for name, value in options.items():
+            if name == "unit_mb":
+                value = int(float(value) * (1 << 20))
+            elif name == "no_eos":
+                value = not value
+            name = _ALIASES.get(name, name)
+            if name in _OUTPUT:
+                out_opts[name] = value
+            elif name in _RUN:
+                run_opts[name] = value
+            else:
+                known = sorted((_OUTPUT | _RUN | set(_ALIASES)) - {"unit_bytes", "eos"})
+                raise PackerError(f"unknown build option {name!r}; options are: {', '.join(known)}")
+        cfg = cls(tuple(os.fspath(p) for p in inputs), os.fspath(out), OutputSettings(**out_opts), RunSettings(**run_opts))
+        cfg.validate()
+        return cfg
+
+    def options(self) -> dict:
+        """Every setting by its name (``unit_bytes``, ``eos``: the unaliased names)."""
+        return {**vars(self.output), **vars(self.run)}
+
+    def but(self, **changes) -> "BuildConfig":
+        """This config with ``changes`` (inputs, out, or any option by name) applied."""
+        inputs, out = changes.pop("inputs", self.inputs), changes.pop("out", self.out)
+        return BuildConfig.of(inputs, out, **{**self.options(), **changes})
+
+    def validate(self) -> None:
+        """Refuse what cannot be built, in one line naming the option."""
+        o, r = self.output, self.run
+        if isinstance(self.inputs, str) or not all(isinstance(p, str) for p in self.inputs):
+            raise PackerError("inputs must be a list of paths (a single path is given as a string to build())")
+        if not self.inputs:
+            raise PackerError("no inputs given")
+        if not isinstance(o.seq_len, int) or o.seq_len < 2:
+            raise PackerError(f"--seq-len must be at least 2 (got {o.seq_len})")
+        if o.unit_bytes < 4096:
+            raise PackerError(f"--unit-mb must be at least 0.004 (4 KB); got {o.unit_bytes} bytes")
+        if o.pack not in MODES:
+            raise PackerError(f"unknown --pack {o.pack!r}: choose from {', '.join(MODES)}")
+        if r.engine not in ENGINES:
+            raise PackerError(f"unknown --engine {r.engine!r}: choose local or ray")
+        if r.tokenizer_backend not in BACKENDS:
+            raise PackerError(f"unknown tokenizer backend {r.tokenizer_backend!r}: choose from {', '.join(BACKENDS)}")
+        if r.resume and r.overwrite:
+            raise PackerError("--resume and --overwrite contradict each other: --resume keeps the build in OUT, "
+                              "--overwrite replaces it; pass one")
+        if r.workers < 0:
+            raise PackerError(f"--workers must be 0 (all cores) or a positive number (got {r.workers})")

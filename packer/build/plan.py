@@ -1,0 +1,113 @@
+"""Planning a build: input slices grouped into work units, the settings recorded, a sample for the engine check.
+
+A ``Unit`` is the unit of output: a few consecutive slices of input, about
+``unit_bytes`` of it, that become one shard plus a unit record,
+deterministically (a function of its input and the output settings alone).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from ..formats import REGISTRY, Skip, Slice, read_slice
+from ..tokenize import TokenizerInfo
+from ..tokenize.tiktoken_engine import SAMPLE_CHARS, SAMPLE_DOCS, SAMPLE_TEXT_CHARS
+from .config import BuildConfig
+
+
+@dataclass(frozen=True)
+class Unit:
+    index: int
+    slices: tuple[Slice, ...]
+    weight: int  # input bytes, for progress and ETA
+
+
+def plan_units(slices: list[tuple[Slice, int]], unit_bytes: int) -> list[Unit]:
+    """Group consecutive slices into units of about ``unit_bytes``."""
+    units, cur, acc = [], [], 0
+    for sl, w in slices:
+        if cur and acc + w > unit_bytes:
+            units.append(Unit(len(units), tuple(cur), acc))
+            cur, acc = [], 0
+        cur.append(sl)
+        acc += w
+    if cur:
+        units.append(Unit(len(units), tuple(cur), acc))
+    return units
+
+
+def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit]) -> dict:
+    """The settings build.json and the manifest record, and ``--resume`` compares (key order is part of the bytes)."""
+    o = cfg.output
+    plan = hashlib.sha256()
+    for u in units:
+        for sl in u.slices:
+            plan.update(f"{u.index}\0{sl.file.path}\0{sl.file.size}\0{sl.start}\0{sl.end}\n".encode())
+    return {
+        "seq_len": o.seq_len,
+        "pack": o.pack,
+        "eos": o.eos,
+        "text_field": o.text_field,
+        "unit_bytes": o.unit_bytes,
+        "tokenizer": tok.name,
+        "tokenizer_fingerprint": tok.fingerprint,
+        "input_plan": plan.hexdigest(),
+    }
+
+
+def sample_texts(slices, text_field: str = "text", max_docs: int = SAMPLE_DOCS, max_chars: int = SAMPLE_CHARS,
+                 max_slices: int = 64) -> list[str]:
+    """Up to ``max_docs`` input texts (each cut to SAMPLE_TEXT_CHARS), a few
+    from the start of each of 8 slices spread over ``slices``
+    (``packer.formats.Slice``), then of the slices after the first, until
+    ``max_docs``, ``max_chars`` or ``max_slices``. Bad records are passed over:
+    the build reports them, with file and line."""
+    import threading
+
+    before = set(threading.enumerate())
+    try:
+        return _sample(list(slices), text_field, max_docs, max_chars, max_slices)
+    finally:
+        # Readers stopped early leave their read-ahead threads to finish a
+        # last block; wait for them, so the build finds one thread and can
+        # fork its workers (see packer.build.local._make_pool).
+        for t in set(threading.enumerate()) - before:
+            t.join(timeout=2.0)
+
+
+def _sample(slices, text_field: str, max_docs: int, max_chars: int, max_slices: int) -> list[str]:
+    n = min(8, len(slices))
+    spread = sorted({round(i * (len(slices) - 1) / max(1, n - 1)) for i in range(n)})
+    order = spread + sorted(set(range(len(slices))) - set(spread))
+    per = -(-max_docs // max(1, n))
+    out: list[str] = []
+    chars = 0
+    for i in order[:max_slices]:
+        got = 0
+        sl = slices[i]
+        head = REGISTRY[sl.file.format].head(sl, SAMPLE_TEXT_CHARS)
+        if head is not None:
+            if head:
+                out.append(head)
+                chars += len(head)
+            if chars >= max_chars or len(out) >= max_docs:
+                break
+            continue
+        it = read_slice(sl, text_field)
+        try:
+            for rec in it:
+                if isinstance(rec, Skip):
+                    continue
+                out.append(rec.text[:SAMPLE_TEXT_CHARS])
+                chars += len(out[-1])
+                got += 1
+                if got >= per or chars >= max_chars or len(out) >= max_docs:
+                    break
+        except Exception:  # a broken input is the build's to report, with its file and line
+            pass
+        finally:
+            it.close()
+        if chars >= max_chars or len(out) >= max_docs:
+            break
+    return out

@@ -1,0 +1,202 @@
+"""The work unit: a deterministic function from a slice of input to a finished shard.
+
+A unit is read in order by the main process and cut into chunks (about
+PART_BYTES of raw records each); any core parses and tokenizes a chunk
+(``encode_chunk``); when all chunks of a unit are back, one core packs and
+writes its shard and its record (``assemble_unit``). Chunks are the grain of
+parallelism, so one big unit still keeps every core busy, and the output
+depends only on the units, never on which core did what. Every engine
+(local processes, Ray tasks) runs these two functions.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import faults
+from .. import shards as S
+from ..formats import Document, Part, Skip, parse_part, strict_error
+from ..io import storage_for
+from ..pack import pack
+from ..tokenize import Encoder, TokenizerInfo
+from .plan import Unit
+
+MAX_EXAMPLES = 5  # file:line examples kept per skip reason
+
+
+@dataclass(frozen=True)
+class Job:
+    """The settings every unit needs; picklable, sent once to each worker."""
+
+    out: str
+    seq_len: int
+    pack: str
+    text_field: str
+    strict: bool
+    tokenizer: TokenizerInfo
+    dtype: str
+
+
+_encoder: Encoder | None = None
+_job: Job | None = None  # in pool workers: the build's settings, received once
+_in_pool = False  # True in pool worker processes
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """One chunk, tokenized: every document's ids back to back, in order."""
+
+    tokens: np.ndarray  # (sum(lengths),) in the shard dtype, EOS included
+    lengths: np.ndarray  # (documents,) int64; 0 for a document that encoded to nothing
+    skipped: tuple[Skip, ...]  # records not used, in input order
+    nbytes: int  # raw input bytes of the chunk
+
+
+def bounded_malloc() -> None:
+    """Fix glibc's mmap threshold at 128 KB in this process.
+
+    By default glibc raises the threshold each time a large block is freed,
+    so after a few units the 0.1-50 MB token buffers come from the heap,
+    which fragments and keeps growing (we measured 250-300 MB in the main
+    process against 60-90 MB with the threshold fixed). Fixed, every large
+    buffer is its own mapping and goes back to the OS when freed. No-op
+    where there is no glibc.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-3, 128 << 10)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
+def init_worker(encoder: Encoder | None, job: Job) -> None:
+    global _encoder, _in_pool, _job
+    _job = job  # tasks then carry only their data: the Job holds the whole tokenizer JSON (MBs)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    bounded_malloc()
+    # One core per worker: the HF tokenizer must not fan out a batch over threads.
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _in_pool = True
+    if encoder is not None:  # inherited through fork: no tokenizer to parse again
+        _encoder = encoder
+
+
+def get_encoder(info: TokenizerInfo) -> Encoder:
+    global _encoder
+    if _encoder is None or (_encoder.info is not info and _encoder.info != info):
+        _encoder = Encoder(info)
+    return _encoder
+
+
+def encode_chunk(job: Job | None, unit_index: int, parts: list[Part]) -> ChunkResult:
+    """Parse and tokenize one chunk of a unit (runs on any core; ``job`` None = the worker's)."""
+    job = job or _job
+    faults.set_unit(unit_index)
+    enc = get_encoder(job.tokenizer)
+    field = tuple(job.text_field.split("."))
+    texts: list[str] = []
+    skipped: list[Skip] = []
+    for part in parts:
+        for rec in parse_part(part, field):
+            if type(rec) is Document:
+                texts.append(rec.text)
+            elif job.strict:
+                raise strict_error(rec)
+            else:
+                skipped.append(rec)
+    faults.point("read")
+    ids, lengths = enc.encode_flat(texts) if texts else (np.zeros(0, np.uint32), np.zeros(0, np.int64))
+    faults.point("tokenize")
+    return ChunkResult(ids.astype(job.dtype, copy=False), lengths, tuple(skipped), sum(p.nbytes for p in parts))
+
+
+def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dict:
+    """Pack one unit's documents into rows and write its shard; return its record (also on disk)."""
+    job = job or _job
+    faults.set_unit(unit.index)
+    skipped: Counter = Counter()
+    examples: dict[str, list[str]] = {}
+
+    def skip(rec: Skip) -> None:
+        if job.strict:
+            raise strict_error(rec)
+        skipped[rec.reason] += 1
+        ex = examples.setdefault(rec.reason, [])
+        if len(ex) < MAX_EXAMPLES:
+            ex.append(rec.where)
+
+    for c in chunks:
+        for rec in c.skipped:
+            skip(rec)
+    # Per document: its length, its chunk, where it starts in that chunk's
+    # tokens. (The chunks are not concatenated: that would be one more copy
+    # of the unit's tokens in memory.)
+    lengths = np.concatenate([c.lengths for c in chunks]) if chunks else np.zeros(0, np.int64)
+    doc_chunk = np.repeat(np.arange(len(chunks)), [len(c.lengths) for c in chunks])
+    doc_start = np.concatenate([np.cumsum(c.lengths) - c.lengths for c in chunks]) if chunks else lengths
+
+    # Documents that encode to nothing (possible only with --no-eos) cannot be placed.
+    if len(lengths) and lengths.min() == 0:
+        for i in np.nonzero(lengths == 0)[0]:
+            skip(Skip("no_tokens", f"unit {unit.index} document {i}"))
+        keep = lengths > 0
+        lengths, doc_chunk, doc_start = lengths[keep], doc_chunk[keep], doc_start[keep]
+
+    layout = pack(lengths, job.seq_len, job.pack)
+    faults.point("pack")
+    out = _gather([c.tokens for c in chunks], doc_chunk, doc_start, layout, job)
+    table = S.shard_table(out, job.seq_len, layout.row, layout.length, layout.doc, layout.offset, layout.num_rows)
+    data = S.table_bytes(table)
+    del out, table
+    name = f"{S.SHARD_DIR}/{unit.index:06d}.arrow"
+    out_store = storage_for(job.out)
+    out_store.put(name, data)
+    faults.point("write")
+
+    pieces_per_doc = np.bincount(layout.doc, minlength=len(lengths)) if len(lengths) else np.zeros(0)
+    record = {
+        "unit": unit.index,
+        "path": name,
+        "rows": layout.num_rows,
+        "tokens": int(lengths.sum()),
+        "pieces": int(len(layout.length)),
+        "documents": int(len(lengths)),
+        "documents_split": int((pieces_per_doc > 1).sum()),
+        "padding": int(layout.padding),
+        "bytes": len(data),
+        S.CHECKSUM: S.checksum(data),
+        "skipped": dict(sorted(skipped.items())),
+        "skipped_examples": {k: examples[k] for k in sorted(examples)},
+        "sources": [{"path": sl.file.path, "start": sl.start, "end": sl.end} for sl in unit.slices],
+    }
+    out_store.put_json(f"{S.UNIT_DIR}/{unit.index:06d}.json", record)
+    faults.point("kill-worker")
+    return record
+
+
+def _gather(tokens: list[np.ndarray], doc_chunk: np.ndarray, doc_start: np.ndarray, layout, job: Job) -> np.ndarray:
+    """Copy every piece's tokens to its slots; returns (rows * seq_len,) of the shard dtype.
+
+    ``tokens`` holds each chunk's tokens; document d starts at
+    ``doc_start[d]`` in ``tokens[doc_chunk[d]]``. One slice copy per piece:
+    pieces are runs of hundreds of tokens on real text, so this moves memory
+    at memcpy speed, where per-token fancy indexing built three int64 index
+    arrays the size of the unit.
+    """
+    seq_len = job.seq_len
+    out = np.full(layout.num_rows * seq_len, job.tokenizer.pad_id, dtype=job.dtype)
+    if not len(layout.doc):
+        return out
+    chunk = doc_chunk[layout.doc].tolist()
+    src = (doc_start[layout.doc] + layout.offset).tolist()
+    dst = (layout.row * seq_len + layout.slot).tolist()
+    for c, s, d, n in zip(chunk, src, dst, layout.length.tolist()):
+        out[d : d + n] = tokens[c][s : s + n]
+    return out

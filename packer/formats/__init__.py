@@ -1,0 +1,149 @@
+"""Formats: find input files, cut them into slices, read them into records.
+
+Stage 1 of the pipeline. ``discover`` turns the user's paths (folders, files,
+globs, object-store prefixes) into a sorted list of ``InputFile``;
+``plan_slices`` cuts those into ``Slice``s of bounded size; ``iter_parts``
+reads a slice into ``Part``s (I/O and decompression: cheap, in order, with
+read-ahead) and ``parse_part`` turns a Part into ``Record``s (JSON and UTF-8
+decoding: per record, on the core that then tokenizes them).
+
+Each input format is one module here, listed in ``REGISTRY``: adding one
+(.csv, say) is a new module with a ``Format`` subclass and a line below.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Iterator
+
+from ..errors import PackerError
+from ..io import find, io_thread
+from . import jsonl, parquet, text
+from .base import (PART_BYTES, SKIP_REASONS, Document, Format, InputFile, Part, Record, Skip, Slice,
+                   strict_error)
+
+__all__ = [
+    "REGISTRY", "FORMATS", "PART_BYTES", "SKIP_REASONS", "Document", "Format", "InputFile", "Part", "Record",
+    "Skip", "Slice", "Discovery", "detect_format", "discover", "plan_slices", "iter_parts", "parse_part",
+    "read_slice", "iter_parts_many", "strict_error",
+]
+
+REGISTRY: dict[str, Format] = {m.FORMAT.name: m.FORMAT for m in (text, jsonl, parquet)}
+
+# File-name ending -> (format, compression). Longest suffix wins.
+FORMATS = {suffix: (f.name, comp) for f in REGISTRY.values() for suffix, comp in f.suffixes.items()}
+_BY_LENGTH = sorted(FORMATS, key=len, reverse=True)
+
+PREFETCH_FILES = 32  # whole files (text) read at once, ahead of the parser
+PREFETCH_BYTES = 64 << 20  # ... and at most about this many bytes of them
+
+
+def detect_format(path: str) -> tuple[str, str | None] | None:
+    """(format, compression) of ``path`` by its name, or None."""
+    name = path.lower()
+    for suffix in _BY_LENGTH:
+        if name.endswith(suffix):
+            return FORMATS[suffix]
+    return None
+
+
+@dataclass(frozen=True)
+class Discovery:
+    files: tuple[InputFile, ...]
+    ignored: tuple[str, ...]  # files inside folders with an unsupported extension
+    duplicates: tuple[str, ...]  # paths given more than once (read once)
+
+
+def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Discovery:
+    """Expand folders (recursively, sorted), files, globs and URIs into input files.
+
+    ``exclude`` is a folder never read from (the output folder, when it sits
+    inside an input folder). Raises ``PackerError`` for a missing input or an
+    explicitly named file of unknown format. ``on_sized(done, total)``, if
+    given, is called as the files found are sized.
+    """
+    def unknown(p: str) -> PackerError:
+        return PackerError(f"unknown input format: {p} (supported: {', '.join(sorted(FORMATS))})")
+
+    found = find(list(paths), lambda p: detect_format(p) is not None, unknown, exclude, on_sized)
+    files = tuple(InputFile(p, *detect_format(p), size) for p, size in found.files)
+    return Discovery(files, found.ignored, found.duplicates)
+
+
+def plan_slices(files: tuple[InputFile, ...], target_bytes: int) -> list[tuple[Slice, int]]:
+    """Cut files into (slice, weight_bytes) pieces of at most ~target_bytes.
+
+    Deterministic in the files and target alone, so a resumed build plans the
+    same units. Compressed files cannot be split and stay whole.
+    """
+    return [piece for f in files for piece in REGISTRY[f.format].plan(f, target_bytes)]
+
+
+def iter_parts(sl: Slice, text_field: str = "text", on_bytes=None, part_bytes: int | None = None) -> Iterator[Part]:
+    """Read ``sl`` into Parts of whole records (about ``part_bytes``, default
+    PART_BYTES), in order. Never raises OSError: a read error ends the slice
+    with a ``tail`` Skip("unreadable")."""
+    return REGISTRY[sl.file.format].parts(sl, text_field, on_bytes, part_bytes or PART_BYTES)
+
+
+def parse_part(part: Part, field: tuple[str, ...]) -> Iterator[Record]:
+    """Yield the records of ``part`` in order: Documents, or Skips naming where and why."""
+    yield from REGISTRY[part.sl.file.format].parse(part, field)
+    if part.tail is not None:
+        yield part.tail
+
+
+def read_slice(sl: Slice, text_field: str = "text", on_bytes=None) -> Iterator[Record]:
+    """Yield each record of ``sl`` in order. ``text_field`` may be a dotted
+    path ("meta.text") into nested JSON objects."""
+    field = tuple(text_field.split("."))
+    for part in iter_parts(sl, text_field, on_bytes):
+        yield from parse_part(part, field)
+
+
+def iter_parts_many(slices, text_field: str = "text", on_bytes=None, prefetch: int = PREFETCH_FILES):
+    """``iter_parts`` over a sequence of (key, slice), in order; yields (key, Part).
+
+    A ``None`` slice is passed through as (key, None), a marker for the
+    caller. Whole-file slices (text files) are read ``prefetch`` at a time by
+    a thread pool, so a tree of many small files on slow storage does not pay
+    one round trip per file in series.
+    """
+    pool = ThreadPoolExecutor(prefetch, thread_name_prefix="packer-prefetch", initializer=io_thread)
+    ahead: deque = deque()  # (key, slice or None, future or None), in order
+    it = iter(slices)
+    exhausted = False
+    try:
+        while True:
+            # Bounded by count and by bytes, so a tree of big text files is not all in memory.
+            while not exhausted:
+                reading = [a[1].file.size for a in ahead if a[2] is not None]
+                if len(reading) >= prefetch or (reading and sum(reading) >= PREFETCH_BYTES):
+                    break
+                try:
+                    key, sl = next(it)
+                except StopIteration:
+                    exhausted = True
+                    break
+                whole = sl is not None and REGISTRY[sl.file.format].whole_file
+                fut = pool.submit(text.read_whole, sl, on_bytes) if whole else None
+                ahead.append((key, sl, fut))
+                if fut is None and sl is not None:
+                    break  # a streamed slice reads ahead by itself
+            if not ahead:
+                return
+            key, sl, fut = ahead.popleft()
+            if sl is None:
+                yield key, None
+            elif fut is not None:
+                yield key, fut.result()
+            else:
+                for part in iter_parts(sl, text_field, on_bytes):
+                    yield key, part
+    finally:
+        for a in ahead:
+            if a[2] is not None:
+                a[2].cancel()
+        pool.shutdown(wait=True)

@@ -1,0 +1,141 @@
+"""JSON Lines (.jsonl, .jsonl.gz, .jsonl.zst): one JSON object per line, the text in ``--text-field``.
+
+A plain file is cut into byte ranges (a record belongs to the range holding
+its first byte); a compressed one cannot be split and is one slice. Lines
+are read (I/O, decompression) in order on one thread; JSON and UTF-8 are
+decoded on the core that tokenizes them.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import orjson
+
+from ..io import open_stream, storage_for, truncation_errors
+from .base import Document, Format, InputFile, Part, Record, Skip, Slice, unreadable
+
+_MISSING = object()
+
+
+class Jsonl(Format):
+    name = "jsonl"
+    suffixes = {".jsonl": None, ".jsonl.gz": "gzip", ".jsonl.zst": "zstd", ".jsonl.zstd": "zstd"}
+
+    def plan(self, f: InputFile, target_bytes: int) -> list[tuple[Slice, int]]:
+        if f.compression is not None or f.size <= target_bytes:
+            return [(Slice(f, 0, f.size), f.size)]
+        n = -(-f.size // target_bytes)
+        step = -(-f.size // n)
+        out = []
+        for i in range(n):
+            s, e = i * step, min(f.size, (i + 1) * step)
+            out.append((Slice(f, s, e), e - s))
+        return out
+
+    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int) -> Iterator[Part]:
+        f = sl.file
+        ranged = f.compression is None and (sl.start > 0 or sl.end < f.size)
+        begin = max(sl.start - 1, 0)
+        line_no = None if sl.start > 0 else 0  # absolute line numbers known from file start
+        pos = begin
+        broken = truncation_errors(f.compression)
+        lines: list[bytes] = []
+        n_bytes, line0, pos0 = 0, line_no, pos
+        tail = None
+        try:
+            s = open_stream(f.path, f.compression, begin, sl.end - begin if ranged else None, on_bytes)
+        except OSError as e:
+            yield Part(sl, [], tail=unreadable(sl, e))
+            return
+        try:
+            if sl.start > 0:
+                # Skip the rest of the line holding byte start-1: it belongs to the
+                # previous slice (or, if that byte is '\n', we are at a line start).
+                pos += len(s.readline())
+                pos0 = pos
+            while True:
+                if ranged and pos >= sl.end:
+                    break
+                try:
+                    line = s.readline()
+                except broken:
+                    tail = Skip("truncated", where(sl, line_no, pos))
+                    break
+                if not line:
+                    break
+                lines.append(line)
+                pos += len(line)
+                n_bytes += len(line)
+                if line_no is not None:
+                    line_no += 1
+                if n_bytes >= part_bytes:
+                    yield Part(sl, lines, line0, pos0, None, n_bytes)
+                    lines, n_bytes, line0, pos0 = [], 0, line_no, pos
+        except OSError as e:
+            tail = unreadable(sl, e)
+        finally:
+            s.close()
+        if lines or tail is not None:
+            yield Part(sl, lines, line0, pos0, tail, n_bytes)
+
+    def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
+        sl = part.sl
+        line_no, pos = part.line0, part.pos0
+        loads, decode_error, missing = orjson.loads, orjson.JSONDecodeError, _MISSING
+        for line in part.items:
+            start = pos
+            pos += len(line)
+            if line_no is not None:
+                line_no += 1
+                if line_no == 1 and line.startswith(b"\xef\xbb\xbf"):
+                    line = line[3:]  # a byte-order mark is encoding, not text
+            try:
+                obj = loads(line)
+            except decode_error as e:
+                if not line.strip():
+                    continue  # blank lines separate nothing; not a record
+                reason = "invalid_utf8" if "UTF-8" in str(e) or "utf-8" in str(e) else "malformed_json"
+                yield Skip(reason, where(sl, line_no, start))
+                continue
+            text = obj.get(field[0], missing) if len(field) == 1 and type(obj) is dict else get_field(obj, field)
+            if type(text) is str and text:
+                yield Document(text)
+            elif text is missing:
+                yield Skip("missing_field", where(sl, line_no, start))
+            elif not isinstance(text, str):
+                yield Skip("not_string", where(sl, line_no, start))
+            else:
+                yield Skip("empty", where(sl, line_no, start))
+
+
+def get_field(obj, path: tuple[str, ...]):
+    """``obj[path[0]][path[1]]...``, or ``_MISSING`` where a step is absent or not an object."""
+    for key in path:
+        if not isinstance(obj, dict) or key not in obj:
+            return _MISSING
+        obj = obj[key]
+    return obj
+
+
+def where(sl: Slice, line_no: int | None, byte: int) -> str:
+    """"path:line" of the record starting at ``byte`` (counted from the file's start if not known)."""
+    if line_no is not None:
+        return f"{sl.file.path}:{line_no}"
+    return f"{sl.file.path}:{_count_lines_before(sl.file.path, byte) + 1}"
+
+
+def _count_lines_before(path: str, byte: int) -> int:
+    """Line index of ``byte`` in a plain file; only called to name a bad record."""
+    n, left = 0, byte
+    with storage_for(path).stream() as fh:
+        while left > 0:
+            chunk = fh.read(min(left, 8 << 20))
+            if not chunk:
+                break
+            n += chunk.count(b"\n")
+            left -= len(chunk)
+    return n
+
+
+FORMAT = Jsonl()

@@ -1,0 +1,21 @@
+"""Storage: where inputs are read from and builds are written to (local folders, object stores).
+
+The only part of packer that knows local from remote: ``storage_for(path)``
+decides once and returns a ``Storage``; ``find`` discovers input files;
+``open_stream`` reads one with read-ahead and decompression; ``ShardCache``
+keeps local copies of remote shards for training.
+"""
+
+from .cache import ShardCache
+from .compression import truncation_errors
+from .discover import Found, find
+from .readahead import READ_BLOCK, READ_DEPTH, ReadAhead, io_thread, open_stream
+from .storage import (LocalStorage, ObjectStorage, RangedFile, Storage, atomic_write, json_bytes, storage_for,
+                      write_json)
+from .uri import check_uri, is_uri, redact
+
+__all__ = [
+    "Storage", "LocalStorage", "ObjectStorage", "RangedFile", "storage_for", "atomic_write", "json_bytes", "write_json",
+    "find", "Found", "ReadAhead", "open_stream", "io_thread", "READ_BLOCK", "READ_DEPTH", "truncation_errors",
+    "ShardCache", "is_uri", "redact", "check_uri",
+]

@@ -1,0 +1,43 @@
+"""Opening a shard: memory-mapped, checked against the manifest's seq_len and dtype."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from ..errors import ShardError
+from .schema import REQUIRED, schema_problems
+
+
+def open_shard(path: str, seq_len: int, dtype: str) -> pa.Table:
+    """Memory-map a shard and check its schema; raise ``ShardError`` if it is damaged."""
+    try:
+        source = pa.memory_map(path, "r")
+        table = pa.ipc.open_file(source).read_all()
+    except FileNotFoundError:
+        raise ShardError(f"{path}: shard is missing") from None
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+        raise ShardError(f"{path}: not a readable Arrow file ({str(e).splitlines()[0]})") from None
+    return _checked(table, path, seq_len, dtype)
+
+
+def open_shard_buffer(data, path: str, seq_len: int, dtype: str) -> pa.Table:
+    """``open_shard`` over a shard already in memory, zero-copy.
+
+    ``data`` is any object with the buffer protocol holding the whole file
+    (the dataset passes a private, copy-on-write memory map of it); the
+    table's buffers point into ``data``. ``path`` only names the shard in errors.
+    """
+    try:
+        table = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(data))).read_all()
+        table.validate()  # buffer sizes against lengths: cheap, catches a cut body
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+        raise ShardError(f"{path}: not a readable Arrow file ({str(e).splitlines()[0]})") from None
+    return _checked(table, path, seq_len, dtype)
+
+
+def _checked(table: pa.Table, path: str, seq_len: int, dtype: str) -> pa.Table:
+    """``table``'s required columns, in the schema's order; columns a reader does not know are dropped."""
+    problems = schema_problems(table.schema, seq_len, dtype)
+    if problems:
+        raise ShardError(f"{path}: schema does not match manifest: {problems[0]}")
+    return table.select(list(REQUIRED))
