@@ -35,7 +35,7 @@ def texts_of(*paths: str, limit: int | None = None) -> list[str]:
     for sl, _ in plan_slices(discover(list(paths)).files, 1 << 30):
         for rec in read_slice(sl):
             if not isinstance(rec, Skip):
-                out.append(rec)
+                out.append(rec.text)
                 if limit is not None and len(out) >= limit:
                     return out
     return out
