@@ -17,7 +17,7 @@ raw (``--raw``), per thread count N:
 - ``tiktoken procs`` (N>1): N forked processes, each ``encode_ordinary_batch(num_threads=1)`` over a
   contiguous share of the batches; time = the slowest share's encode time (what N cores can do at
   best). A build with N workers is compared with the higher of the two tiktoken ceilings.
-- ``packer hf`` / ``packer tiktoken`` (N=1 only): ``packer.tokenizer.Encoder.encode_flat`` with
+- ``packer hf`` / ``packer tiktoken`` (N=1 only): ``packer.tokenize.Encoder.encode_flat`` with
   that backend, what one build worker runs per chunk (ids + EOS into one flat array).
 
 Texts go in batches of ``--batch-mb`` MB of characters; only the encode

@@ -93,7 +93,7 @@ def test_mixing_follows_the_weights_in_every_prefix():
     counts = np.stack([np.cumsum(build == k) for k in range(3)], 1)  # (M, K): rows of each build in every prefix
     expected = np.arange(1, M + 1)[:, None] * np.array(w)[None, :]
     K = len(sizes)
-    tol = 1 + np.array(w) * K  # the bound stated in packer/sampler.py
+    tol = 1 + np.array(w) * K  # the bound stated in packer/train/sampler.py
     assert np.all(np.abs(counts - expected) <= tol[None, :] + 1e-9)
     assert counts[-1].tolist() == [3000, 1800, 1200]
     # each build's stream is whole passes of permutations: build 1 (120 rows, 1800 reads) = 15 passes

@@ -236,7 +236,7 @@ class Encoder:
             return self._bytes_flat(texts)
         if self._tk is not None:
             return self._tk.encode_flat(texts, self.info.eos_id)
-        # Long texts go in pieces, a few at a time (packer/long_texts.py): HF
+        # Long texts go in pieces, a few at a time (packer/tokenize/long_texts.py): HF
         # holds ~250 bytes per token of what one call encodes.
         if self._cut and any(len(t) > long_texts.PIECE_CHARS for t in texts):
             pieces, ends = [], []  # ends[i]: pieces up to and including text i's

@@ -34,7 +34,7 @@ batch of indices) builds the batch's (B, L) tensors in a few vectorised
 NumPy operations and hands out rows that are views of them; ``collate``
 sees that and returns those tensors without stacking again (in a worker
 process it copies the whole batch into one shared-memory block instead:
-see packer/batching.py).
+see packer/train/batching.py).
 
 Validation on open: every manifest (format version known), the builds agree
 on seq_len, dtype, pad id and tokenizer fingerprint, every shard exists with

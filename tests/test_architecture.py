@@ -1,0 +1,119 @@
+"""The package's shape, as docs/architecture.md states it: which stage may import which, and no import cycles.
+
+Every import counts, including those inside functions (a lazy import still
+makes a dependency; it only hides it from a reader).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "packer")
+
+# Stage -> the stages it may import (besides itself). "errors" and "faults" are leaves every stage may use.
+ALLOWED = {
+    "io": set(),
+    "formats": {"io"},
+    "tokenize": set(),
+    "pack": set(),
+    "shards": {"io"},
+    "build": {"io", "formats", "tokenize", "pack", "shards"},
+    "train": {"io", "shards"},
+    "inspect": {"io", "shards", "tokenize", "formats"},
+    "cli": {"io", "formats", "tokenize", "pack", "shards", "build", "inspect"},
+    "__init__": {"build", "pack", "train"},
+}
+LEAVES = {"errors", "faults"}
+
+
+def modules() -> dict[str, str]:
+    """{dotted module name: file path} for every module of the package."""
+    out = {}
+    for top, _, files in os.walk(ROOT):
+        for f in files:
+            if f.endswith(".py"):
+                rel = os.path.relpath(os.path.join(top, f), os.path.dirname(ROOT))[:-3].replace(os.sep, ".")
+                out[rel[: -len(".__init__")] if rel.endswith(".__init__") else rel] = os.path.join(top, f)
+    return out
+
+
+def imports(name: str, path: str, known: set[str]) -> set[str]:
+    """The packer modules ``name`` imports, anywhere in its body."""
+    pkg = name if path.endswith("__init__.py") else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("packer"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if not mod.startswith("packer"):
+                continue
+            for a in node.names:  # "from . import shards" imports a module
+                found.add(f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod)
+    return {m for m in found if m != name}
+
+
+def stage(module: str) -> str:
+    parts = module.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+GRAPH = {}
+_MODS = modules()
+for _n, _p in _MODS.items():
+    GRAPH[_n] = imports(_n, _p, set(_MODS))
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_each_stage_imports_only_what_it_may(module):
+    s = stage(module)
+    for dep in GRAPH[module]:
+        d = stage(dep)
+        if d == s or d in LEAVES:
+            continue
+        assert d in ALLOWED[s], f"{module} imports {dep}: stage {s!r} may import only {sorted(ALLOWED[s] | LEAVES)}"
+
+
+def test_no_import_cycles():
+    """Between modules, counting package __init__ re-exports as the modules they import."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(GRAPH.get(m, ())):
+            if d.startswith(m + "."):  # a package importing its own submodules is not a cycle
+                continue
+            if state.get(d) == 1:
+                cycle = stack[stack.index(d):] + [d]
+                if not any(a.startswith(b + ".") or b.startswith(a + ".") for a, b in zip(cycle, cycle[1:])):
+                    raise AssertionError("import cycle: " + " -> ".join(cycle))
+            elif d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(GRAPH):
+        if m not in state:
+            visit(m)
+
+
+def test_torch_stays_on_the_training_side():
+    """The build path must not import torch (a CPU box builds shards without it)."""
+    for name, path in _MODS.items():
+        if stage(name) in ("train",):
+            continue
+        tree = ast.parse(open(path).read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                assert not any(a.name.split(".")[0] == "torch" for a in node.names), f"{name} imports torch"
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                assert (node.module or "").split(".")[0] != "torch", f"{name} imports torch"
