@@ -29,6 +29,10 @@ paths, the same tokenizer path and the same output path: base builds there,
 its files are moved aside (or downloaded from S3 and deleted), then new builds
 into the same place. The script prints case | files | identical | first
 difference, and exits 1 if any case differs or a build fails.
+
+Each pair of builds also runs back to back (who goes first alternates), so the
+last line gives new/base wall-clock and CPU time over all cases: a change that
+moves code around must not make builds slower.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import resource
 import shutil
+import statistics
 import socket
 import subprocess
 import sys
@@ -138,11 +144,16 @@ def side_env(checkout: str, extra: dict, cache: str) -> dict:
     return dict(env, **extra, PYTHONPATH=checkout, PACKER_CACHE=cache)
 
 
-def build(checkout: str, work: str, args: list[str], env: dict) -> str | None:
-    """Run one build; None if it worked, else the tail of its stderr."""
+def build(checkout: str, work: str, args: list[str], env: dict) -> tuple[str | None, float, float]:
+    """Run one build: (None if it worked, else the tail of its stderr; wall s; CPU s of the build's processes)."""
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "packer.cli", "build", *args, "-q"], cwd=work, env=env,
                        capture_output=True, text=True)
-    return None if p.returncode == 0 else f"rc {p.returncode}: {p.stderr.strip()[-300:]}"
+    wall = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    return (None if p.returncode == 0 else f"rc {p.returncode}: {p.stderr.strip()[-300:]}"), wall, cpu
 
 
 def compare(a: dict[str, bytes], b: dict[str, bytes]) -> tuple[int, bool, str]:
@@ -205,15 +216,18 @@ def main(argv=None) -> int:
             if not os.path.realpath(where).startswith(os.path.realpath(co) + os.sep):
                 raise SystemExit(f"{name}: packer.cli loads from {where!r}, not from {co}")
 
-        rows = []
+        rows, times = [], []  # times: (new/base wall, new/base CPU) per case
         for corpus, tok, pack, workers, storage in cases:
             inputs, unit_mb = corpora[corpus]
             out = S3_OUT if storage == "s3" else os.path.join(work, "out")
             cli = [*inputs, out, "--seq-len", "512", "--pack", pack, "--workers", str(workers),
                    "--unit-mb", unit_mb, *toks[tok]]
-            got, err = {}, None
-            for name, co in sides.items():
-                err = build(co, work, cli, envs[name][storage])
+            got, err, t = {}, None, {}
+            order = list(sides) if len(rows) % 2 == 0 else list(sides)[::-1]  # alternate who runs first (warm caches)
+            for name in order:
+                co = sides[name]
+                err, wall, cpu = build(co, work, cli, envs[name][storage])
+                t[name] = (wall, cpu)
                 if err:
                     err = f"{name} build failed: {err}"
                     break
@@ -224,7 +238,10 @@ def main(argv=None) -> int:
                 moto.take()  # leave nothing for the next case
             case = f"{corpus}/{tok}/{pack}/w{workers}/{storage}"
             rows.append((case, *((0, False, err) if err else compare(got["base"], got["new"]))))
-            print(f"{case}: {'identical' if rows[-1][2] else 'DIFFERS: ' + rows[-1][3]}", file=sys.stderr)
+            if not err:
+                times.append((t["new"][0] / t["base"][0], t["new"][1] / t["base"][1]))
+            print(f"{case}: {'identical' if rows[-1][2] else 'DIFFERS: ' + rows[-1][3]}"
+                  + (f" (new/base wall {times[-1][0]:.3f}, CPU {times[-1][1]:.3f})" if not err else ""), file=sys.stderr)
     finally:
         if moto:
             moto.stop()
@@ -237,6 +254,10 @@ def main(argv=None) -> int:
     print(f"{'-' * w}-|-------|-----------|-----------------")
     for case, n, same, first in rows:
         print(f"{case:<{w}} | {n:>5} | {'yes' if same else 'NO':<9} | {first}")
+    if times:
+        print(f"build time new/base over {len(times)} cases (each pair run back to back, order alternating): "
+              f"wall median {statistics.median(x[0] for x in times):.3f} (range {min(x[0] for x in times):.3f}-"
+              f"{max(x[0] for x in times):.3f}), CPU median {statistics.median(x[1] for x in times):.3f}")
     bad = sum(not r[2] for r in rows)
     print(f"{len(rows) - bad}/{len(rows)} cases identical in {time.monotonic() - t0:.0f}s")
     return 1 if bad else 0
