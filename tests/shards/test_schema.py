@@ -1,0 +1,72 @@
+"""The shard schema is forward-compatible (docs/format.md): a reader ignores columns it does not
+know, wherever they stand, and refuses a shard that lacks a required one."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pytest
+
+from packer import shards as S
+from packer.errors import ShardError
+from packer.inspect.stats import check
+from packer.io import write_json
+
+
+def rewrite_shard(build: str, change) -> str:
+    """Replace the first shard of ``build`` by ``change(table)``, with the manifest's size and checksum updated."""
+    m = json.load(open(os.path.join(build, S.MANIFEST)))
+    entry = m["shards"][0]
+    path = os.path.join(build, entry["path"])
+    table = pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
+    data = S.table_bytes(change(table))
+    with open(path, "wb") as f:
+        f.write(data)
+    entry["bytes"], entry[S.CHECKSUM] = len(data), S.checksum(data)
+    write_json(os.path.join(build, S.MANIFEST), m)
+    return entry["path"]
+
+
+def with_extra_column_first(table: pa.Table) -> pa.Table:
+    extra = pa.array([f"note {i}" for i in range(table.num_rows)])
+    return pa.Table.from_arrays([extra, *reversed(table.columns)], names=["future_column", *reversed(table.column_names)])
+
+
+def test_schema_problems_name_what_is_missing_and_ignore_what_is_extra():
+    want = S.schema(16, "uint16")
+    assert S.schema_problems(want, 16, "uint16") == []
+    extra = pa.schema([pa.field("loss_mask", pa.list_(pa.uint8(), 16)), *reversed(list(want))])
+    assert S.schema_problems(extra, 16, "uint16") == []
+    missing = pa.schema([f for f in want if f.name != "doc_offset"])
+    assert S.schema_problems(missing, 16, "uint16") == ["column doc_offset is missing"]
+    assert "input_ids is fixed_size_list" in S.schema_problems(want, 32, "uint16")[0]
+
+
+def test_a_shard_with_an_unknown_column_reads_as_before(sample_build, copy_build):
+    torch = pytest.importorskip("torch")
+    from packer import PackedDataset
+
+    before = PackedDataset(sample_build)
+    build = copy_build(sample_build)
+    rewrite_shard(build, with_extra_column_first)
+    after = PackedDataset(build, verify=True)
+    assert len(after) == len(before)
+    for i in range(0, len(before), max(1, len(before) // 7)):
+        for k, v in before[i].items():
+            assert torch.equal(v, after[i][k]), (i, k)
+    rep = check(build)
+    assert rep.problems == [], [str(p) for p in rep.problems]
+
+
+def test_a_shard_lacking_a_required_column_is_refused_by_every_reader(sample_build, copy_build):
+    pytest.importorskip("torch")
+    from packer import PackedDataset
+
+    build = copy_build(sample_build)
+    rel = rewrite_shard(build, lambda t: t.drop_columns(["doc_index"]))
+    with pytest.raises(ShardError, match=r"column doc_index is missing"):
+        PackedDataset(build)
+    kinds = {(p.path, p.kind) for p in check(build).problems}
+    assert (rel, "schema") in kinds
