@@ -7,13 +7,7 @@ A build folder holds ``manifest.json`` (written last), ``shards/*.arrow``
 ``schema`` defines a shard, ``manifest`` reads the manifest, ``reader``
 opens a shard.
 
-Columns of a shard, one row per packed sequence of ``seq_len`` slots:
-
-- ``input_ids``: fixed_size_list<uint16|uint32>[seq_len]
-- ``doc_lens``: list<uint32>, the lengths of the document pieces in the row,
-  in order; slots after their sum are padding (``pad_id``)
-- ``doc_index``: list<uint32>, per piece, the document's index in its unit
-- ``doc_offset``: list<uint32>, per piece, its first token within the document
+The columns of a shard are listed in schema.py and docs/format.md.
 """
 
 from .manifest import read_manifest
