@@ -1,11 +1,16 @@
-"""Shared fixtures: tokenizers, small corpora and finished builds."""
+"""Shared fixtures and helpers: tokenizers, small corpora, finished builds, the CLI runners,
+and reading documents back out of shards with pyarrow alone. (Importable as ``tests.conftest``.)"""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import subprocess
+import sys
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -74,3 +79,61 @@ def load_script(relpath: str):
         sys.modules[name] = mod
         spec.loader.exec_module(mod)
     return sys.modules[name]
+
+
+def packer_cli(*args, env=None, timeout=120, **kw) -> subprocess.CompletedProcess:
+    """``packer ARGS`` in a child process (as a user runs it), in a session of its own: a fault
+    that kills the build's process group must not kill pytest."""
+    return subprocess.run([sys.executable, "-m", "packer.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout, start_new_session=True, **kw)
+
+
+def invoke(*args):
+    """Run the CLI in-process; fail the test on any uncaught exception (a traceback)."""
+    from click.testing import CliRunner
+
+    from packer.cli import main
+
+    res = CliRunner().invoke(main, list(args))
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise AssertionError(f"uncaught {type(res.exception).__name__}: {res.exception}") from res.exception
+    assert "Traceback" not in res.output
+    return res
+
+
+def read_documents(out: str) -> tuple[list[np.ndarray], dict]:
+    """Reassemble every document from the shards, in input order, using only pyarrow."""
+    m = json.load(open(os.path.join(out, "manifest.json")))
+    seq_len = m["seq_len"]
+    docs = []
+    for sh in m["shards"]:
+        t = pa.ipc.open_file(pa.memory_map(os.path.join(out, sh["path"]))).read_all()
+        ids = t.column("input_ids").combine_chunks().flatten().to_numpy().reshape(-1, seq_len)
+        pieces: dict[int, list[tuple[int, np.ndarray]]] = {}
+        for r, (lens, idx, offs) in enumerate(zip(t.column("doc_lens").to_pylist(), t.column("doc_index").to_pylist(), t.column("doc_offset").to_pylist())):
+            assert sum(lens) <= seq_len
+            assert (ids[r, sum(lens):] == m["pad_id"]).all()
+            slot = 0
+            for n, d, o in zip(lens, idx, offs):
+                pieces.setdefault(d, []).append((o, ids[r, slot : slot + n]))
+                slot += n
+        assert sorted(pieces) == list(range(len(pieces))), "doc_index runs 0..n-1 within a shard"
+        for d in range(len(pieces)):
+            ps = sorted(pieces[d], key=lambda p: p[0])
+            pos = 0
+            for o, arr in ps:
+                assert o == pos, "pieces of a document tile it exactly, with no gap or overlap"
+                pos += len(arr)
+            docs.append(np.concatenate([a for _, a in ps]))
+    return docs, m
+
+
+def expected_tokens(texts, tokenizer_path, eos=True):
+    if tokenizer_path is None:
+        return [np.frombuffer(t.encode(), np.uint8).astype(np.int64).tolist() + ([256] if eos else []) for t in texts]
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(tokenizer_path)
+    tok.no_truncation()
+    eos_id = tok.token_to_id("<|endoftext|>")
+    return [tok.encode(t, add_special_tokens=False).ids + ([eos_id] if eos else []) for t in texts]

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from .conftest import load_script
+from tests.conftest import load_script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "bench", "gpu_train.py")

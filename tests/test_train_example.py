@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from .conftest import load_script
+from tests.conftest import load_script
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "train_gpt.py")
 TINY = ["--d-model", "32", "--layers", "2", "--heads", "2", "--batch-size", "4", "--lr", "3e-3", "--device", "cpu"]

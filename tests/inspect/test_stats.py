@@ -15,16 +15,11 @@ from click.testing import CliRunner
 from packer import shards as S
 from packer.io import atomic_write, write_json
 from packer.cli import main
+
+from tests.conftest import invoke as run
 from packer.inspect.stats import Dist, check, figures
 
 
-def run(*args):
-    """Run the CLI in-process; fail the test on any uncaught exception (a traceback)."""
-    res = CliRunner().invoke(main, list(args))
-    if res.exception is not None and not isinstance(res.exception, SystemExit):
-        raise AssertionError(f"uncaught {type(res.exception).__name__}: {res.exception}") from res.exception
-    assert "Traceback" not in res.output
-    return res
 
 
 def manifest(out) -> dict:

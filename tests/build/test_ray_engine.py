@@ -28,8 +28,8 @@ except ImportError:  # the tests that need it skip (pip install 'packer[ray]')
 from packer import BuildConfig, build
 from packer.errors import InputError, PackerError
 
-from ._services import folder_files
-from .conftest import SAMPLE, write_jsonl
+from tests._services import folder_files
+from tests.conftest import SAMPLE, write_jsonl
 
 SETTINGS = dict(seq_len=256, unit_bytes=300_000)
 LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray then takes 127.0.0.1 as this node's address
@@ -44,7 +44,7 @@ def s3_env():
     except ImportError:
         yield None
         return
-    from ._services import moto_s3
+    from tests._services import moto_s3
 
     with moto_s3() as env:
         yield env
@@ -193,7 +193,7 @@ def test_a_bad_record_under_strict_is_the_same_one_line_on_ray(cluster, tmp_path
 def test_s3_in_and_out_on_ray_is_byte_identical(cluster, s3_env, local_build):
     if s3_env is None:
         pytest.skip("moto[server] not installed")
-    from ._services import make_bucket, objects, upload_tree
+    from tests._services import make_bucket, objects, upload_tree
 
     make_bucket("ray-corpus")
     upload_tree(SAMPLE, "ray-corpus", "in")

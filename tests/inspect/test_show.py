@@ -15,17 +15,14 @@ from packer import BuildConfig, build
 from packer import shards as S
 from packer.io import atomic_write, write_json
 from packer.cli import main
+
+from tests.conftest import invoke as run
 from packer.inspect.show import BYTES_EOS_TEXT, Decoder, read_row
 
 MARKER = re.compile(r"^\[doc (\d+):(\d+) piece (\d+)/(\d+), offset ([\d,]+), ([\d,]+) tokens(?:; other pieces in rows (.*))?\]$")
 PADDING = re.compile(r"^\[padding: (?:([\d,]+) slots of pad id (\d+)|none, the row is full)\]$")
 
 
-def run(*args):
-    res = CliRunner().invoke(main, list(args))
-    if res.exception is not None and not isinstance(res.exception, SystemExit):
-        raise AssertionError(f"uncaught {type(res.exception).__name__}: {res.exception}") from res.exception
-    return res
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from packer.tokenize import tiktoken_engine as T  # noqa: E402
 from packer.formats import Skip, discover, plan_slices, read_slice  # noqa: E402
 from packer.tokenize import resolve_tokenizer  # noqa: E402
 
-from .conftest import REPO, SAMPLE  # noqa: E402
+from tests.conftest import REPO, SAMPLE  # noqa: E402
 
 SAMPLE_ONCE = (os.path.join(SAMPLE, "corpus.jsonl"), os.path.join(SAMPLE, "txt"))  # not the .gz/.zst/.parquet copies
 REAL = os.path.join(REPO, "bench_out", "real", "real.jsonl")
@@ -374,7 +374,7 @@ def test_real_text_build_identical(tmp_path, gpt2_path):
         pytest.skip("bench_out/real/real.jsonl not present")
     from packer import BuildConfig, build
 
-    from .conftest import write_jsonl
+    from tests.conftest import write_jsonl
 
     src = write_jsonl(tmp_path / "real.jsonl", texts_of(REAL, limit=60))
     shards = []

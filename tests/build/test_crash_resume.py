@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from ._services import folder_files
+from tests._services import folder_files
+from tests.conftest import packer_cli as packer
 
 ARGS = ["--seq-len", "256", "--unit-mb", "0.05", "--workers", "2", "-q"]
 
@@ -38,12 +39,6 @@ def clean(corpus, tmp_path_factory):
     r = packer("build", corpus, out, *ARGS)
     assert r.returncode == 0, r.stderr
     return out
-
-
-def packer(*args, env=None, **kw):
-    # A session of its own: a fault kills the build's process group, not pytest's.
-    return subprocess.run([sys.executable, "-m", "packer.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120, start_new_session=True, **kw)
 
 
 def start(*args, env=None):

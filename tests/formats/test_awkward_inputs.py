@@ -24,7 +24,7 @@ from packer.errors import PackerError
 from packer.formats import discover
 from packer.io.discover import _mode_readable
 
-from .test_build import read_documents
+from tests.conftest import read_documents
 
 
 def run(tmp_path, files: dict[str, bytes], **kw):

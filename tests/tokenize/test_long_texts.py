@@ -11,7 +11,7 @@ import pytest
 from packer.tokenize import long_texts
 from packer.tokenize import Encoder, resolve_tokenizer
 
-from .conftest import SAMPLE
+from tests.conftest import SAMPLE
 
 LLAMA3_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"

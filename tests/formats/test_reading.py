@@ -15,9 +15,9 @@ from packer.io import ReadAhead
 from packer.formats import discover, iter_parts, parse_part, plan_slices, read_slice
 from packer.tokenize import Encoder, resolve_tokenizer
 
-from ._services import folder_files
+from tests._services import folder_files
 
-from .conftest import SAMPLE
+from tests.conftest import SAMPLE
 
 build_module = importlib.import_module("packer.build.local")  # the local engine
 

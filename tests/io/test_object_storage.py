@@ -19,8 +19,8 @@ import pytest
 from packer import BuildConfig, build
 from packer.errors import PackerError, ShardError
 
-from ._services import S3_ENV, folder_files, make_bucket, moto_s3, objects, s3_client, upload_tree
-from .conftest import SAMPLE, write_jsonl
+from tests._services import S3_ENV, folder_files, make_bucket, moto_s3, objects, s3_client, upload_tree
+from tests.conftest import SAMPLE, write_jsonl
 
 SETTINGS = dict(seq_len=256, unit_bytes=300_000)  # corpus.jsonl (2 MB) becomes 7 ranged slices
 

@@ -16,6 +16,8 @@ from torch.utils.data import DataLoader
 from packer import BuildConfig, PackedDataset, build, collate
 from packer.errors import PackerError, ShardError
 
+from tests.conftest import REPO
+
 # --------------------------------------------------------------------------
 # An independent reader (pyarrow only, as docs/format.md shows) and the
 # definition of labels and positions, written the slow, obvious way.
@@ -348,7 +350,7 @@ def test_workers_give_the_same_batches(ds, ctx):
 # --------------------------------------------------------------------------
 # The code in docs/dataset.md that says it runs.
 
-DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "dataset.md")
+DOCS = os.path.join(REPO, "docs", "dataset.md")
 
 
 def _doc_blocks() -> list[str]:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from packer import BuildConfig, build
 
-from .test_build import expected_tokens, read_documents
+from tests.conftest import expected_tokens, read_documents
 
 texts = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",), min_codepoint=1), min_size=1, max_size=300

@@ -20,7 +20,8 @@ import zstandard
 from packer import BuildConfig, build
 from packer.errors import PackerError
 
-from ._services import folder_files
+from tests._services import folder_files
+from tests.conftest import REPO, expected_tokens, packer_cli, read_documents
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu café 東京 😀 \n".split(" ")
 
@@ -59,44 +60,6 @@ def make_corpus(root, seed=0, n=40, long_words=3000) -> list[str]:
     docs["e"] = texts(n)
     pq.write_table(pa.table({"text": docs["e"]}), root / "e.parquet", row_group_size=7)
     return docs["a"] + docs["b"] + docs["c"] + docs["d"] + docs["e"]
-
-
-def read_documents(out: str) -> tuple[list[np.ndarray], dict]:
-    """Reassemble every document from the shards, in input order, using only pyarrow."""
-    m = json.load(open(os.path.join(out, "manifest.json")))
-    seq_len = m["seq_len"]
-    docs = []
-    for sh in m["shards"]:
-        t = pa.ipc.open_file(pa.memory_map(os.path.join(out, sh["path"]))).read_all()
-        ids = t.column("input_ids").combine_chunks().flatten().to_numpy().reshape(-1, seq_len)
-        pieces: dict[int, list[tuple[int, np.ndarray]]] = {}
-        for r, (lens, idx, offs) in enumerate(zip(t.column("doc_lens").to_pylist(), t.column("doc_index").to_pylist(), t.column("doc_offset").to_pylist())):
-            assert sum(lens) <= seq_len
-            assert (ids[r, sum(lens):] == m["pad_id"]).all()
-            slot = 0
-            for n, d, o in zip(lens, idx, offs):
-                pieces.setdefault(d, []).append((o, ids[r, slot : slot + n]))
-                slot += n
-        assert sorted(pieces) == list(range(len(pieces))), "doc_index runs 0..n-1 within a shard"
-        for d in range(len(pieces)):
-            ps = sorted(pieces[d], key=lambda p: p[0])
-            pos = 0
-            for o, arr in ps:
-                assert o == pos, "pieces of a document tile it exactly, with no gap or overlap"
-                pos += len(arr)
-            docs.append(np.concatenate([a for _, a in ps]))
-    return docs, m
-
-
-def expected_tokens(texts, tokenizer_path, eos=True):
-    if tokenizer_path is None:
-        return [np.frombuffer(t.encode(), np.uint8).astype(np.int64).tolist() + ([256] if eos else []) for t in texts]
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(tokenizer_path)
-    tok.no_truncation()
-    eos_id = tok.token_to_id("<|endoftext|>")
-    return [tok.encode(t, add_special_tokens=False).ids + ([eos_id] if eos else []) for t in texts]
 
 
 @pytest.mark.parametrize("mode", ["bfd", "concat"])
@@ -157,10 +120,6 @@ def test_byte_identical_across_worker_counts(tmp_path, gpt2_path):
         assert outs[0][k] == outs[1][k], k
 
 
-def _packer(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "packer.cli", *args], capture_output=True, text=True, **kw)
-
-
 def test_sigkill_mid_build_then_resume_equals_clean_build(tmp_path):
     corpus = tmp_path / "c"
     os.makedirs(corpus)
@@ -171,7 +130,7 @@ def test_sigkill_mid_build_then_resume_equals_clean_build(tmp_path):
                 f.write(json.dumps({"text": _text(rng, rng.randint(20, 250))}) + "\n")
     clean = str(tmp_path / "clean")
     args = ["--seq-len", "256", "--unit-mb", "0.2", "--workers", "2", "-q"]
-    r = _packer("build", str(corpus), clean, *args)
+    r = packer_cli("build", str(corpus), clean, *args)
     assert r.returncode == 0, r.stderr
     out = str(tmp_path / "out")
     p = subprocess.Popen([sys.executable, "-m", "packer.cli", "build", str(corpus), out, *args], start_new_session=True)
@@ -184,10 +143,10 @@ def test_sigkill_mid_build_then_resume_equals_clean_build(tmp_path):
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
     assert not os.path.exists(os.path.join(out, "manifest.json")), "killed before the end: no manifest"
-    r = _packer("build", str(corpus), out, *args, "--resume")
+    r = packer_cli("build", str(corpus), out, *args, "--resume")
     assert r.returncode == 0, r.stderr
     assert folder_files(out) == folder_files(clean)
-    r = _packer("build", str(corpus), out, *args, "--resume")  # a finished build: no-op
+    r = packer_cli("build", str(corpus), out, *args, "--resume")  # a finished build: no-op
     assert r.returncode == 0 and folder_files(out) == folder_files(clean)
 
 
@@ -256,9 +215,9 @@ def test_large_vocab_uses_uint32(tmp_path):
     ],
 )
 def test_user_errors_are_one_line(tmp_path, args, needle):
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = REPO
     args = [a.replace("OUT", str(tmp_path / "o")) for a in args]
-    r = _packer(*args, cwd=repo)
+    r = packer_cli(*args, cwd=repo)
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr
     assert "Traceback" not in r.stderr
@@ -287,7 +246,7 @@ def test_output_rules(tmp_path):
 def test_strict_names_the_first_bad_record(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.jsonl").write_text('{"text": "fine"}\n{"text": 5}\n')
-    r = _packer("build", str(tmp_path / "in"), str(tmp_path / "o"), "--strict", "-q")
+    r = packer_cli("build", str(tmp_path / "in"), str(tmp_path / "o"), "--strict", "-q")
     assert r.returncode == 1
     assert "a.jsonl:2: not_string" in r.stderr and "Traceback" not in r.stderr
 
@@ -308,7 +267,7 @@ def test_build_path_does_not_import_torch(tmp_path):
         f"packer.build(packer.BuildConfig.of(inputs=('sample_data',), out={str(tmp_path / 'o')!r}, workers=1))\n"
         "assert 'torch' not in sys.modules, 'torch imported by the build path'\n"
     )
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = REPO
     r = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 

@@ -13,9 +13,9 @@ import torch.nn.functional as F
 from packer import PackedDataset, block_mask, collate, dense_mask
 from packer.train.batching import boundaries, collate_padding_free, padding_free
 
-from .conftest import load_script
+from tests.conftest import REPO, load_script
 
-EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "train_gpt.py")
+EXAMPLE = os.path.join(REPO, "examples", "train_gpt.py")
 
 
 def load_example():
