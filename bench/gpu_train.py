@@ -45,10 +45,13 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)  # run as a script it is there already; imported by the tests, not
 
 from gpu.config import SEED, Cfg, parse  # noqa: E402
-from gpu.data import packed_batches, padded_batches, read_documents, weblike_lengths, weblike_tokens, write_build  # noqa: E402,F401
+from gpu.data import packed_batches, padded_batches, read_documents, weblike_lengths, weblike_tokens, write_build  # noqa: E402
 from gpu.plan import dynamo_settings, run_tasks  # noqa: E402
 from gpu.report import environment, markdown, write_outputs  # noqa: E402
 from gpu.tasks import BudgetExceeded, Run  # noqa: E402
+
+# The data helpers, for tests/test_gpu_train_smoke.py.
+__all__ = ["main", "packed_batches", "padded_batches", "read_documents", "weblike_lengths", "weblike_tokens", "write_build"]
 
 
 def _alarm(cfg: Cfg, on: bool) -> None:

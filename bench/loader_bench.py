@@ -41,16 +41,15 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from common import GPT2, need_real  # bench/common.py
 from packer import PackedDataset, collate
 
-GPT2 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "gpt2-tokenizer.json")
 
 
 # --------------------------------------------------------------------------
@@ -163,9 +162,7 @@ def ipc(B: int, L: int, n: int = 200) -> None:
 def ensure_build(path: str) -> None:
     if os.path.exists(os.path.join(path, "manifest.json")):
         return
-    src = "bench_out/real/real.jsonl"
-    if not os.path.exists(src):
-        sys.exit(f"{path} is not a build and {src} is missing: run python bench/real_corpus.py bench_out/real --mb 60")
+    src = need_real()
     print(f"building {path} from {src} (GPT-2 tokenizer, seq_len 2048, 8 MB units)", flush=True)
     subprocess.run(["packer", "build", src, path, "--seq-len", "2048", "--tokenizer", GPT2, "--unit-mb", "8", "-q"], check=True)
 

@@ -51,13 +51,11 @@ import time
 
 import numpy as np
 
+from common import GPT2, REAL, REPO  # bench/common.py
 from packer.pack import pack
 
 P = importlib.import_module("packer.pack")  # the module (packer.pack is also the function)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
-REAL = os.path.join(REPO, "bench_out", "real", "real.jsonl")
 CACHE = os.path.join(REPO, "bench_out", "pack_lengths")
 IMG = os.path.join(REPO, "docs", "img")
 

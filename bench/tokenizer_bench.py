@@ -44,10 +44,8 @@ import sys
 import time
 
 import build_bench  # bench/build_bench.py: the timed `packer build`
-from common import child_env, emit_json, pin  # bench/common.py
+from common import GPT2, child_env, emit_json, pin  # bench/common.py
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
 
 _RAW = r"""
 import hashlib, json, os, sys, time
