@@ -1,34 +1,17 @@
 """GPU training benchmark: useful tokens/s of packed rows (packer) against padded rows.
 
-One script, one GPU, one or two runs of under 9 minutes each::
+One GPU, one or two runs of under 9 minutes each::
 
     python bench/gpu_train.py --plan part1 --budget-s 500     # eager, seq 2048, both corpora, correctness, loader
     python bench/gpu_train.py --plan part2 --budget-s 500     # compiled blocks (MFU), seq 8192, loader (compiled)
     python bench/gpu_train.py --device cpu --tiny --plan all  # CPU smoke run of every code path (tests use it)
 
-The model is examples/train_gpt.py's GPT at GPT-2-small size (12 layers, d_model
-768, 12 heads, vocab 50304), the same in every variant; fp32 master weights, bf16
-autocast, fused AdamW, fp32 cross-entropy. Each step has ``--slots`` token slots
-(65,536: 32 x 2048 or 8 x 8192). Corpora: ``real`` (``packer build`` of
-``--real`` with ``--tokenizer``) and ``web`` (web-like lengths, random ids).
-
-Variants (rows of ``--slots`` slots; "useful" = non-padding tokens):
-
-- ``A``  one document per row, truncated at seq_len, padded; causal SDPA.
-- ``A2`` documents cut into chunks of at most seq_len, one chunk per row, padded; causal SDPA.
-- ``C``  packed rows, plain causal attention over the whole row, positions 0..L-1 (cuDNN SDPA off).
-- ``C0`` C with SDPA's default backend (cuDNN).
-- ``D``  packed rows, document mask through flex attention, ``packer.block_mask`` built every step.
-- ``E``  packed rows through ``varlen_attn`` with packer's ``cu_seqlens`` / ``max_seqlen``.
-- ``F``  packed rows, dense (B, 1, L, L) mask from ``packer.dense_mask`` through SDPA.
-
-Tasks: train (one variant), loader (D fed by ``PackedLoader`` against the same rows
-on the GPU), correct (packed rows under each mask against every document alone).
-Modes: eager, and compiled (every block compiled). Output: one line per finished
-task, a compact table last; JSON and Markdown in ``$OUT`` (default ``bench_out/gpu``),
-rewritten after every task. A task that fails is recorded with its error; one that
-would not fit in what is left of ``--budget-s`` is recorded as skipped.
-Method and figures: docs/benchmarks.md, "GPU training".
+The model is examples/train_gpt.py's GPT at GPT-2-small size. Variants: A one document
+per row, padded; A2 chunks of documents, one per row, padded; C packed, no mask (C0:
+cuDNN SDPA); D packed + flex document mask; E packed + varlen_attn; F packed + dense
+mask. Tasks: train, loader (D fed by PackedLoader), correct (every mask against every
+document alone). JSON and Markdown go to ``$OUT`` (default bench_out/gpu) after every
+task. The parts are in bench/gpu/; method and figures in docs/benchmarks.md, "GPU training".
 """
 
 from __future__ import annotations

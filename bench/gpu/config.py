@@ -47,7 +47,7 @@ def _parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--tiny", action="store_true", help="2 layers, d 64, seq 128/256, a few steps (CPU smoke run)")
     p.add_argument("--budget-s", type=float, default=500.0, help="wall seconds for the whole run, preparation included")
-    p.add_argument("--out", dest="out_dir", default=os.environ.get("OUT") or os.path.join("bench_out", "gpu"),
+    p.add_argument("--out", dest="out_dir", metavar="OUT", default=os.environ.get("OUT") or os.path.join("bench_out", "gpu"),
                    help="where JSON/MD go ($OUT)")
     p.add_argument("--data-dir", default=os.path.join("bench_out", "gpu_data"), help="cache of prepared builds")
     p.add_argument("--real", default=None, help="real-text corpus for packer build (default .carry/real.jsonl.zst)")
