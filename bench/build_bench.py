@@ -51,10 +51,8 @@ import tempfile
 import threading
 import time
 
-from common import child_env, emit_json, hf_engine_args, pin  # bench/common.py
+from common import GPT2, child_env, emit_json, hf_engine_args, pin  # bench/common.py
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
 
 _CEILING = r"""
 import json, os, sys, time

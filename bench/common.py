@@ -12,6 +12,17 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")  # the real GPT-2 tokenizer
+REAL = os.path.join(REPO, "bench_out", "real", "real.jsonl")  # the real-text corpus, made by real_corpus.py
+MAKE_REAL = "python bench/real_corpus.py bench_out/real --mb 60"
+
+
+def need_real(path: str = REAL) -> str:
+    """``path``, or exit saying how to make the real corpus when it is missing."""
+    if not os.path.exists(path):
+        sys.exit(f"{path} is missing: run {MAKE_REAL}")
+    return path
 
 
 def emit_json(result: dict, path: str | None) -> None:

@@ -35,10 +35,8 @@ import sys
 import tempfile
 import time
 
-from common import emit_json, hf_engine_args, pin  # bench/common.py
+from common import GPT2, emit_json, hf_engine_args, pin  # bench/common.py
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
 
 _BASELINE = r"""
 import os, sys, time

@@ -41,16 +41,15 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from common import GPT2, need_real  # bench/common.py
 from packer import PackedDataset, collate
 
-GPT2 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "gpt2-tokenizer.json")
 
 
 # --------------------------------------------------------------------------
@@ -163,9 +162,7 @@ def ipc(B: int, L: int, n: int = 200) -> None:
 def ensure_build(path: str) -> None:
     if os.path.exists(os.path.join(path, "manifest.json")):
         return
-    src = "bench_out/real/real.jsonl"
-    if not os.path.exists(src):
-        sys.exit(f"{path} is not a build and {src} is missing: run python bench/real_corpus.py bench_out/real --mb 60")
+    src = need_real()
     print(f"building {path} from {src} (GPT-2 tokenizer, seq_len 2048, 8 MB units)", flush=True)
     subprocess.run(["packer", "build", src, path, "--seq-len", "2048", "--tokenizer", GPT2, "--unit-mb", "8", "-q"], check=True)
 
@@ -212,7 +209,7 @@ def cycle_rows(rows):
     return lambda: next(it)
 
 
-def main(argv=None):
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--build", default="bench_out/loader/real_2048")
     p.add_argument("--batch", type=int, default=8)
@@ -225,84 +222,96 @@ def main(argv=None):
     p.add_argument("--gpu-tokens-per-s", type=float, default=0.4e6)
     p.add_argument("--out", default="bench_out/loader/results.json")
     p.add_argument("--ipc", action="store_true", help="only time how a worker hands batches over (synthetic)")
-    args = p.parse_args(argv)
-    if args.ipc:
-        return ipc(args.batch, 2048)
+    return p
 
-    ensure_build(args.build)
-    ds = PackedDataset(args.build)
-    L, B = ds.seq_len, args.batch
-    binpath = os.path.join(os.path.dirname(os.path.abspath(args.build)), os.path.basename(args.build.rstrip("/")) + ".tokens.bin")
-    write_bin(ds, binpath)
-    nano, memcpy = NanoRows(binpath, L), MemcpyRows(binpath, L)
-    assert len(nano) == len(ds)
-    for a in range(0, len(ds), 1024):  # same bytes, and all of them in the page cache
-        np.testing.assert_array_equal(nano.__getitem__(a)[0].numpy(), ds[a]["input_ids"].numpy())
-    rows = np.random.default_rng(0).permutation(len(ds))
-    print(f"build {args.build}: {len(ds)} rows x {L}, {len(ds.shard_paths)} shards, {os.cpu_count()} CPUs; "
-          f"torch {torch.__version__}", flush=True)
 
-    buf = np.empty(L, np.uint16)
-    mm = np.memmap(binpath, dtype=np.uint16, mode="r")
+class _Sources:
+    """The build, the same input_ids as nanoGPT's tokens.bin, and one random order of the rows."""
 
-    def memcpy_row(i):
-        np.copyto(buf, mm[i * L:(i + 1) * L])
+    def __init__(self, build: str):
+        ensure_build(build)
+        self.ds = ds = PackedDataset(build)
+        self.L = L = ds.seq_len
+        self.bin = os.path.join(os.path.dirname(os.path.abspath(build)), os.path.basename(build.rstrip("/")) + ".tokens.bin")
+        write_bin(ds, self.bin)
+        self.nano, self.memcpy = NanoRows(self.bin, L), MemcpyRows(self.bin, L)
+        assert len(self.nano) == len(ds)
+        for a in range(0, len(ds), 1024):  # same bytes, and all of them in the page cache
+            np.testing.assert_array_equal(self.nano.__getitem__(a)[0].numpy(), ds[a]["input_ids"].numpy())
+        self.rows = np.random.default_rng(0).permutation(len(ds))
+        print(f"build {build}: {len(ds)} rows x {L}, {len(ds.shard_paths)} shards, {os.cpu_count()} CPUs; "
+              f"torch {torch.__version__}", flush=True)
 
-    # Each variant of a group reads its own rows (rows[j::V] for the j-th of V), so that
-    # none reads rows another has just pulled into the CPU caches: every read is a
-    # first read, as in an epoch over a real corpus.
-    def rows_of(j, V):
-        return rows[j::V].tolist() * 50
+    def rows_of(self, j: int, V: int) -> list[int]:
+        """The j-th of V variants reads rows[j::V], so that none reads rows another has just pulled into
+        the CPU caches: every read is a first read, as in an epoch over a real corpus."""
+        return self.rows[j::V].tolist() * 50
 
-    def random_variant(fn, j):
-        def make():
-            nxt = cycle_rows(rows_of(j, 3))
-            return lambda: fn(nxt())
-        return make
+    def random_variants(self) -> dict:
+        buf = np.empty(self.L, np.uint16)
+        mm = np.memmap(self.bin, dtype=np.uint16, mode="r")
+        L = self.L
 
-    random_variants = {
-        "packed ds[i]": random_variant(lambda i: ds[i], 0),
-        "nanoGPT row": random_variant(nano.__getitem__, 1),
-        "memcpy row": random_variant(memcpy_row, 2),
-    }
+        def memcpy_row(i):
+            np.copyto(buf, mm[i * L:(i + 1) * L])
 
-    def loader(make_dl):
-        def make():
-            it = iter(make_dl())
-            return lambda: next(it)
-        return make
+        def variant(fn, j):
+            def make():
+                nxt = cycle_rows(self.rows_of(j, 3))
+                return lambda: fn(nxt())
+            return make
 
-    def get_batch():
-        g = nanogpt_get_batch(binpath, L, np.array(rows_of(4, 5)), B)
-        return lambda: next(g)
+        return {"packed ds[i]": variant(lambda i: self.ds[i], 0), "nanoGPT row": variant(self.nano.__getitem__, 1),
+                "memcpy row": variant(memcpy_row, 2)}
 
-    times: dict = {}
-    for name, v in interleaved(random_variants, args.rows * args.rounds, 20, args.rounds, time.thread_time).items():
-        times[("random", name)] = v
-    print("random access done", flush=True)
-    for w in args.workers:
+    def loaders(self, B: int, w: int, wanted: list[str]) -> dict:
+        def loader(make_dl):
+            def make():
+                it = iter(make_dl())
+                return lambda: next(it)
+            return make
+
+        def get_batch():
+            g = nanogpt_get_batch(self.bin, self.L, np.array(self.rows_of(4, 5)), B)
+            return lambda: next(g)
+
+        ds, r = self.ds, self.rows_of
         group = {
-            "packed": loader(lambda: DataLoader(ds, B, sampler=ListSampler(rows_of(0, 5)), collate_fn=collate, num_workers=w)),
-            "packed, per-row": loader(lambda: DataLoader(PerRow(ds), B, sampler=ListSampler(rows_of(1, 5)), collate_fn=collate,
+            "packed": loader(lambda: DataLoader(ds, B, sampler=ListSampler(r(0, 5)), collate_fn=collate, num_workers=w)),
+            "packed, per-row": loader(lambda: DataLoader(PerRow(ds), B, sampler=ListSampler(r(1, 5)), collate_fn=collate,
                                                          num_workers=w)),
-            "nanoGPT": loader(lambda: DataLoader(nano, B, sampler=ListSampler(rows_of(2, 5)), num_workers=w)),
-            "memcpy": loader(lambda: DataLoader(memcpy, B, sampler=ListSampler(rows_of(3, 5)), num_workers=w)),
+            "nanoGPT": loader(lambda: DataLoader(self.nano, B, sampler=ListSampler(r(2, 5)), num_workers=w)),
+            "memcpy": loader(lambda: DataLoader(self.memcpy, B, sampler=ListSampler(r(3, 5)), num_workers=w)),
         }
         if w == 0:
             group["nanoGPT get_batch"] = get_batch
-        group = {k: v for k, v in group.items() if k in args.loaders}
+        return {k: v for k, v in group.items() if k in wanted}
+
+
+def _measure(args, src: _Sources) -> dict:
+    """Rows/s per round of every variant: random access, then the DataLoaders at each worker count."""
+    B, times = args.batch, {}
+    for name, v in interleaved(src.random_variants(), args.rows * args.rounds, 20, args.rounds, time.thread_time).items():
+        times[("random", name)] = v
+    print("random access done", flush=True)
+    for w in args.workers:
         # One process: its CPU time, which other processes' load barely touches. With
         # workers the work is elsewhere and the main process waits: wall time.
         clock = time.thread_time if w == 0 else time.perf_counter
-        for name, v in interleaved(group, args.batches * args.rounds, 2, args.rounds, clock).items():
+        for name, v in interleaved(src.loaders(B, w, args.loaders), args.batches * args.rounds, 2, args.rounds, clock).items():
             times[("loader", name, w)] = [x * B for x in v]  # batches/s -> rows/s
         print(f"DataLoader, {w} workers done", flush=True)
+    return times
 
+
+# Bytes handed to the trainer per token: what each variant returns.
+OUT_BYTES = {"packed ds[i]": 24, "nanoGPT row": 16, "memcpy row": 2, "packed": 28, "packed, per-row": 28,
+             "nanoGPT": 16, "nanoGPT get_batch": 16, "memcpy": 2}
+
+
+def _table(times: dict, L: int, B: int, gpu: float) -> tuple[str, dict, dict]:
+    """The Markdown table; the median rows/s and the ratio to nanoGPT of each variant."""
     med = {k: statistics.median(v) for k, v in times.items()}
-    gpu = args.gpu_tokens_per_s
-    # Bytes handed to the trainer per token: what each variant returns.
-    out_bytes = {"packed ds[i]": 24, "nanoGPT row": 16, "memcpy row": 2, "packed": 28, "packed, per-row": 28,
-                 "nanoGPT": 16, "nanoGPT get_batch": 16, "memcpy": 2}
     lines = ["| access | variant | workers | rows/s | tokens/s | bytes out/token | x nanoGPT | x H200 need |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
 
@@ -313,22 +322,34 @@ def main(argv=None):
     for k, v in med.items():
         if k[0] == "random":
             ratios[k] = r = ratio(k, ("random", "nanoGPT row"))
-            lines.append(f"| ds[i], random | {k[1]} | - | {v:,.0f} | {v * L / 1e6:,.1f}M | {out_bytes[k[1]]} | {r:.2f} | {v * L / gpu:,.0f} |")
+            lines.append(f"| ds[i], random | {k[1]} | - | {v:,.0f} | {v * L / 1e6:,.1f}M | {OUT_BYTES[k[1]]} | {r:.2f} | {v * L / gpu:,.0f} |")
     for k, v in med.items():
         if k[0] == "loader":
             ratios[k] = r = ratio(k, ("loader", "nanoGPT", k[2]))
-            lines.append(f"| DataLoader {B}x{L} | {k[1]} | {k[2]} | {v:,.0f} | {v * L / 1e6:,.1f}M | {out_bytes[k[1]]} | {r:.2f} | {v * L / gpu:,.0f} |")
-    table = "\n".join(lines)
+            lines.append(f"| DataLoader {B}x{L} | {k[1]} | {k[2]} | {v:,.0f} | {v * L / 1e6:,.1f}M | {OUT_BYTES[k[1]]} | {r:.2f} | {v * L / gpu:,.0f} |")
+    return "\n".join(lines), med, ratios
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    if args.ipc:
+        return ipc(args.batch, 2048)
+    src = _Sources(args.build)
+    times = _measure(args, src)
+    gpu, L, B = args.gpu_tokens_per_s, src.L, args.batch
+    table, med, ratios = _table(times, L, B, gpu)
     print()
     print(table)
-    spread = {" / ".join(map(str, k)): (min(v), max(v)) for k, v in times.items()}
+
+    def keyed(d):
+        return {" / ".join(map(str, k)): v for k, v in d.items()}
+
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"build": args.build, "seq_len": L, "batch": B, "rows": len(ds), "cpus": os.cpu_count(),
-                   "gpu_tokens_per_s": gpu, "median_rows_per_s": {" / ".join(map(str, k)): v for k, v in med.items()},
-                   "ratio_to_nanogpt": {" / ".join(map(str, k)): v for k, v in ratios.items()},
-                   "rows_per_s_by_round": {" / ".join(map(str, k)): v for k, v in times.items()},
-                   "min_max_rows_per_s": spread, "table": table}, f, indent=1)
+        json.dump({"build": args.build, "seq_len": L, "batch": B, "rows": len(src.ds), "cpus": os.cpu_count(),
+                   "gpu_tokens_per_s": gpu, "median_rows_per_s": keyed(med), "ratio_to_nanogpt": keyed(ratios),
+                   "rows_per_s_by_round": keyed(times), "min_max_rows_per_s": keyed({k: (min(v), max(v)) for k, v in times.items()}),
+                   "table": table}, f, indent=1)
     print(f"\nwrote {args.out}")
 
 

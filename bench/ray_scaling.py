@@ -35,10 +35,9 @@ import shutil
 import sys
 import time
 
+from common import GPT2, MAKE_REAL, REAL, REPO  # bench/common.py
 from packer import BuildConfig, build
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
 
 
 def start_s3(path: str):
@@ -89,7 +88,7 @@ def one(cfg: BuildConfig) -> tuple[float, list[str], int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--input", default=os.path.join(REPO, "bench_out", "real", "real.jsonl"))
+    ap.add_argument("--input", default=REAL)
     ap.add_argument("--tokenizer", default=GPT2 if os.path.exists(GPT2) else None)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--unit-mb", type=float, default=4.0, help="units per build = input MB / this: keep it >> workers")
@@ -98,7 +97,7 @@ def main() -> None:
     ap.add_argument("--s3", action="store_true", help="also s3:// variants against a moto server on 127.0.0.1")
     args = ap.parse_args()
     if not os.path.exists(args.input):
-        sys.exit(f"no input {args.input}: make it with python bench/real_corpus.py bench_out/real --mb 60")
+        sys.exit(f"no input {args.input}: make it with {MAKE_REAL}")
 
     server = start_s3(args.input) if args.s3 else None  # before Ray: its workers inherit the endpoint
     import ray

@@ -30,10 +30,8 @@ import tempfile
 import threading
 import time
 
-from common import emit_json, hf_engine_args  # bench/common.py
+from common import GPT2, REPO, emit_json, hf_engine_args  # bench/common.py
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
 
 
 def _pss(pid: int) -> int:

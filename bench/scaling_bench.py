@@ -41,11 +41,8 @@ import subprocess
 import sys
 import time
 
-from common import child_env, hf_engine_args, pin  # bench/common.py
+from common import GPT2, HERE, REPO, child_env, hf_engine_args, pin  # bench/common.py
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HERE = os.path.dirname(os.path.abspath(__file__))
-GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
 
 
 def make_base(work: str, mb: float) -> str:

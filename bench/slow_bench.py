@@ -40,12 +40,11 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from build_bench import GPT2, build, ceiling  # bench/ is the script's folder, first on sys.path
+from build_bench import build, ceiling  # bench/ is the script's folder, first on sys.path
 from slowfs import SlowMount
 
-from common import emit_json, hf_engine_args  # bench/common.py
+from common import GPT2, REAL, REPO, emit_json, hf_engine_args  # bench/common.py
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def make_corpora(src_jsonl: str, out: str, mb: float, piece_bytes: int = 3000) -> tuple[str, str]:
@@ -147,7 +146,7 @@ def per_file_cost(root: str, mnt: str, n: int = 1500) -> dict:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--src", default=os.path.join(REPO, "bench_out", "real", "real.jsonl"))
+    ap.add_argument("--src", default=REAL)
     ap.add_argument("--mb", type=float, default=6, help="corpus size taken from --src")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--build-cores", type=int, default=None,

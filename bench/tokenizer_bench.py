@@ -44,10 +44,8 @@ import sys
 import time
 
 import build_bench  # bench/build_bench.py: the timed `packer build`
-from common import child_env, emit_json, pin  # bench/common.py
+from common import GPT2, child_env, emit_json, pin  # bench/common.py
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GPT2 = os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")
 
 _RAW = r"""
 import hashlib, json, os, sys, time
@@ -163,7 +161,7 @@ def sweep(tok: str) -> None:
         print("  " + b)
 
 
-def main(argv=None) -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="*")
     ap.add_argument("--tokenizer", default=GPT2)
@@ -176,6 +174,107 @@ def main(argv=None) -> None:
     ap.add_argument("--batch-mb", type=float, default=1, help="text per encode call (MB of chars; a build chunk is ~1 MB)")
     ap.add_argument("--build-args", default="", help="extra packer build arguments, e.g. '--unit-mb 16'")
     ap.add_argument("--json", help="append the results as one JSON line to this file")
+    return ap
+
+
+class _Runs:
+    """Every timed run: raw (variant, n) -> results, builds (backend, n) -> results, and the per-round ratios."""
+
+    def __init__(self, args, tok: str):
+        self.args, self.tok = args, tok
+        self.raws: dict = {}
+        self.builds: dict = {}
+        self.ratios: list = []  # per round and n: the two targets, from runs next to each other in time
+
+    def raw(self, rnd: int, v: str, n: int) -> dict:
+        r = raw(self.args.inputs, self.tok, v, n, int(self.args.batch_mb * 1e6))
+        r["round"] = rnd
+        self.raws.setdefault((v, n), []).append(r)
+        print(f"round {rnd} raw {v:<16} x{n}: {r['tokens'] / r['seconds'] / 1e6:6.3f} Mtok/s "
+              f"({r['seconds']:.2f}s, cpu {r['cpu']:.2f}s) ids {r['digest']}", flush=True)
+        return r
+
+    def build(self, rnd: int, backend: str, n: int) -> dict:
+        b = build(self.args.inputs, self.tok, backend, n, self.args.build_args.split())
+        self.builds.setdefault((backend, n), []).append(b)
+        print(f"round {rnd} build {backend:<4} x{n}: {b['tokens'] / b['seconds'] / 1e6:6.3f} Mtok/s "
+              f"({b['seconds']:.2f}s, cpu {b['cpu']:.2f}s) ran {b['backend']}", flush=True)
+        return b
+
+    def round(self, rnd: int) -> None:
+        """Per worker count, side by side: the tiktoken ceiling(s), the auto build, the HF build."""
+        args = self.args
+        for n in args.workers:
+            ceil = [self.raw(rnd, v, m) for v, m in RAW_VARIANTS if m == n and v.startswith("tiktoken")] if args.raw else []
+            if not args.build:
+                continue
+            a, h = self.build(rnd, "auto", n), self.build(rnd, "hf", n)
+            row = {"round": rnd, "workers": n, "auto_vs_hf": h["seconds"] / a["seconds"], "auto_vs_hf_cpu": h["cpu"] / a["cpu"]}
+            if ceil:
+                c = min(ceil, key=lambda r: r["seconds"])  # the higher ceiling
+                row["auto_vs_raw_tiktoken"] = c["seconds"] / a["seconds"] * a["tokens"] / c["tokens"]
+                row["auto_vs_raw_tiktoken_cpu"] = c["cpu"] / a["cpu"] * a["tokens"] / c["tokens"]
+            self.ratios.append(row)
+        if args.raw and rnd < args.hf_raw_rounds:
+            for v, n in RAW_VARIANTS:
+                if n in args.workers and not v.startswith("tiktoken"):
+                    self.raw(rnd, v, n)
+
+
+def _best(rs):  # the least disturbed round
+    return min(rs, key=lambda r: r["seconds"])
+
+
+def _report_raw(runs: _Runs, result: dict) -> None:
+    raws = runs.raws
+    first = _best(next(iter(raws.values())))
+    print(f"inputs {' '.join(runs.args.inputs)}: {first['docs']} docs, {first['tokens']:,} tokens, {first['chars'] / 1e6:.1f} M chars")
+    digests = {r["digest"] for rs in raws.values() for r in rs}
+    print(f"ids identical across all raw variants: {len(digests) == 1} ({', '.join(sorted(digests))})")
+    print("raw ceilings, best round (wall), and tokens per CPU-second:")
+    for n in runs.args.workers:
+        ref = _best(raws[("hf fast", n)]) if ("hf fast", n) in raws else None
+        for (v, m), rs in raws.items():
+            if m != n:
+                continue
+            r = _best(rs)
+            tps = r["tokens"] / r["seconds"]
+            rel = ref["seconds"] / r["seconds"] if ref else float("nan")
+            crel = ref["cpu"] / r["cpu"] if ref else float("nan")
+            print(f"  raw {v:<16} x{n}: {tps / 1e6:6.3f} Mtok/s  = {rel:5.2f}x hf fast x{n}  "
+                  f"| per CPU s: {r['tokens'] / r['cpu'] / 1e6:6.3f} Mtok = {crel:5.2f}x hf fast")
+            result["raw"][f"{v} x{n}"] = {"mtok_s": tps / 1e6, "vs_hf_fast": rel, "cpu_s": r["cpu"],
+                                          "mtok_per_cpu_s": r["tokens"] / r["cpu"] / 1e6, "digest": r["digest"]}
+
+
+def _report_builds(runs: _Runs, result: dict) -> None:
+    sums = {tuple(b["checksums"]) for bs in runs.builds.values() for b in bs}
+    print(f"shards identical across backends, worker counts and rounds: {len(sums) == 1}")
+    print("builds, best round:")
+    for n in runs.args.workers:
+        for backend in ("hf", "auto"):
+            b = _best(runs.builds[(backend, n)])
+            print(f"  build {backend:<4} x{n} (ran {b['backend']}): {b['tokens'] / b['seconds'] / 1e6:6.3f} Mtok/s "
+                  f"({b['seconds']:.2f}s, {b['tokens'] / b['cpu'] / 1e6:.3f} Mtok per CPU s)")
+            result["build"][f"{backend} x{n}"] = {"mtok_s": b["tokens"] / b["seconds"] / 1e6, "seconds": b["seconds"],
+                                                  "cpu_s": b["cpu"], "ran": b["backend"], "reason": b["reason"], "cmd": b["cmd"]}
+    print("targets, per round from runs side by side: median [min-max] over rounds")
+    keys = [("auto_vs_raw_tiktoken", "auto build / raw tiktoken ceiling (target >= 0.9)"),
+            ("auto_vs_hf", "auto build / HF build (target >= 3.5)")]
+    for n in runs.args.workers:
+        rows = [r for r in runs.ratios if r["workers"] == n]
+        for k, label in keys:
+            wall = [r[k] for r in rows if k in r]
+            cpu = [r[k + "_cpu"] for r in rows if k + "_cpu" in r]
+            if wall:
+                print(f"  x{n} {label}: wall {statistics.median(wall):.2f} [{min(wall):.2f}-{max(wall):.2f}]"
+                      f"  | CPU s {statistics.median(cpu):.2f} [{min(cpu):.2f}-{max(cpu):.2f}]")
+                result["build"][f"x{n} {k}"] = {"median": statistics.median(wall), "min": min(wall), "max": max(wall),
+                                                "cpu_median": statistics.median(cpu)}
+
+
+def main(argv=None) -> None:
+    ap = _parser()
     args = ap.parse_args(argv)
     tok = os.path.abspath(args.tokenizer)
     if args.sweep:
@@ -184,93 +283,16 @@ def main(argv=None) -> None:
         return
     if not args.inputs:
         ap.error("give the inputs to tokenize")
-    raws: dict = {}  # (variant, n) -> [result per round it ran in]
-    builds: dict = {}  # (backend, n) -> [result per round]
-    ratios: list = []  # per round and n: the two targets, from runs next to each other in time
-    batch = int(args.batch_mb * 1e6)
-
-    def do_raw(rnd, v, n):
-        r = raw(args.inputs, tok, v, n, batch)
-        r["round"] = rnd
-        raws.setdefault((v, n), []).append(r)
-        print(f"round {rnd} raw {v:<16} x{n}: {r['tokens'] / r['seconds'] / 1e6:6.3f} Mtok/s "
-              f"({r['seconds']:.2f}s, cpu {r['cpu']:.2f}s) ids {r['digest']}", flush=True)
-        return r
-
+    runs = _Runs(args, tok)
     for rnd in range(args.rounds):
-        for n in args.workers:
-            # Side by side: the tiktoken ceiling(s), the auto build, the HF build.
-            ceil = [do_raw(rnd, v, m) for v, m in RAW_VARIANTS if m == n and v.startswith("tiktoken")] if args.raw else []
-            got = {}
-            if args.build:
-                for backend in ("auto", "hf"):
-                    b = build(args.inputs, tok, backend, n, args.build_args.split())
-                    builds.setdefault((backend, n), []).append(b)
-                    got[backend] = b
-                    print(f"round {rnd} build {backend:<4} x{n}: {b['tokens'] / b['seconds'] / 1e6:6.3f} Mtok/s "
-                          f"({b['seconds']:.2f}s, cpu {b['cpu']:.2f}s) ran {b['backend']}", flush=True)
-            if got:
-                a, h = got["auto"], got["hf"]
-                row = {"round": rnd, "workers": n, "auto_vs_hf": h["seconds"] / a["seconds"], "auto_vs_hf_cpu": h["cpu"] / a["cpu"]}
-                if ceil:
-                    c = min(ceil, key=lambda r: r["seconds"])  # the higher ceiling
-                    row["auto_vs_raw_tiktoken"] = c["seconds"] / a["seconds"] * a["tokens"] / c["tokens"]
-                    row["auto_vs_raw_tiktoken_cpu"] = c["cpu"] / a["cpu"] * a["tokens"] / c["tokens"]
-                ratios.append(row)
-        if args.raw and rnd < args.hf_raw_rounds:
-            for v, n in RAW_VARIANTS:
-                if n in args.workers and not v.startswith("tiktoken"):
-                    do_raw(rnd, v, n)
-
-    def best(rs):  # the least disturbed round
-        return min(rs, key=lambda r: r["seconds"])
-
+        runs.round(rnd)
     print()
     result = {"bench": "tokenizer_bench", "inputs": args.inputs, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "raw": {}, "build": {}, "ratios": ratios}
-    if raws:
-        first = best(next(iter(raws.values())))
-        print(f"inputs {' '.join(args.inputs)}: {first['docs']} docs, {first['tokens']:,} tokens, {first['chars'] / 1e6:.1f} M chars")
-        digests = {r["digest"] for rs in raws.values() for r in rs}
-        print(f"ids identical across all raw variants: {len(digests) == 1} ({', '.join(sorted(digests))})")
-        print("raw ceilings, best round (wall), and tokens per CPU-second:")
-        for n in args.workers:
-            ref = best(raws[("hf fast", n)]) if ("hf fast", n) in raws else None
-            for (v, m), rs in raws.items():
-                if m != n:
-                    continue
-                r = best(rs)
-                tps = r["tokens"] / r["seconds"]
-                rel = ref["seconds"] / r["seconds"] if ref else float("nan")
-                crel = ref["cpu"] / r["cpu"] if ref else float("nan")
-                print(f"  raw {v:<16} x{n}: {tps / 1e6:6.3f} Mtok/s  = {rel:5.2f}x hf fast x{n}  "
-                      f"| per CPU s: {r['tokens'] / r['cpu'] / 1e6:6.3f} Mtok = {crel:5.2f}x hf fast")
-                result["raw"][f"{v} x{n}"] = {"mtok_s": tps / 1e6, "vs_hf_fast": rel, "cpu_s": r["cpu"],
-                                              "mtok_per_cpu_s": r["tokens"] / r["cpu"] / 1e6, "digest": r["digest"]}
-    if builds:
-        sums = {tuple(b["checksums"]) for bs in builds.values() for b in bs}
-        print(f"shards identical across backends, worker counts and rounds: {len(sums) == 1}")
-        print("builds, best round:")
-        for n in args.workers:
-            for backend in ("hf", "auto"):
-                b = best(builds[(backend, n)])
-                print(f"  build {backend:<4} x{n} (ran {b['backend']}): {b['tokens'] / b['seconds'] / 1e6:6.3f} Mtok/s "
-                      f"({b['seconds']:.2f}s, {b['tokens'] / b['cpu'] / 1e6:.3f} Mtok per CPU s)")
-                result["build"][f"{backend} x{n}"] = {"mtok_s": b["tokens"] / b["seconds"] / 1e6, "seconds": b["seconds"],
-                                                      "cpu_s": b["cpu"], "ran": b["backend"], "reason": b["reason"], "cmd": b["cmd"]}
-        print("targets, per round from runs side by side: median [min-max] over rounds")
-        keys = [("auto_vs_raw_tiktoken", "auto build / raw tiktoken ceiling (target >= 0.9)"),
-                ("auto_vs_hf", "auto build / HF build (target >= 3.5)")]
-        for n in args.workers:
-            rows = [r for r in ratios if r["workers"] == n]
-            for k, label in keys:
-                wall = [r[k] for r in rows if k in r]
-                cpu = [r[k + "_cpu"] for r in rows if k + "_cpu" in r]
-                if wall:
-                    print(f"  x{n} {label}: wall {statistics.median(wall):.2f} [{min(wall):.2f}-{max(wall):.2f}]"
-                          f"  | CPU s {statistics.median(cpu):.2f} [{min(cpu):.2f}-{max(cpu):.2f}]")
-                    result["build"][f"x{n} {k}"] = {"median": statistics.median(wall), "min": min(wall), "max": max(wall),
-                                                    "cpu_median": statistics.median(cpu)}
+              "raw": {}, "build": {}, "ratios": runs.ratios}
+    if runs.raws:
+        _report_raw(runs, result)
+    if runs.builds:
+        _report_builds(runs, result)
     emit_json(result, args.json)
 
 

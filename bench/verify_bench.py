@@ -36,20 +36,18 @@ import time
 
 import xxhash
 
+from common import GPT2, REAL, need_real  # bench/common.py
 from packer import BuildConfig, build
 from packer import shards as S
 from packer.io import atomic_write, write_json
 from packer.inspect.stats import check
 
-REAL = "bench_out/real/real.jsonl"
-GPT2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "gpt2-tokenizer.json")
 BLOCK = 16 << 20
 
 
 def ensure_builds(root: str) -> list[str]:
     """Build the real corpus twice (GPT-2 and bytes, seq_len 2048, 16 MB units) unless already there."""
-    if not os.path.exists(REAL):
-        sys.exit(f"{REAL} is missing: run python bench/real_corpus.py bench_out/real --mb 60")
+    need_real()
     outs = []
     for name, tok in (("gpt2", os.path.abspath(GPT2) if os.path.exists(GPT2) else None), ("bytes", None)):
         if name == "gpt2" and tok is None:

@@ -15,6 +15,9 @@ prediction would cross a boundary. Three ways to apply the mask (``--attn``):
   batch with ``cu_seqlens`` (CUDA);
 - ``dense``: SDPA with a (B, 1, L, L) boolean mask (anywhere; the CPU default).
 
+``--compile`` compiles every block with ``torch.compile`` (static shapes;
+varlen stays outside the graph). bench/gpu_train.py trains this same model.
+
 ``--ckpt PATH`` saves model, optimizer and data-loader state every
 ``--save-every`` steps; ``--resume`` continues from it and reads exactly
 the rows the uninterrupted run would have read.
@@ -80,38 +83,63 @@ WHY_DEFAULT = {
 _flex = None
 
 
+def flex(q, k, v, block):
+    """flex_attention, compiled once on CUDA (it is slow uncompiled); traced as is inside a compiled block."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if torch.compiler.is_compiling() or not q.is_cuda:
+        return flex_attention(q, k, v, block_mask=block)
+    global _flex
+    if _flex is None:
+        _flex = torch.compile(flex_attention, dynamic=False)
+    return _flex(q, k, v, block_mask=block)
+
+
+@torch.compiler.disable
+def varlen(q, k, v, mask: Mask):
+    """(B, L, H, D) -> (B, L, H, D), causal within each segment of ``cu_seqlens``.
+
+    Kept out of compiled graphs, so that a batch's segment count and max_seqlen
+    never become graph inputs (each new value would recompile a static graph).
+    """
+    from torch.nn.attention.varlen import varlen_attn
+
+    B, L, H, D = q.shape
+    cu, mx = mask.cu_seqlens, mask.max_seqlen
+    flat = (t.reshape(B * L, H, D) for t in (q, k, v))
+    return varlen_attn(*flat, cu, cu, mx, mx, window_size=(-1, 0)).view(B, L, H, D)  # (-1, 0): causal
+
+
 def attend(q, k, v, mask: Mask):
-    """q, k, v: (B, H, L, D) -> (B, H, L, D)."""
-    if mask.kind == "dense":
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.dense)
-    if mask.kind == "causal":
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    if mask.kind == "flex":
-        global _flex
-        if _flex is None:
-            from torch.nn.attention.flex_attention import flex_attention
-
-            _flex = torch.compile(flex_attention) if q.is_cuda else flex_attention
-        return _flex(q, k, v, block_mask=mask.block)
+    """q, k, v: (B, L, H, D) -> (B, L, H, D)."""
     if mask.kind == "varlen":
-        from torch.nn.attention.varlen import varlen_attn
+        return varlen(q, k, v, mask)
+    # SDPA and flex take (B, H, L, D), handed over contiguous: without that, inductor (torch 2.13,
+    # CPU) fused RoPE into flex_attention inside a compiled block and returned wrong outputs.
+    q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    if mask.kind == "dense":
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.dense)
+    elif mask.kind == "causal":
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    elif mask.kind == "flex":
+        y = flex(q, k, v, mask.block)
+    else:
+        raise ValueError(f"unknown attention {mask.kind!r}")
+    return y.transpose(1, 2)
 
-        B, H, L, D = q.shape
-        flat = [t.transpose(1, 2).reshape(B * L, H, D) for t in (q, k, v)]
-        cu, mx = mask.cu_seqlens, mask.max_seqlen
-        out = varlen_attn(*flat, cu, cu, mx, mx, window_size=(-1, 0))  # (-1, 0): causal
-        return out.view(B, L, H, D).transpose(1, 2)
-    raise ValueError(f"unknown attention {mask.kind!r}")
+
+def rope_angles(position_ids, head_dim: int, base: float):
+    """cos and sin of the rotary angles of position_ids (B, L): (B, L, 1, head_dim / 2) each, fp32."""
+    inv = base ** (-torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim)
+    ang = position_ids[..., None].float() * inv
+    return ang.cos()[:, :, None], ang.sin()[:, :, None]
 
 
-def rope(x, position_ids, base: float):
-    """Rotary embedding driven by position_ids (B, L); x: (B, H, L, D)."""
-    D = x.shape[-1]
-    inv = base ** (-torch.arange(0, D, 2, device=x.device, dtype=torch.float32) / D)
-    ang = position_ids[:, None, :, None].float() * inv  # (B, 1, L, D/2)
-    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+def rope(x, cos, sin):
+    """Rotary embedding (rotate-half) of x (B, L, H, D)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
 class Block(nn.Module):
@@ -124,13 +152,12 @@ class Block(nn.Module):
         self.proj = nn.Linear(d, d, bias=False)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d, bias=False), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d, bias=False))
 
-    def forward(self, x, position_ids, mask: Mask):
+    def forward(self, x, cos, sin, mask: Mask):
         B, L, d = x.shape
         H = self.cfg.n_heads
-        q, k, v = self.qkv(self.norm1(x)).view(B, L, 3, H, d // H).permute(2, 0, 3, 1, 4)
-        q, k = rope(q, position_ids, self.cfg.rope_base), rope(k, position_ids, self.cfg.rope_base)
-        y = attend(q, k, v, mask).transpose(1, 2).reshape(B, L, d)
-        x = x + self.proj(y)
+        q, k, v = self.qkv(self.norm1(x)).view(B, L, 3, H, d // H).unbind(2)
+        y = attend(rope(q, cos, sin), rope(k, cos, sin), v, mask)
+        x = x + self.proj(y.reshape(B, L, d))
         return x + self.mlp(self.norm2(x))
 
 
@@ -148,23 +175,32 @@ class GPT(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=0.02)
 
+    def compile_blocks(self) -> GPT:
+        """Compile every block with static shapes (``--compile``); the lm_head and loss stay eager."""
+        for blk in self.blocks:
+            blk.compile(dynamic=False)
+        return self
+
     def forward(self, input_ids, position_ids, mask: Mask):
         """(B, L) ids and positions -> (B, L, vocab) logits (lm_head tied to the embedding)."""
         x = self.embed(input_ids)
+        cos, sin = rope_angles(position_ids, self.cfg.d_model // self.cfg.n_heads, self.cfg.rope_base)
         for blk in self.blocks:
-            x = blk(x, position_ids, mask)
-        return self.norm(x) @ self.embed.weight.T
+            x = blk(x, cos, sin, mask)
+        return F.linear(self.norm(x), self.embed.weight)
 
 
 def token_losses(logits, labels):
     """Per-slot loss of predicting labels[t + 1] from logits[t]: (B, L - 1), 0 where ignored.
 
-    The HF convention: labels are not shifted in the batch, the loss shifts.
+    The HF convention: labels are not shifted in the batch, the loss shifts
+    (the labels, not the logits: a slice of the logits would be a copy of them).
     """
     B, L, V = logits.shape
+    targets = F.pad(labels[:, 1:], (0, 1), value=-100)
     return F.cross_entropy(
-        logits[:, :-1].reshape(-1, V).float(), labels[:, 1:].reshape(-1), ignore_index=-100, reduction="none"
-    ).view(B, L - 1)
+        logits.reshape(-1, V).float(), targets.reshape(-1), ignore_index=-100, reduction="none"
+    ).view(B, L)[:, :-1]
 
 
 def parse(argv=None):
@@ -174,6 +210,7 @@ def parse(argv=None):
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--attn", choices=("auto", "varlen", "flex", "dense"), default="auto")
+    p.add_argument("--compile", action="store_true", help="torch.compile every block")
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
@@ -188,18 +225,38 @@ def parse(argv=None):
     return p.parse_args(argv)
 
 
-def main(argv=None) -> list[float]:
-    """Train; returns the loss of every step run."""
-    args = parse(argv)
+def setup(args) -> tuple[torch.device, int, int]:
+    """(device, rank, world size); under torchrun, one process per GPU (or per CPU process with gloo)."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     device = torch.device(args.device)
-    if world > 1:  # launched by torchrun: one process per GPU (or per CPU process with gloo)
+    if world > 1:
         import torch.distributed as dist
 
         if device.type == "cuda":
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return device, rank, world
+
+
+def resume(args, model, opt, loader, sampler, device) -> int:
+    """Restore model, optimizer, data-loader position and RNG from --ckpt; returns the step reached."""
+    ck = torch.load(args.ckpt, map_location=device, weights_only=False)
+    model.load_state_dict(ck["model"])
+    opt.load_state_dict(ck["opt"])
+    loader.load_state_dict(ck["data"])
+    torch.set_rng_state(ck["rng"])
+    print(f"resumed at step {ck['step']}, epoch {sampler.epoch}, row {ck['data']['position']}")
+    return ck["step"]
+
+
+def main(argv=None) -> list[float]:
+    """Train; returns the loss of every step run.
+
+    The training loop stays in one piece (over 60 lines) so that a reader sees the whole of it.
+    """
+    args = parse(argv)
+    device, rank, world = setup(args)
     attn = args.attn if args.attn != "auto" else ("flex" if device.type == "cuda" else "dense")
     if args.attn == "auto" and rank == 0:
         print(f"attention: {attn} ({WHY_DEFAULT[attn]})")
@@ -212,20 +269,14 @@ def main(argv=None) -> list[float]:
                           pin_memory=device.type == "cuda", drop_last=True,
                           persistent_workers=args.workers > 0)
 
-    model = GPT(GPTConfig(ds.vocab_size, args.d_model, args.layers, args.heads)).to(device)
-    raw = model
-    if world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model)
+    raw = GPT(GPTConfig(ds.vocab_size, args.d_model, args.layers, args.heads)).to(device)
+    if args.compile:
+        raw.compile_blocks()
+    model = torch.nn.parallel.DistributedDataParallel(raw) if world > 1 else raw
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
     step = 0
     if args.resume and args.ckpt and os.path.exists(args.ckpt):
-        ck = torch.load(args.ckpt, map_location=device, weights_only=False)
-        raw.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["opt"])
-        loader.load_state_dict(ck["data"])
-        torch.set_rng_state(ck["rng"])
-        step = ck["step"]
-        print(f"resumed at step {step}, epoch {sampler.epoch}, row {ck['data']['position']}")
+        step = resume(args, raw, opt, loader, sampler, device)
 
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
     losses: list[float] = []
