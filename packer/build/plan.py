@@ -56,6 +56,18 @@ def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit]) -
     }
 
 
+def input_stamp(files) -> str:
+    """A digest of every input's path, size, modification time and inode
+    (``packer.formats.InputFile``): what a same-size edit changes. Kept out of
+    the recorded settings (a copy of the corpus has other times and inodes,
+    and must build the same bytes); ``--resume`` compares it with the one
+    the killed build left in its lock file."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.path}\0{f.size}\0{f.stamp[0]}\0{f.stamp[1]}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
 def sample_texts(slices, text_field: str = "text", max_docs: int = SAMPLE_DOCS, max_chars: int = SAMPLE_CHARS,
                  max_slices: int = 64) -> list[str]:
     """Up to ``max_docs`` input texts (each cut to SAMPLE_TEXT_CHARS), a few

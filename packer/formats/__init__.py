@@ -54,6 +54,7 @@ class Discovery:
     files: tuple[InputFile, ...]
     ignored: tuple[str, ...]  # files inside folders with an unsupported extension
     duplicates: tuple[str, ...]  # paths given more than once (read once)
+    special: tuple[str, ...] = ()  # FIFOs, sockets, devices with an input's name: not read
 
 
 def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Discovery:
@@ -68,8 +69,8 @@ def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Dis
         return PackerError(f"unknown input format: {p} (supported: {', '.join(sorted(FORMATS))})")
 
     found = find(list(paths), lambda p: detect_format(p) is not None, unknown, exclude, on_sized)
-    files = tuple(InputFile(p, *detect_format(p), size) for p, size in found.files)
-    return Discovery(files, found.ignored, found.duplicates)
+    files = tuple(InputFile(p, *detect_format(p), size, stamp) for (p, size), stamp in zip(found.files, found.stamps))
+    return Discovery(files, found.ignored, found.duplicates, found.special)
 
 
 def plan_slices(files: tuple[InputFile, ...], target_bytes: int) -> list[tuple[Slice, int]]:

@@ -10,7 +10,7 @@ record was dropped, and where).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple, Union
 
 from ..errors import InputError
@@ -24,6 +24,9 @@ class InputFile:
     format: str  # a name in the format registry: "text" | "jsonl" | "parquet"
     compression: str | None  # "gzip" | "zstd" | None
     size: int  # bytes on disk
+    # (modification time in ns, inode) when discovered; (0, 0) where unknown.
+    # Not part of the plan (a copy of the corpus plans the same units); --resume compares it.
+    stamp: tuple[int, int] = field(default=(0, 0), compare=False)
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,11 @@ SKIP_REASONS = {
     "missing_field": "the text field is absent from the record",
     "not_string": "the text field holds something other than a string (or null)",
     "empty": "the text is the empty string",
-    "truncated": "a compressed stream ends early or is corrupt: records before the break are kept",
+    "truncated": "a compressed stream ends early or is corrupt, or the file changed while it was read "
+                 "(shrank, grew or was rewritten): records before the break are kept",
     "unreadable": "the file could not be read (vanished, permission, I/O error)",
+    "too_long": "one record (a line, a file, a cell) is longer than --max-record-mb: skipped whole",
+    "not_regular": "a FIFO, socket or device in an input folder: never opened (it may block or never end)",
     "no_tokens": "the text encodes to no tokens at all (only with --no-eos)",
 }
 

@@ -191,9 +191,28 @@ class LocalStorage(Storage):
 
     def clear(self, tops: list[str], first: str) -> None:
         """Remove the top-level names ``tops`` (folders whole), ``first`` before the others."""
-        for t in sorted(tops, key=lambda t: t != first):
+        try:
+            for t in sorted(tops, key=lambda t: t != first):
+                p = self.path(t)
+                shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
+        except OSError as e:
+            raise PackerError(f"cannot delete the old build in {self.root}: {e.filename}: {e.strerror}; "
+                              "fix the cause and rerun with --overwrite") from None
+
+    def check_removable(self, tops: list[str]) -> None:
+        """Raise ``PackerError`` unless ``clear(tops)`` can delete everything
+        (write access to each folder holding a name): checked before the
+        first deletion, so a read-only mount or another owner's build is
+        refused whole, never left half-deleted."""
+        folders = [self.root]
+        for t in tops:
             p = self.path(t)
-            shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
+            if os.path.isdir(p) and not os.path.islink(p):
+                folders.extend(top for top, _, _ in os.walk(p))
+        for f in folders:
+            if not os.access(f, os.W_OK | os.X_OK):
+                why = "read-only file system" if _read_only(f) else "permission denied"
+                raise PackerError(f"cannot overwrite {self.root}: {f} cannot be changed ({why}); nothing was deleted")
 
     def make_dirs(self, rels: list[str]) -> None:
         try:
@@ -206,6 +225,26 @@ class LocalStorage(Storage):
     def local_copy(self, rel: str, nbytes: int, checksum: str, cache, verify: bool = False):
         """A local path holding ``rel``: the file itself."""
         yield self.path(rel)
+
+    def lock(self):
+        """Take the build lock on this folder (made if missing); see packer/io/lock.py."""
+        from .lock import OutLock
+
+        if os.path.lexists(self.root) and not os.path.isdir(self.root):
+            raise PackerError(f"output {self.root} exists and is not a folder")
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError as e:
+            raise PackerError(f"cannot write to output folder {self.root}: {e.strerror}") from None
+        return OutLock(self.root).acquire()
+
+    def stamp(self, rel: str = "") -> tuple[int, int, int] | None:
+        """(size, mtime_ns, inode) of ``rel`` now, or None if it cannot be stat'ed."""
+        try:
+            st = os.stat(self.path(rel))
+        except OSError:
+            return None
+        return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 class ObjectStorage(Storage):
@@ -327,6 +366,26 @@ class ObjectStorage(Storage):
     def make_dirs(self, rels: list[str]) -> None:
         pass  # prefixes appear with their first object
 
+    def check_removable(self, tops: list[str]) -> None:
+        pass  # a store's permissions show only when a delete is tried; the manifest goes first
+
+    def lock(self):
+        """No lock on an object store (nothing like flock over a bucket)."""
+        from .lock import NoLock
+
+        return NoLock()
+
+    def stamp(self, rel: str = "") -> tuple[int, int, int] | None:
+        """(size, mtime_ns, 0) of the object now, or None."""
+        import pyarrow.fs as pafs
+
+        try:
+            fs, path = self._fs(rel)
+            info = fs.get_file_info(path)
+        except OSError:
+            return None
+        return (info.size, info.mtime_ns or 0, 0) if info.type == pafs.FileType.File else None
+
     @contextlib.contextmanager
     def local_copy(self, rel: str, nbytes: int, checksum: str, cache, verify: bool = False):
         """A local path holding ``rel``: fetched into ``cache`` (a ``ShardCache``), valid inside the ``with``."""
@@ -334,16 +393,52 @@ class ObjectStorage(Storage):
             yield p
 
 
+def _read_only(path: str) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
 def _io_error(what: str, uri: str, e: BaseException) -> PackerError:
     return PackerError(f"cannot {what} {redact(uri)}: {first_line(e)}")
 
 
+def _read_umask() -> int:
+    """The process umask, by setting it and back: done once, at import (it is
+    not thread-safe, and at import time no other packer thread runs)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
+def _umask() -> int:
+    """The umask now: Linux shows it in /proc (one small read per file written); elsewhere the one at import."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return _UMASK
+
+
 def atomic_write(path: str, data) -> None:
-    """Write ``data`` to the local ``path`` so that a reader sees all of it or nothing."""
+    """Write ``data`` to the local ``path`` so that a reader sees all of it or nothing.
+
+    The file gets mode 0666 less the umask, as ``open`` would give it (0644
+    under 022): ``mkstemp`` makes it 0600, which another user or a training
+    job under another uid cannot read.
+    """
     folder = os.path.dirname(path) or "."
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix="-" + os.path.basename(path))
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
