@@ -89,7 +89,8 @@ def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
     tok = choose_backend(tok, cfg.run.tokenizer_backend,
                          lambda: sample_texts([s for u in units for s in u.slices], o.text_field))
     settings = recorded_settings(cfg, tok, units)
-    job = Job(cfg.out, o.seq_len, o.pack, o.text_field, cfg.run.strict, tok, S.dtype_for_vocab(tok.vocab_size))
+    job = Job(cfg.out, o.seq_len, o.pack, o.text_field, cfg.run.strict, tok, S.dtype_for_vocab(tok.vocab_size),
+              o.max_record_bytes)
 
     out = storage_for(cfg.out)
     lock = out.lock()  # one build at a time in OUT; says who holds it

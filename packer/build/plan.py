@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from ..formats import REGISTRY, Skip, Slice, read_slice
+from ..formats import DEFAULT_MAX_RECORD, REGISTRY, Skip, Slice, read_slice
 from ..tokenize import TokenizerInfo
 from ..tokenize.tiktoken_engine import SAMPLE_CHARS, SAMPLE_DOCS, SAMPLE_TEXT_CHARS
 from .config import BuildConfig
@@ -53,6 +53,8 @@ def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit]) -
         "tokenizer": tok.name,
         "tokenizer_fingerprint": tok.fingerprint,
         "input_plan": plan.hexdigest(),
+        # Recorded only when set: a build with the default limit has the bytes it always had.
+        **({"max_record_bytes": o.max_record_bytes} if o.max_record_bytes != DEFAULT_MAX_RECORD else {}),
     }
 
 

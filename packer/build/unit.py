@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import faults
 from .. import shards as S
-from ..formats import Document, Part, Skip, parse_part, strict_error
+from ..formats import DEFAULT_MAX_RECORD, Document, Part, Skip, parse_part, strict_error
 from ..io import storage_for
 from ..pack import pack
 from ..tokenize import Encoder, TokenizerInfo
@@ -40,6 +40,7 @@ class Job:
     strict: bool
     tokenizer: TokenizerInfo
     dtype: str
+    max_record: int = DEFAULT_MAX_RECORD  # bytes: a longer record is skipped (too_long)
 
 
 _encoder: Encoder | None = None

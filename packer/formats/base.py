@@ -16,6 +16,10 @@ from typing import Iterator, NamedTuple, Union
 from ..errors import InputError
 
 PART_BYTES = 256 << 10  # raw input per Part and per chunk: a tokenizer batch, ~0.1-0.2 s of one core
+# The longest record (a jsonl line, a text file, a parquet cell) read, in
+# bytes; a longer one is skipped and counted (``too_long``), so a reader's
+# memory is bounded by this setting, not by the input. ``--max-record-mb``.
+DEFAULT_MAX_RECORD = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -104,9 +108,11 @@ class Format:
         """Cut ``f`` into (slice, weight in bytes) of about ``target_bytes``; deterministic."""
         return [(Slice(f, 0, f.size), f.size)]
 
-    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int) -> Iterator[Part]:
+    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int,
+              max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Part]:
         """Read ``sl`` into Parts in order. Never raises OSError: a read error
-        ends the slice with a ``tail`` Skip("unreadable")."""
+        ends the slice with a ``tail`` Skip("unreadable"). A record over
+        ``max_record`` bytes is a Skip("too_long")."""
         raise NotImplementedError
 
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
@@ -117,6 +123,19 @@ class Format:
         """The first ``chars`` characters of the slice's first document, where
         that is cheaper than reading a record (else None)."""
         return None
+
+
+def changed(sl: Slice, now) -> Skip | None:
+    """A ``truncated`` Skip if ``sl``'s file is not as discovered (``now``: its
+    (size, mtime_ns, inode) after reading, or None); None if it is."""
+    f = sl.file
+    if now is None or f.stamp == (0, 0):
+        return None
+    size, mtime, _ = now
+    if size != f.size or mtime != f.stamp[0]:
+        what = f"{f.size:,} bytes when found, {size:,} after reading" if size != f.size else "rewritten"
+        return Skip("truncated", f"{f.path}: the file changed while it was read ({what})")
+    return None
 
 
 def unreadable(sl: Slice, e: OSError) -> Skip:

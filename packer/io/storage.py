@@ -18,12 +18,14 @@ upload: a build's manifest, written last, still means the build is complete.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import mmap
 import os
 import posixpath
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
@@ -131,8 +133,8 @@ class LocalStorage(Storage):
         p = self.path(rel)
         return os.path.getsize(p) if os.path.isfile(p) else None
 
-    def read(self, rel: str = "", size_hint: int | None = None) -> bytes:
-        """The whole file in as few system calls as we can: open, one read, close.
+    def read(self, rel: str = "", size_hint: int | None = None, limit: int | None = None) -> bytes:
+        """The whole file (at most ``limit`` bytes of it) in as few system calls as we can: open, one read, close.
 
         ``open(path, "rb").read()`` makes nine calls (two fstats, an ioctl, two
         lseeks, a read, a read that finds the end, a close); on a network or
@@ -142,15 +144,27 @@ class LocalStorage(Storage):
         the same call whether the file still ends there; any other answer (it
         shrank or grew, or the read was capped at 2 GiB) reads on to the end.
         """
-        fd = os.open(self.path(rel), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(self.path(rel), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
         try:
-            first = (size_hint if size_hint is not None else os.fstat(fd).st_size) + 1
+            # O_NONBLOCK: a FIFO put in the file's place opens at once (and reads
+            # nothing) instead of blocking; on a regular file it changes nothing.
+            if size_hint is None:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):  # /dev/zero never ends, a FIFO blocks: refuse both
+                    raise OSError(errno.EINVAL, "not a regular file", self.path(rel))
+            first = (size_hint if size_hint is not None else st.st_size) + 1
+            if limit is not None:
+                first = min(first, limit)
             data = os.read(fd, first)
             if len(data) == first - 1:
                 return data
-            parts = [data]
-            while chunk := os.read(fd, 1 << 24):
+            parts, got = [data], len(data)
+            while limit is None or got < limit:
+                chunk = os.read(fd, 1 << 24 if limit is None else min(1 << 24, limit - got))
+                if not chunk:
+                    break
                 parts.append(chunk)
+                got += len(chunk)
             return b"".join(parts)
         finally:
             os.close(fd)
@@ -303,11 +317,11 @@ class ObjectStorage(Storage):
         info = fs.get_file_info(path)
         return info.size if info.type == pafs.FileType.File else None
 
-    def read(self, rel: str = "", size_hint: int | None = None) -> bytes:
-        """The whole object (one GET)."""
+    def read(self, rel: str = "", size_hint: int | None = None, limit: int | None = None) -> bytes:
+        """The whole object (one GET), at most ``limit`` bytes of it."""
         fs, path = self._fs(rel)
         with fs.open_input_stream(path) as f:
-            return f.read()
+            return f.read() if limit is None else f.read(limit)
 
     def ranged(self, rel: str = "") -> RangedFile:
         fs, path = self._fs(rel)

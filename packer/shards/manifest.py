@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..errors import ShardError
+from ..errors import NotABuild, ShardError
 from ..io import Storage, storage_for
 from ..io.uri import first_line
 from .schema import FORMAT_NAME, FORMAT_VERSION, MANIFEST, UNIT_DIR
@@ -22,7 +22,7 @@ def read_manifest(out: "str | Storage") -> dict:
     except FileNotFoundError:
         if store.has_folder(UNIT_DIR):
             raise ShardError(f"{store.root}: build is unfinished (no {MANIFEST}); run packer build again with --resume") from None
-        raise ShardError(f"{store.root}: not a packer build (no {MANIFEST})") from None
+        raise NotABuild(f"{store.root}: not a packer build (no {MANIFEST})") from None
     except OSError as e:
         raise ShardError(f"{path}: unreadable manifest ({first_line(e)})") from None
     try:
