@@ -332,6 +332,12 @@ class _ShardScan:
         if not len(doc):
             fig.documents = fig.documents_split = 0
             return
+        top = int(doc.max())
+        if top >= len(doc):
+            # Indices are dense (0..documents-1, each with a piece): one past the
+            # piece count is damage, and counting by it could ask for 32 GiB.
+            self.problem("documents", f"doc_index {top} is past the shard's {len(doc):,} pieces (indices run 0..documents-1)")
+            doc = np.unique(doc, return_inverse=True)[1].reshape(-1).astype(np.int64)
         count = np.bincount(doc)
         absent = np.nonzero(count == 0)[0]
         if len(absent):
