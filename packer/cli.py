@@ -123,9 +123,9 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
         options["max_record_mb"] = max_record_mb
     bar = None if quiet else _Progress()
     try:
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        old_term = signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread (an embedding caller): leave signals alone
-        pass
+        old_term = None
     try:
         result = run_build(ins, out, progress=bar.update if bar else None, on_sized=bar.sized if bar else None, **options)
     except KeyboardInterrupt as e:
@@ -138,6 +138,8 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
     finally:
         if bar:
             bar.close()
+        if old_term is not None:  # a program that called us in-process keeps its own handler
+            signal.signal(signal.SIGTERM, old_term)
     if quiet:
         return
     m = result.manifest

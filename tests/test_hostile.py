@@ -264,6 +264,13 @@ def test_sigterm_stops_cleanly_leaves_no_process_and_says_how_to_resume(tmp_path
     assert cli("stats", out).returncode == 0
 
 
+def test_cli_in_process_leaves_sigterm_as_it_found_it(tmp_path, corpus):
+    before = signal.getsignal(signal.SIGTERM)
+    res = run_cli("build", corpus, str(tmp_path / "out"), *ARGS)
+    assert res.exit_code == 0, res.output
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 # 7. Memory bounded by settings, not input: decompression bombs and over-long records.
 def _peak_rss_mb(code: str) -> float:
     r = subprocess.run([sys.executable, "-c", code + "\nimport resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
