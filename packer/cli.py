@@ -5,8 +5,11 @@ from __future__ import annotations
 import functools
 import os
 import shlex
+import signal
 import sys
 import time
+
+import contextlib
 
 import click
 
@@ -14,8 +17,18 @@ from .errors import PackerError
 from .formats import SKIP_REASONS
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (kill PID, docker stop, systemd, Slurm preemption), handled as Ctrl-C is:
+    workers stopped, finished units kept, the resume command printed."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
 def _user_errors(fn):
-    """Turn PackerError into one line on stderr and its exit code; Ctrl-C into 130."""
+    """Turn PackerError into one line on stderr and its exit code; Ctrl-C into 130;
+    a closed stdout (``| head``) into a quiet exit 0."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -24,6 +37,18 @@ def _user_errors(fn):
         except PackerError as e:
             click.echo(f"packer: error: {e}", err=True)
             sys.exit(e.exit_code)
+        except BrokenPipeError:
+            # The reader of stdout went away: what it wanted, it has. Point stdout
+            # at /dev/null so the interpreter's last flush does not fail again.
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
+        except MemoryError:
+            click.echo("packer: error: out of memory; lower --workers, --unit-mb or --seq-len", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt as e:
+            click.echo(f"\npacker: {'terminated' if isinstance(e, Terminated) else 'interrupted'}", err=True)
+            sys.exit(143 if isinstance(e, Terminated) else 130)
 
     return wrapper
 
@@ -57,6 +82,9 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 @click.option("--text-field", default="text", show_default=True, help="Field holding the text in jsonl/parquet; dots reach nested objects (meta.text).")
 @click.option("--no-eos", is_flag=True, help="Do not append the end-of-document token after each document.")
 @click.option("--eos-token", default=None, help="Token to use as end-of-document (default: the tokenizer's, e.g. <|endoftext|>).")
+@click.option("--max-record-mb", default=256.0, show_default=True,
+              help="Longest record read (a jsonl line, a text file, a parquet cell), in MB; a longer one is skipped "
+                   "and counted (too_long). Bounds a reader's memory. Changes the output bytes only when a record is over it.")
 @click.option("--unit-mb", default=64.0, show_default=True, help="Input MB per work unit (one shard each). Changes the output bytes.")
 @click.option("--strict", is_flag=True, help="Stop at the first malformed record instead of skipping and counting it.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing build in OUT.")
@@ -69,8 +97,8 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
               help="With --engine ray: the cluster to use (HOST:PORT, auto, ray://HOST:PORT). Default: $RAY_ADDRESS, "
                    "else a Ray started on this machine for the build.")
 @_user_errors
-def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, text_field, no_eos, eos_token, unit_mb, strict,
-          overwrite, resume, quiet, engine, ray_address):
+def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, text_field, no_eos, eos_token, max_record_mb,
+          unit_mb, strict, overwrite, resume, quiet, engine, ray_address):
     """Tokenize and pack INPUT... (folders, files, globs) into shards in OUT.
 
     Inputs: .txt/.md (one document per file), .jsonl, .jsonl.gz, .jsonl.zst, .parquet.
@@ -91,18 +119,27 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
         unit_mb=unit_mb, workers=workers, strict=strict, overwrite=overwrite, resume=resume, quiet=quiet,
         tokenizer_backend=tokenizer_backend, engine=engine, ray_address=ray_address,
     )
+    if max_record_mb != 256.0:  # the default is the library's own (DEFAULT_MAX_RECORD)
+        options["max_record_mb"] = max_record_mb
     bar = None if quiet else _Progress()
     try:
+        old_term = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (an embedding caller): leave signals alone
+        old_term = None
+    try:
         result = run_build(ins, out, progress=bar.update if bar else None, on_sized=bar.sized if bar else None, **options)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if bar:
             bar.close()
         argv = " ".join(shlex.quote(a) for a in sys.argv[1:] if a not in ("--overwrite", "--resume"))
-        click.echo(f"\npacker: interrupted; finished units are kept. Resume with:\n  packer {argv} --resume", err=True)
-        sys.exit(130)
+        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        click.echo(f"\npacker: {what}; finished units are kept. Resume with:\n  packer {argv} --resume", err=True)
+        sys.exit(143 if isinstance(e, Terminated) else 130)
     finally:
         if bar:
             bar.close()
+        if old_term is not None:  # a program that called us in-process keeps its own handler
+            signal.signal(signal.SIGTERM, old_term)
     if quiet:
         return
     m = result.manifest

@@ -22,3 +22,9 @@ class ShardError(PackerError):
     """A shard or manifest that fails validation; names the file."""
 
     exit_code = 1
+
+
+class NotABuild(ShardError):
+    """A folder that holds no packer build at all: the user named the wrong one (exit 2, not damage)."""
+
+    exit_code = 2

@@ -28,7 +28,7 @@ from ..tokenize import choose_backend, resolve_tokenizer
 from .config import DEFAULT_UNIT_BYTES, BuildConfig, OutputSettings, RunSettings
 from .local import LocalEngine
 from .output import finished_records, manifest, prepare_out
-from .plan import Unit, plan_units, recorded_settings, sample_texts
+from .plan import Unit, input_stamp, plan_units, recorded_settings, sample_texts
 from .unit import Job, assemble_unit, encode_chunk
 
 __all__ = [
@@ -89,15 +89,33 @@ def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
     tok = choose_backend(tok, cfg.run.tokenizer_backend,
                          lambda: sample_texts([s for u in units for s in u.slices], o.text_field))
     settings = recorded_settings(cfg, tok, units)
-    job = Job(cfg.out, o.seq_len, o.pack, o.text_field, cfg.run.strict, tok, S.dtype_for_vocab(tok.vocab_size))
+    job = Job(cfg.out, o.seq_len, o.pack, o.text_field, cfg.run.strict, tok, S.dtype_for_vocab(tok.vocab_size),
+              o.max_record_bytes)
 
     out = storage_for(cfg.out)
-    already = prepare_out(out, cfg, settings)
+    lock = out.lock()  # one build at a time in OUT; says who holds it
+    finished = False
+    try:
+        stamp = input_stamp(found.files)
+        already = prepare_out(out, cfg, settings, stamp, lock.previous)
+        lock.record(stamp)
+        result = _run_units(cfg, tok, job, settings, units, found, out, already, t0, progress)
+        finished = True
+        return result
+    finally:
+        lock.release(finished)
+
+
+def _run_units(cfg, tok, job, settings, units, found, out, already, t0, progress) -> BuildResult:
+    """The units not finished yet, then the manifest (last)."""
     notes = list(tok.notes)
     if found.ignored:
         notes.append(f"ignored {len(found.ignored)} file(s) of unsupported type, e.g. {found.ignored[0]}")
     if found.duplicates:
         notes.append(f"{len(found.duplicates)} input path(s) named twice were read once, e.g. {found.duplicates[0]}")
+    if getattr(found, "special", ()):
+        notes.append(f"{len(found.special)} FIFO/device/socket input name(s) were not read (not regular files), "
+                     f"e.g. {found.special[0]}")
     if already:
         return BuildResult(S.read_manifest(out), time.perf_counter() - t0, 0, len(units),
                            notes + ["build was already complete: nothing to do"])

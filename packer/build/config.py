@@ -13,9 +13,24 @@ import os
 from dataclasses import dataclass, field, fields
 
 from ..errors import PackerError
+from ..formats.base import DEFAULT_MAX_RECORD
 from ..pack import MODES
 
 DEFAULT_UNIT_BYTES = 64 << 20
+# The longest row: 2**31 - 1 keeps every offset in an Arrow list and every
+# doc_lens value (uint32) in range; a build row of it is 8 GiB of uint32 ids.
+MAX_SEQ_LEN = (1 << 31) - 1
+# Memory per slot of seq_len while a unit is packed and written: measured, a
+# --seq-len 20,000,000 build of sample_data/ peaked 1.39 GB above a small one (~70 B/slot).
+ROW_BYTES_PER_SLOT = 80
+
+
+def _memory_bytes() -> int:
+    """Physical memory of this machine in bytes (a very large number where unknown)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
 ENGINES = ("local", "ray")
 BACKENDS = ("auto", "hf", "tiktoken")
 
@@ -31,6 +46,7 @@ class OutputSettings:
     eos: bool = True  # an end-of-document id after every document
     eos_token: str | None = None  # None = the tokenizer's own
     unit_bytes: int = DEFAULT_UNIT_BYTES  # input bytes per work unit (one shard each)
+    max_record_bytes: int = DEFAULT_MAX_RECORD  # a longer record is skipped (too_long): bounds a reader's memory
 
 
 @dataclass(frozen=True)
@@ -49,7 +65,7 @@ class RunSettings:
 
 _OUTPUT = {f.name for f in fields(OutputSettings)}
 _RUN = {f.name for f in fields(RunSettings)}
-_ALIASES = {"unit_mb": "unit_bytes", "no_eos": "eos"}  # the CLI's spellings
+_ALIASES = {"unit_mb": "unit_bytes", "no_eos": "eos", "max_record_mb": "max_record_bytes"}  # the CLI's spellings
 
 
 @dataclass(frozen=True)
@@ -68,8 +84,11 @@ class BuildConfig:
             inputs = (inputs,)
         out_opts, run_opts = {}, {}
         for name, value in options.items():
-            if name == "unit_mb":
-                value = int(float(value) * (1 << 20))
+            if name in ("unit_mb", "max_record_mb"):
+                try:
+                    value = int(float(value) * (1 << 20))
+                except (TypeError, ValueError, OverflowError):
+                    raise PackerError(f"--{name.replace('_', '-')} must be a number of MB (got {value!r})") from None
             elif name == "no_eos":
                 value = not value
             name = _ALIASES.get(name, name)
@@ -78,7 +97,7 @@ class BuildConfig:
             elif name in _RUN:
                 run_opts[name] = value
             else:
-                known = sorted((_OUTPUT | _RUN | set(_ALIASES)) - {"unit_bytes", "eos"})
+                known = sorted((_OUTPUT | _RUN | set(_ALIASES)) - {"unit_bytes", "eos", "max_record_bytes"})
                 raise PackerError(f"unknown build option {name!r}; options are: {', '.join(known)}")
         cfg = cls(tuple(os.fspath(p) for p in inputs), os.fspath(out), OutputSettings(**out_opts), RunSettings(**run_opts))
         cfg.validate()
@@ -102,6 +121,15 @@ class BuildConfig:
             raise PackerError("no inputs given")
         if not isinstance(o.seq_len, int) or o.seq_len < 2:
             raise PackerError(f"--seq-len must be at least 2 (got {o.seq_len})")
+        if o.seq_len > MAX_SEQ_LEN:
+            raise PackerError(f"--seq-len {o.seq_len:,} is too large: one row of it cannot be allocated "
+                              f"(at most {MAX_SEQ_LEN:,} tokens per row)")
+        row_bytes = o.seq_len * ROW_BYTES_PER_SLOT
+        if row_bytes > _memory_bytes():
+            raise PackerError(f"--seq-len {o.seq_len:,} is too large: one row needs about {row_bytes / (1 << 30):,.1f} GiB "
+                              f"while packing, more than this machine's {_memory_bytes() / (1 << 30):,.1f} GiB of memory")
+        if not isinstance(o.max_record_bytes, int) or o.max_record_bytes < 1024:
+            raise PackerError(f"--max-record-mb must be at least 0.001 (1 KB); got {o.max_record_bytes} bytes")
         if o.unit_bytes < 4096:
             raise PackerError(f"--unit-mb must be at least 0.004 (4 KB); got {o.unit_bytes} bytes")
         if o.pack not in MODES:

@@ -90,7 +90,7 @@ class _Inline:
 
 
 def _read_units(todo: list[Unit], text_field: str, events: queue.Queue, slots: threading.Semaphore,
-                window: "_Window", stop: threading.Event, on_bytes) -> None:
+                window: "_Window", stop: threading.Event, on_bytes, max_record: int) -> None:
     """Reader thread: cut the units into chunks, in order, onto ``events``.
 
     Posts a ``ChunkRead`` per chunk, taking one of ``slots`` first (so
@@ -115,7 +115,7 @@ def _read_units(todo: list[Unit], text_field: str, events: queue.Queue, slots: t
     try:
         parts, size, seq = [], 0, 0
         current = None
-        for u, part in iter_parts_many(slices(), text_field, on_bytes):
+        for u, part in iter_parts_many(slices(), text_field, on_bytes, max_record=max_record):
             if stop.is_set():
                 return
             if u is not current:  # a new unit: wait for room in the window
@@ -230,7 +230,7 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
     slots = threading.Semaphore(2 * workers + 2)
     window = _Window(max(4 * workers * PART_BYTES, 2 * max(u.weight for u in todo)))
     stop = threading.Event()
-    reader = threading.Thread(target=_read_units, args=(todo, job.text_field, events, slots, window, stop, on_bytes),
+    reader = threading.Thread(target=_read_units, args=(todo, job.text_field, events, slots, window, stop, on_bytes, job.max_record),
                               name="packer-reader", daemon=True)
     by_index = {u.index: u for u in todo}
     chunks: dict[int, dict[int, ChunkResult]] = {u.index: {} for u in todo}

@@ -13,12 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 from .. import shards as S
 from ..errors import PackerError
 from ..io import Storage
+from ..io.lock import LOCK_NAME
 from .unit import MAX_EXAMPLES
 
 LIST_THREADS = 32  # unit records read at once when resuming (small GETs on an object store)
 
 
-def out_action(out: str, tops: list[str], cfg, settings: dict, old_settings) -> str:
+def out_action(out: str, tops: list[str], cfg, settings: dict, old_settings, stamps: tuple = (None, None)) -> str:
     """What a build does with output location ``out``, whose top-level names are ``tops``.
 
     The rules of ``--resume`` and ``--overwrite``. Returns
@@ -41,6 +42,13 @@ def out_action(out: str, tops: list[str], cfg, settings: dict, old_settings) -> 
             k = diff[0]
             what = "input files changed" if k == "input_plan" else f"{k} was {old.get(k)!r}, now {settings[k]!r}"
             raise PackerError(f"cannot resume {out}: it was built with other settings ({what}); use --overwrite or another folder")
+        if S.MANIFEST not in tops:
+            now, before = stamps
+            if before is not None and now != before:
+                # Same sizes (the input plan matched), other times or inodes: an
+                # edit since the kill would mix old and new text in one build.
+                raise PackerError(f"cannot resume {out}: input files changed since the build was interrupted "
+                                  "(modification time or inode); use --overwrite or another folder")
         return "done" if S.MANIFEST in tops else "continue"
     if cfg.run.overwrite:
         foreign = [t for t in tops if t not in ours]
@@ -52,30 +60,47 @@ def out_action(out: str, tops: list[str], cfg, settings: dict, old_settings) -> 
     raise PackerError(f"output folder {out} is not empty: pass --resume to continue a build there, or --overwrite to replace it")
 
 
-def prepare_out(out: Storage, cfg, settings: dict) -> bool:
+def prepare_out(out: Storage, cfg, settings: dict, stamp: str | None = None, previous: dict | None = None) -> bool:
     """Make ``out`` ready for the build; return True if it already holds a finished, matching build.
 
     --overwrite deletes the manifest first, so no reader sees a manifest
     without its shards; temp files of a killed build are removed.
+    ``stamp``: the inputs' stamp now (plan.input_stamp); ``previous``: what
+    the lock file of a killed build holds (its ``inputs`` stamp is compared).
     """
-    tops = out.tops()
+    tops = [t for t in out.tops() if t != LOCK_NAME]
 
     def old_settings() -> dict:
-        return json.loads(out.read(S.BUILD_JSON)).get("settings", {})
+        try:
+            old = json.loads(out.read(S.BUILD_JSON))
+        except (OSError, ValueError, RecursionError) as e:
+            raise PackerError(f"cannot resume: {out.path(S.BUILD_JSON)} is unreadable ({e}); use --overwrite") from None
+        settings = old.get("settings", {}) if isinstance(old, dict) else None
+        if not isinstance(settings, dict):
+            raise PackerError(f"cannot resume: {out.path(S.BUILD_JSON)} holds no settings; use --overwrite")
+        return settings
 
-    action = out_action(out.root, tops, cfg, settings, old_settings)
+    before = previous.get("inputs") if isinstance(previous, dict) else None
+    action = out_action(out.root, tops, cfg, settings, old_settings, (stamp, before))
     if action == "done":
+        _remove_temp_files(out)  # a kill during a last write may have left one (format.md: --resume cleans them)
         return True
     if action == "replace":
+        out.check_removable(tops)  # a read-only mount or another owner: say so before deleting anything
         out.clear(tops, first=S.MANIFEST)
         tops = []
     out.make_dirs([S.SHARD_DIR, S.UNIT_DIR])
-    stale = [k for k in out.list() if k.rsplit("/", 1)[-1].startswith(".tmp-")]
-    if stale:
-        out.delete(stale)
+    _remove_temp_files(out)
     if S.BUILD_JSON not in tops:
         out.put_json(S.BUILD_JSON, {"format": S.FORMAT_NAME, "format_version": S.FORMAT_VERSION, "settings": settings})
     return False
+
+
+def _remove_temp_files(out: Storage) -> None:
+    """Delete the temp files (``.tmp-*``, at any depth) that killed writes leave."""
+    stale = [k for k in out.list() if k.rsplit("/", 1)[-1].startswith(".tmp-")]
+    if stale:
+        out.delete(stale)
 
 
 def finished_records(out: Storage, units) -> dict[int, dict]:
@@ -110,6 +135,10 @@ def manifest(cfg, tok, job, settings: dict, units, records: dict[int, dict], fou
         for k, v in r["skipped_examples"].items():
             ex = examples.setdefault(k, [])
             ex.extend(v[: MAX_EXAMPLES - len(ex)])
+    special = getattr(found, "special", ())
+    if special:  # FIFOs, devices, sockets named like inputs: counted, never opened
+        skipped["not_regular"] += len(special)
+        examples["not_regular"] = list(special[:MAX_EXAMPLES])
     rows = sum(r["rows"] for r in recs)
     padding = sum(r["padding"] for r in recs)
     totals = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from ..formats import REGISTRY, Skip, Slice, read_slice
+from ..formats import DEFAULT_MAX_RECORD, REGISTRY, Skip, Slice, read_slice
 from ..tokenize import TokenizerInfo
 from ..tokenize.tiktoken_engine import SAMPLE_CHARS, SAMPLE_DOCS, SAMPLE_TEXT_CHARS
 from .config import BuildConfig
@@ -53,7 +53,21 @@ def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit]) -
         "tokenizer": tok.name,
         "tokenizer_fingerprint": tok.fingerprint,
         "input_plan": plan.hexdigest(),
+        # Recorded only when set: a build with the default limit has the bytes it always had.
+        **({"max_record_bytes": o.max_record_bytes} if o.max_record_bytes != DEFAULT_MAX_RECORD else {}),
     }
+
+
+def input_stamp(files) -> str:
+    """A digest of every input's path, size, modification time and inode
+    (``packer.formats.InputFile``): what a same-size edit changes. Kept out of
+    the recorded settings (a copy of the corpus has other times and inodes,
+    and must build the same bytes); ``--resume`` compares it with the one
+    the killed build left in its lock file."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.path}\0{f.size}\0{f.stamp[0]}\0{f.stamp[1]}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
 
 
 def sample_texts(slices, text_field: str = "text", max_docs: int = SAMPLE_DOCS, max_chars: int = SAMPLE_CHARS,

@@ -41,12 +41,13 @@ MAX_RETRIES = 3  # a unit is run again this many times after its worker dies
 FORWARD_ENV = ("PACKER_FAULT", "PACKER_FAULT_UNIT")  # fault injection (packer/faults.py) reaches the tasks
 
 
-def unit_chunks(unit: Unit, text_field: str):
+def unit_chunks(unit: Unit, text_field: str, max_record: int | None = None):
     """The unit's records as the local reader cuts them: lists of Parts of
     about PART_BYTES each, in order. (The output does not depend on the cut;
     tests/test_throughput_paths.py holds that.)"""
     parts, size = [], 0
-    for _, part in iter_parts_many(((unit, sl) for sl in unit.slices), text_field):
+    kw = {} if max_record is None else {"max_record": max_record}
+    for _, part in iter_parts_many(((unit, sl) for sl in unit.slices), text_field, **kw):
         parts.append(part)
         size += part.nbytes
         if size >= PART_BYTES:
@@ -58,7 +59,7 @@ def unit_chunks(unit: Unit, text_field: str):
 
 def run_unit(job: Job, unit: Unit) -> dict:
     """Read, tokenize, pack and write one unit in this process; return its record."""
-    chunks = [encode_chunk(job, unit.index, parts) for parts in unit_chunks(unit, job.text_field)]
+    chunks = [encode_chunk(job, unit.index, parts) for parts in unit_chunks(unit, job.text_field, job.max_record)]
     return assemble_unit(job, unit, chunks)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import faults
 from .. import shards as S
-from ..formats import Document, Part, Skip, parse_part, strict_error
+from ..formats import DEFAULT_MAX_RECORD, Document, Part, Skip, parse_part, strict_error
 from ..io import storage_for
 from ..pack import pack
 from ..tokenize import Encoder, TokenizerInfo
@@ -40,6 +40,7 @@ class Job:
     strict: bool
     tokenizer: TokenizerInfo
     dtype: str
+    max_record: int = DEFAULT_MAX_RECORD  # bytes: a longer record is skipped (too_long)
 
 
 _encoder: Encoder | None = None
@@ -79,6 +80,10 @@ def init_worker(encoder: Encoder | None, job: Job) -> None:
     global _encoder, _in_pool, _job
     _job = job  # tasks then carry only their data: the Job holds the whole tokenizer JSON (MBs)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    # The CLI turns SIGTERM into a clean stop of the parent; a forked worker
+    # inherits that handler, but must die at once when the pool terminates it
+    # (a broken pool does), not try to report an exception into a pipe nobody reads.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     bounded_malloc()
     # One core per worker: the HF tokenizer must not fan out a batch over threads.
     os.environ["RAYON_NUM_THREADS"] = "1"

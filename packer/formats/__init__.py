@@ -21,11 +21,11 @@ from typing import Iterator
 from ..errors import PackerError
 from ..io import find, io_thread
 from . import jsonl, parquet, text
-from .base import (PART_BYTES, SKIP_REASONS, Document, Format, InputFile, Part, Record, Skip, Slice,
+from .base import (DEFAULT_MAX_RECORD, PART_BYTES, SKIP_REASONS, Document, Format, InputFile, Part, Record, Skip, Slice,
                    strict_error)
 
 __all__ = [
-    "REGISTRY", "FORMATS", "PART_BYTES", "SKIP_REASONS", "Document", "Format", "InputFile", "Part", "Record",
+    "REGISTRY", "FORMATS", "PART_BYTES", "DEFAULT_MAX_RECORD", "SKIP_REASONS", "Document", "Format", "InputFile", "Part", "Record",
     "Skip", "Slice", "Discovery", "detect_format", "discover", "plan_slices", "iter_parts", "parse_part",
     "read_slice", "iter_parts_many", "strict_error",
 ]
@@ -54,6 +54,7 @@ class Discovery:
     files: tuple[InputFile, ...]
     ignored: tuple[str, ...]  # files inside folders with an unsupported extension
     duplicates: tuple[str, ...]  # paths given more than once (read once)
+    special: tuple[str, ...] = ()  # FIFOs, sockets, devices with an input's name: not read
 
 
 def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Discovery:
@@ -68,8 +69,8 @@ def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Dis
         return PackerError(f"unknown input format: {p} (supported: {', '.join(sorted(FORMATS))})")
 
     found = find(list(paths), lambda p: detect_format(p) is not None, unknown, exclude, on_sized)
-    files = tuple(InputFile(p, *detect_format(p), size) for p, size in found.files)
-    return Discovery(files, found.ignored, found.duplicates)
+    files = tuple(InputFile(p, *detect_format(p), size, stamp) for (p, size), stamp in zip(found.files, found.stamps))
+    return Discovery(files, found.ignored, found.duplicates, found.special)
 
 
 def plan_slices(files: tuple[InputFile, ...], target_bytes: int) -> list[tuple[Slice, int]]:
@@ -81,11 +82,12 @@ def plan_slices(files: tuple[InputFile, ...], target_bytes: int) -> list[tuple[S
     return [piece for f in files for piece in REGISTRY[f.format].plan(f, target_bytes)]
 
 
-def iter_parts(sl: Slice, text_field: str = "text", on_bytes=None, part_bytes: int | None = None) -> Iterator[Part]:
+def iter_parts(sl: Slice, text_field: str = "text", on_bytes=None, part_bytes: int | None = None,
+               max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Part]:
     """Read ``sl`` into Parts of whole records (about ``part_bytes``, default
     PART_BYTES), in order. Never raises OSError: a read error ends the slice
-    with a ``tail`` Skip("unreadable")."""
-    return REGISTRY[sl.file.format].parts(sl, text_field, on_bytes, part_bytes or PART_BYTES)
+    with a ``tail`` Skip("unreadable"); a record over ``max_record`` bytes is a Skip("too_long")."""
+    return REGISTRY[sl.file.format].parts(sl, text_field, on_bytes, part_bytes or PART_BYTES, max_record)
 
 
 def parse_part(part: Part, field: tuple[str, ...]) -> Iterator[Record]:
@@ -95,15 +97,17 @@ def parse_part(part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         yield part.tail
 
 
-def read_slice(sl: Slice, text_field: str = "text", on_bytes=None) -> Iterator[Record]:
+def read_slice(sl: Slice, text_field: str = "text", on_bytes=None,
+               max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Record]:
     """Yield each record of ``sl`` in order. ``text_field`` may be a dotted
     path ("meta.text") into nested JSON objects."""
     field = tuple(text_field.split("."))
-    for part in iter_parts(sl, text_field, on_bytes):
+    for part in iter_parts(sl, text_field, on_bytes, max_record=max_record):
         yield from parse_part(part, field)
 
 
-def iter_parts_many(slices, text_field: str = "text", on_bytes=None, prefetch: int = PREFETCH_FILES):
+def iter_parts_many(slices, text_field: str = "text", on_bytes=None, prefetch: int = PREFETCH_FILES,
+                    max_record: int = DEFAULT_MAX_RECORD):
     """``iter_parts`` over a sequence of (key, slice), in order; yields (key, Part).
 
     A ``None`` slice is passed through as (key, None), a marker for the
@@ -128,7 +132,7 @@ def iter_parts_many(slices, text_field: str = "text", on_bytes=None, prefetch: i
                     exhausted = True
                     break
                 whole = sl is not None and REGISTRY[sl.file.format].whole_file
-                fut = pool.submit(text.read_whole, sl, on_bytes) if whole else None
+                fut = pool.submit(text.read_whole, sl, on_bytes, max_record) if whole else None
                 ahead.append((key, sl, fut))
                 if fut is None and sl is not None:
                     break  # a streamed slice reads ahead by itself
@@ -140,7 +144,7 @@ def iter_parts_many(slices, text_field: str = "text", on_bytes=None, prefetch: i
             elif fut is not None:
                 yield key, fut.result()
             else:
-                for part in iter_parts(sl, text_field, on_bytes):
+                for part in iter_parts(sl, text_field, on_bytes, max_record=max_record):
                     yield key, part
     finally:
         for a in ahead:

@@ -10,12 +10,16 @@ record was dropped, and where).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple, Union
 
 from ..errors import InputError
 
 PART_BYTES = 256 << 10  # raw input per Part and per chunk: a tokenizer batch, ~0.1-0.2 s of one core
+# The longest record (a jsonl line, a text file, a parquet cell) read, in
+# bytes; a longer one is skipped and counted (``too_long``), so a reader's
+# memory is bounded by this setting, not by the input. ``--max-record-mb``.
+DEFAULT_MAX_RECORD = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,9 @@ class InputFile:
     format: str  # a name in the format registry: "text" | "jsonl" | "parquet"
     compression: str | None  # "gzip" | "zstd" | None
     size: int  # bytes on disk
+    # (modification time in ns, inode) when discovered; (0, 0) where unknown.
+    # Not part of the plan (a copy of the corpus plans the same units); --resume compares it.
+    stamp: tuple[int, int] = field(default=(0, 0), compare=False)
 
 
 @dataclass(frozen=True)
@@ -63,8 +70,11 @@ SKIP_REASONS = {
     "missing_field": "the text field is absent from the record",
     "not_string": "the text field holds something other than a string (or null)",
     "empty": "the text is the empty string",
-    "truncated": "a compressed stream ends early or is corrupt: records before the break are kept",
+    "truncated": "a compressed stream ends early or is corrupt, or the file changed while it was read "
+                 "(shrank, grew or was rewritten): records before the break are kept",
     "unreadable": "the file could not be read (vanished, permission, I/O error)",
+    "too_long": "one record (a line, a file, a cell) is longer than --max-record-mb: skipped whole",
+    "not_regular": "a FIFO, socket or device in an input folder: never opened (it may block or never end)",
     "no_tokens": "the text encodes to no tokens at all (only with --no-eos)",
 }
 
@@ -98,9 +108,11 @@ class Format:
         """Cut ``f`` into (slice, weight in bytes) of about ``target_bytes``; deterministic."""
         return [(Slice(f, 0, f.size), f.size)]
 
-    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int) -> Iterator[Part]:
+    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int,
+              max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Part]:
         """Read ``sl`` into Parts in order. Never raises OSError: a read error
-        ends the slice with a ``tail`` Skip("unreadable")."""
+        ends the slice with a ``tail`` Skip("unreadable"). A record over
+        ``max_record`` bytes is a Skip("too_long")."""
         raise NotImplementedError
 
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
@@ -111,6 +123,19 @@ class Format:
         """The first ``chars`` characters of the slice's first document, where
         that is cheaper than reading a record (else None)."""
         return None
+
+
+def changed(sl: Slice, now) -> Skip | None:
+    """A ``truncated`` Skip if ``sl``'s file is not as discovered (``now``: its
+    (size, mtime_ns, inode) after reading, or None); None if it is."""
+    f = sl.file
+    if now is None or f.stamp == (0, 0):
+        return None
+    size, mtime, _ = now
+    if size != f.size or mtime != f.stamp[0]:
+        what = f"{f.size:,} bytes when found, {size:,} after reading" if size != f.size else "rewritten"
+        return Skip("truncated", f"{f.path}: the file changed while it was read ({what})")
+    return None
 
 
 def unreadable(sl: Slice, e: OSError) -> Skip:

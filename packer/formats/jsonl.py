@@ -8,12 +8,13 @@ decoded on the core that tokenizes them.
 
 from __future__ import annotations
 
+import json
 from typing import Iterator
 
 import orjson
 
 from ..io import open_stream, storage_for, truncation_errors
-from .base import Document, Format, InputFile, Part, Record, Skip, Slice, unreadable
+from .base import DEFAULT_MAX_RECORD, Document, Format, InputFile, Part, Record, Skip, Slice, changed, unreadable
 
 _MISSING = object()
 
@@ -33,7 +34,8 @@ class Jsonl(Format):
             out.append((Slice(f, s, e), e - s))
         return out
 
-    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int) -> Iterator[Part]:
+    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int,
+              max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Part]:
         f = sl.file
         ranged = f.compression is None and (sl.start > 0 or sl.end < f.size)
         begin = max(sl.start - 1, 0)
@@ -52,13 +54,25 @@ class Jsonl(Format):
             if sl.start > 0:
                 # Skip the rest of the line holding byte start-1: it belongs to the
                 # previous slice (or, if that byte is '\n', we are at a line start).
-                pos += len(s.readline())
+                pos += _skip_line(s, b"")
                 pos0 = pos
             while True:
                 if ranged and pos >= sl.end:
                     break
                 try:
-                    line = s.readline()
+                    line = s.readline(max_record + 1)  # bounded: memory set by --max-record-mb, not the input
+                    if len(line) > max_record and not line.endswith(b"\n"):
+                        # Too long to hold: drop it, bounded, and count it where it starts.
+                        if lines:
+                            yield Part(sl, lines, line0, pos0, None, n_bytes)
+                        start = pos
+                        pos += _skip_line(s, line)
+                        if line_no is not None:
+                            line_no += 1
+                        yield Part(sl, [], tail=Skip("too_long", where(sl, line_no, start) +
+                                                      f" (over --max-record-mb {max_record / (1 << 20):g})"))
+                        lines, n_bytes, line0, pos0 = [], 0, line_no, pos
+                        continue
                 except broken:
                     tail = Skip("truncated", where(sl, line_no, pos))
                     break
@@ -76,6 +90,14 @@ class Jsonl(Format):
             tail = unreadable(sl, e)
         finally:
             s.close()
+        if tail is None:
+            # A plain file that ends before the slice does, or a file changed
+            # since it was found: records would be lost (or mixed) uncounted.
+            if f.compression is None and pos < min(sl.end, f.size):
+                tail = Skip("truncated", f"{f.path}: the file changed while it was read "
+                                         f"(ends at byte {pos:,}, {f.size:,} when found)")
+            else:
+                tail = changed(sl, storage_for(f.path).stamp())
         if lines or tail is not None:
             yield Part(sl, lines, line0, pos0, tail, n_bytes)
 
@@ -95,11 +117,16 @@ class Jsonl(Format):
             except decode_error as e:
                 if not line.strip():
                     continue  # blank lines separate nothing; not a record
-                reason = "invalid_utf8" if "UTF-8" in str(e) or "utf-8" in str(e) else "malformed_json"
-                yield Skip(reason, where(sl, line_no, start))
-                continue
+                obj = _lenient(line, str(e))
+                if obj is None:
+                    reason = "invalid_utf8" if "UTF-8" in str(e) or "utf-8" in str(e) else "malformed_json"
+                    yield Skip(reason, where(sl, line_no, start))
+                    continue
             text = obj.get(field[0], missing) if len(field) == 1 and type(obj) is dict else get_field(obj, field)
             if type(text) is str and text:
+                if obj is not None and type(obj) is _Lenient and not _utf8_ok(text):
+                    yield Skip("invalid_utf8", where(sl, line_no, start))  # a lone surrogate cannot be UTF-8 text
+                    continue
                 yield Document(text)
             elif text is missing:
                 yield Skip("missing_field", where(sl, line_no, start))
@@ -107,6 +134,44 @@ class Jsonl(Format):
                 yield Skip("not_string", where(sl, line_no, start))
             else:
                 yield Skip("empty", where(sl, line_no, start))
+
+
+class _Lenient(dict):
+    """A record parsed by the standard library (see ``_lenient``)."""
+
+
+def _lenient(line: bytes, message: str):
+    """The record orjson refused for what is valid JSON: an integer wider
+    than 64 bits, or a lone surrogate escape (in any field: only the text
+    field matters, and it is checked after). None where it is not JSON."""
+    low = message.lower()
+    if not any(w in low for w in ("surrogate", "64-bit", "integer", "number")) or "not valid utf-8" in low:
+        return None
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return _Lenient(obj) if type(obj) is dict else obj
+
+
+def _utf8_ok(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _skip_line(s, head: bytes) -> int:
+    """Read past the rest of the line ``head`` began, in bounded steps; return the bytes passed (``head`` included)."""
+    n = len(head)
+    if head.endswith(b"\n"):
+        return n
+    while True:
+        more = s.readline(1 << 20)
+        n += len(more)
+        if not more or more.endswith(b"\n"):
+            return n
 
 
 def get_field(obj, path: tuple[str, ...]):

@@ -10,7 +10,7 @@ from typing import Iterator
 
 from ..errors import PackerError
 from ..io import storage_for
-from .base import Document, Format, InputFile, Part, Record, Skip, Slice, unreadable
+from .base import DEFAULT_MAX_RECORD, Document, Format, InputFile, Part, Record, Skip, Slice, unreadable
 
 BATCH_ROWS = 4096
 
@@ -36,11 +36,12 @@ class Parquet(Format):
         out.append((Slice(f, start, len(groups)), acc))
         return out
 
-    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int) -> Iterator[Part]:
+    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int,
+              max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Part]:
         items: list = []
         n_bytes = 0
         try:
-            for rec in _rows(sl, field):
+            for rec in _rows(sl, field, max_record):
                 items.append(rec)
                 if type(rec) is Document:
                     n_bytes += len(rec.text)
@@ -57,35 +58,91 @@ class Parquet(Format):
         return iter(part.items)  # parsed as read: Arrow decodes the column
 
 
-def _rows(sl: Slice, field: str) -> Iterator[Record]:
+def _rows(sl: Slice, field: str, max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Record]:
+    """The records of ``sl``'s row groups: the ``field`` column, or a struct
+    column's child for a dotted ``field`` ("meta.body"), of any string type
+    (string, large_string, string_view, dictionary of strings)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     f = sl.file
     pf = pq.ParquetFile(storage_for(f.path).arrow_file())
-    if field not in pf.schema_arrow.names:
+    column, path = _locate(pf.schema_arrow, field)
+    if column is None:
         # Every row of these row groups lacks the field: count each one.
         rows = sum(pf.metadata.row_group(i).num_rows for i in range(sl.start, sl.end))
         for i in range(rows):
             yield Skip("missing_field", f"{f.path}: row {i} (no column {field!r})")
         return
     row = sum(pf.metadata.row_group(i).num_rows for i in range(sl.start))
-    kind = pf.schema_arrow.field(field).type
-    is_text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
-    for batch in pf.iter_batches(columns=[field], row_groups=range(sl.start, sl.end), batch_size=BATCH_ROWS):
+    for batch in pf.iter_batches(columns=[column], row_groups=range(sl.start, sl.end), batch_size=BATCH_ROWS):
         col = batch.column(0)
-        if not is_text:
+        for name in path:  # down a struct: a null parent gives a null child
+            col = pc.struct_field(col, name)
+        if pa.types.is_dictionary(col.type):
+            col = col.dictionary_decode()
+        if not _is_text(col.type):
             for i in range(len(col)):
                 yield Skip("not_string", f"{f.path}: row {row + i}")
         else:
-            for i, text in enumerate(col.to_pylist()):
-                if text is None:
-                    yield Skip("not_string", f"{f.path}: row {row + i}")
-                elif not text:
-                    yield Skip("empty", f"{f.path}: row {row + i}")
-                else:
-                    yield Document(text)
+            yield from _texts(col, f.path, row, max_record)
         row += len(col)
+
+
+def _locate(schema, field: str) -> tuple[str | None, list[str]]:
+    """(top-level column to read, struct children down to the text) for ``field``; (None, []) if absent."""
+    import pyarrow as pa
+
+    if field in schema.names:
+        return field, []
+    parts = field.split(".")
+    if parts[0] not in schema.names:
+        return None, []
+    t = schema.field(parts[0]).type
+    for name in parts[1:]:
+        if not pa.types.is_struct(t) or t.get_field_index(name) < 0:
+            return None, []
+        t = t.field(t.get_field_index(name)).type
+    return parts[0], parts[1:]
+
+
+def _is_text(t) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or (
+        hasattr(pa.types, "is_string_view") and pa.types.is_string_view(t))
+
+
+def _texts(col, path: str, row: int, max_record: int) -> Iterator[Record]:
+    """Documents or Skips of one string column's cells (``row``: the first cell's row)."""
+    import pyarrow as pa
+
+    try:
+        values = col.to_pylist()
+    except UnicodeDecodeError:
+        # Arrow does not check UTF-8 as it reads: decode cell by cell, so the bad ones are counted.
+        values = []
+        for v in col.cast(pa.large_binary()).to_pylist() if not pa.types.is_large_string(col.type) else \
+                col.view(pa.large_binary()).to_pylist():
+            try:
+                values.append(v if v is None else v.decode("utf-8"))
+            except UnicodeDecodeError:
+                values.append(_BAD_UTF8)
+    for i, text in enumerate(values):
+        if text is None:
+            yield Skip("not_string", f"{path}: row {row + i}")
+        elif text is _BAD_UTF8:
+            yield Skip("invalid_utf8", f"{path}: row {row + i}")
+        elif not text:
+            yield Skip("empty", f"{path}: row {row + i}")
+        elif len(text) > max_record and len(text.encode("utf-8")) > max_record:
+            yield Skip("too_long", f"{path}: row {row + i} (over --max-record-mb {max_record / (1 << 20):g})")
+        else:
+            yield Document(text)
+
+
+_BAD_UTF8 = object()
 
 
 FORMAT = Parquet()

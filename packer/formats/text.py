@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..io import storage_for
-from .base import Document, Format, Part, Record, Skip, Slice, unreadable
+from .base import DEFAULT_MAX_RECORD, Document, Format, Part, Record, Skip, Slice, unreadable
 
 
 class Text(Format):
@@ -13,8 +13,9 @@ class Text(Format):
     suffixes = {".txt": None, ".md": None}
     whole_file = True
 
-    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int) -> Iterator[Part]:
-        yield read_whole(sl, on_bytes)
+    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int,
+              max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Part]:
+        yield read_whole(sl, on_bytes, max_record)
 
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         path = part.sl.file.path
@@ -35,14 +36,25 @@ class Text(Format):
             return ""
 
 
-def read_whole(sl: Slice, on_bytes=None) -> Part:
-    """A whole file as one Part (safe to call from many threads at once)."""
+def read_whole(sl: Slice, on_bytes=None, max_record: int = DEFAULT_MAX_RECORD) -> Part:
+    """A whole file as one Part (safe to call from many threads at once).
+
+    A file over ``max_record`` bytes is not read (``too_long``); one whose
+    size is not the size discovery saw changed under the build, and is
+    counted ``truncated`` rather than read half-old, half-new."""
+    f = sl.file
+    if f.size > max_record:
+        return Part(sl, [], tail=Skip("too_long", f"{f.path} ({f.size:,} bytes, over --max-record-mb "
+                                                  f"{max_record / (1 << 20):g})"))
     try:
-        data = storage_for(sl.file.path).read(size_hint=sl.file.size)
+        data = storage_for(f.path).read(size_hint=f.size, limit=max_record + 1)
     except OSError as e:
         return Part(sl, [], tail=unreadable(sl, e))
     if on_bytes is not None:
         on_bytes(len(data))
+    if len(data) != f.size:
+        return Part(sl, [], tail=Skip("truncated", f"{f.path}: the file changed while it was read "
+                                                   f"({f.size:,} bytes when found, {len(data):,} when read)"))
     return Part(sl, [data], nbytes=len(data))
 
 

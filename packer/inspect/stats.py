@@ -236,18 +236,11 @@ class _ShardScan:
         return self.problems + more
 
     def check_schema(self, schema: pa.Schema) -> bool:
-        want = S.schema(self.seq_len, self.dtype)
-        ok = True
-        for f in want:
-            i = schema.get_field_index(f.name)
-            if i < 0:
-                self.problem("schema", f"column {f.name} is missing")
-                ok = False
-            elif not schema.field(i).type.equals(f.type):
-                got = schema.field(i).type
-                self.problem("schema", f"column {f.name} is {got}, the manifest says {f.type} (seq_len {self.seq_len}, dtype {self.dtype})")
-                ok = False
-        return ok
+        """The one schema rule (shards.schema_problems), as the dataset applies it: required columns by name, others ignored."""
+        problems = S.schema_problems(schema, self.seq_len, self.dtype)
+        for p in problems:
+            self.problem("schema", p)
+        return not problems
 
     def batch(self, b: pa.RecordBatch) -> None:
         n, L = b.num_rows, self.seq_len
@@ -339,6 +332,12 @@ class _ShardScan:
         if not len(doc):
             fig.documents = fig.documents_split = 0
             return
+        top = int(doc.max())
+        if top >= len(doc):
+            # Indices are dense (0..documents-1, each with a piece): one past the
+            # piece count is damage, and counting by it could ask for 32 GiB.
+            self.problem("documents", f"doc_index {top} is past the shard's {len(doc):,} pieces (indices run 0..documents-1)")
+            doc = np.unique(doc, return_inverse=True)[1].reshape(-1).astype(np.int64)
         count = np.bincount(doc)
         absent = np.nonzero(count == 0)[0]
         if len(absent):
@@ -379,8 +378,11 @@ def _scan_deep(scan: _ShardScan, store: Storage, rel: str, entry: dict, fig: Sha
         scan.problem("unreadable", f"cannot read the file ({e})")
         return scan.all_problems()
     reader = _MappedReader(mm, h, on_bytes)
+    ipc = S.ipc_problems(mm)  # headers only: the magic, and no compressed body (the dataset maps shards in place)
     if bytes(reader.read(8)[:6]) != MAGIC:
         scan.problem("unreadable", "not an Arrow IPC file (no ARROW1 magic at the start)")
+    elif ipc:
+        scan.problem("unreadable", ipc[0])
     else:
         try:
             stream = pa.ipc.open_stream(pa.PythonFile(reader, mode="r"))

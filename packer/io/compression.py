@@ -12,6 +12,12 @@ import gzip
 import io
 import zlib
 
+# Compressed bytes fed to zstd per call. zstandard's decompressobj has no
+# output bound, and zstd expands at most ~32,768x (an RLE block: 4 bytes give
+# 128 KB), so one call returns at most ~32 MB however the input was made: a
+# decompression bomb costs that, not the gigabytes it unpacks to.
+ZSTD_FEED = 1 << 10
+
 # Errors that mean "the compressed stream is cut or corrupt".
 TRUNCATION_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
@@ -89,6 +95,7 @@ class _ZstdRaw(io.RawIOBase):
         self._d = self._new()
         self._fresh = True  # no input fed to the current frame yet
         self._out = memoryview(b"")
+        self._in = memoryview(b"")  # compressed bytes read but not yet fed
 
     def readable(self) -> bool:
         return True
@@ -96,17 +103,19 @@ class _ZstdRaw(io.RawIOBase):
     def readinto(self, b) -> int:
         while not self._out:
             if self._d.eof:
-                rest = self._d.unused_data
+                # unused_data: what the ended frame was not fed plus what is still pending.
+                rest = self._d.unused_data + bytes(self._in)
                 self._d, self._fresh = self._new(), True
-            else:
-                rest = b""
-            chunk = rest or self._f.read(256 << 10)
-            if not chunk:
-                if self._fresh:
-                    return 0
-                raise EOFError("compressed stream ends before its end marker")
+                self._in = memoryview(rest)
+            if not self._in:
+                self._in = memoryview(self._f.read(256 << 10))
+                if not self._in:
+                    if self._fresh:
+                        return 0
+                    raise EOFError("compressed stream ends before its end marker")
             self._fresh = False
-            self._out = memoryview(self._d.decompress(chunk))
+            feed, self._in = self._in[:ZSTD_FEED], self._in[ZSTD_FEED:]
+            self._out = memoryview(self._d.decompress(feed))
         n = min(len(b), len(self._out))
         b[:n] = self._out[:n]
         self._out = self._out[n:]

@@ -9,6 +9,7 @@ round trip); a prefix on an object store is one recursive listing.
 
 from __future__ import annotations
 
+import errno
 import glob as globlib
 import os
 import stat
@@ -29,6 +30,20 @@ class Found:
     files: tuple[tuple[str, int], ...]  # (path as given or found, bytes), in reading order
     ignored: tuple[str, ...]  # files inside folders that ``accepts`` refused
     duplicates: tuple[str, ...]  # paths given more than once (read once)
+    # (modification time in ns, inode) of each of ``files``, from the same stat
+    # (an object: its mtime, inode 0): what ``--resume`` compares to see an edit.
+    stamps: tuple[tuple[int, int], ...] = ()
+    special: tuple[str, ...] = ()  # names in folders that are not regular files (FIFOs, devices, sockets): not read
+
+
+def check_name(p: str) -> None:
+    """Refuse a path that cannot be written as text (a name not valid UTF-8,
+    held by Python as surrogate escapes): every record names its file."""
+    try:
+        p.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = p.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        raise PackerError(f"input file name is not valid UTF-8: {shown!r}; rename it (packer records every input by name)") from None
 
 
 def find(paths: list[str], accepts, unknown, exclude: str | None = None, on_sized=None) -> Found:
@@ -42,13 +57,14 @@ def find(paths: list[str], accepts, unknown, exclude: str | None = None, on_size
     """
     items: list[tuple[str, str | None, int | None]] = []  # (path, real path or key, size if known)
     ignored: list[str] = []
+    special: list[str] = []
     ex_local = os.path.realpath(exclude).rstrip(os.sep) if exclude and not is_uri(exclude) else None
     ex_uri = exclude if exclude and is_uri(exclude) else None
     for p in paths:
         if is_uri(p):
-            items.extend((f, f, size) for f, size in _find_uri(p, accepts, unknown, ex_uri, ignored))
+            items.extend((f, f, fact) for f, fact in _find_uri(p, accepts, unknown, ex_uri, ignored))
         else:
-            items.extend((f, real, None) for f, real in _find_local(p, accepts, unknown, ex_local, ignored))
+            items.extend((f, real, None) for f, real in _find_local(p, accepts, unknown, ex_local, ignored, special))
     local = [(p, real) for p, real, size in items if size is None]
     facts = {}
     # One stat per file, asked by many threads at once: on a mount where each
@@ -59,10 +75,10 @@ def find(paths: list[str], accepts, unknown, exclude: str | None = None, on_size
             facts[i] = fact
             if on_sized is not None and ((i + 1) % 256 == 0 or i + 1 == len(local)):
                 on_sized(i + 1, len(local))
-    files, seen, dups, k = [], set(), [], 0
-    for p, real, size in items:
-        if size is None:
-            real, size, err, readable = facts[k]
+    files, stamps, seen, dups, k = [], [], set(), [], 0
+    for p, real, known in items:
+        if known is None:
+            real, size, err, readable, stamp, regular = facts[k]
             k += 1
             if real in seen:
                 dups.append(p)
@@ -72,18 +88,26 @@ def find(paths: list[str], accepts, unknown, exclude: str | None = None, on_size
                 continue
             if err is not None:
                 raise PackerError(f"cannot read input {p}: {err.strerror}")
+            if not regular:
+                # A FIFO blocks forever, /dev/zero never ends: only regular files are read.
+                special.append(p)
+                continue
             if not readable:
                 raise PackerError(f"cannot read input {p}: permission denied")
         else:
+            size, stamp = known
             if real in seen:
                 dups.append(p)
                 continue
             seen.add(real)
+        check_name(p)
         files.append((p, size))
-    return Found(tuple(files), tuple(ignored), tuple(dups))
+        stamps.append(stamp)
+    return Found(tuple(files), tuple(ignored), tuple(dups), tuple(stamps), tuple(special))
 
 
-def _find_local(p: str, accepts, unknown, ex_real: str | None, ignored: list[str]) -> list[tuple[str, str | None]]:
+def _find_local(p: str, accepts, unknown, ex_real: str | None, ignored: list[str],
+                special: list[str]) -> list[tuple[str, str | None]]:
     if any(ch in p for ch in "*?["):
         matches = sorted(globlib.glob(p, recursive=True))
         if not matches:
@@ -91,14 +115,19 @@ def _find_local(p: str, accepts, unknown, ex_real: str | None, ignored: list[str
         found = []
         for m in matches:
             if os.path.isdir(m):
-                found.extend(_walk(m, accepts, ignored, ex_real))
+                found.extend(_walk(m, accepts, ignored, ex_real, special))
             elif accepts(m):
                 found.append((m, None))
             else:
                 ignored.append(m)
         return found
     if os.path.isdir(p):
-        return _walk(p, accepts, ignored, ex_real)
+        return _walk(p, accepts, ignored, ex_real, special)
+    try:
+        os.stat(p)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise PackerError(f"cannot read input {p}: a symlink loop ({e.strerror})") from None
     if os.path.exists(p):
         if not accepts(p):
             raise unknown(p)
@@ -108,7 +137,7 @@ def _find_local(p: str, accepts, unknown, ex_real: str | None, ignored: list[str
     raise PackerError(f"input not found: {p}")
 
 
-def _find_uri(uri: str, accepts, unknown, exclude: str | None, ignored: list[str]) -> list[tuple[str, int]]:
+def _find_uri(uri: str, accepts, unknown, exclude: str | None, ignored: list[str]) -> list[tuple[str, tuple]]:
     """A URI naming an object is one input file; a URI naming a prefix holds
     every object below it (recursively; names starting with "." skipped).
     Globs are not expanded on object storage."""
@@ -122,7 +151,7 @@ def _find_uri(uri: str, accepts, unknown, exclude: str | None, ignored: list[str
     if info.type == pafs.FileType.File:
         if not accepts(uri):
             raise unknown(uri)
-        return [(uri, info.size)]
+        return [(uri, (info.size, (info.mtime_ns or 0, 0)))]
     if info.type != pafs.FileType.Directory:
         raise PackerError(f"input not found: {uri}")
     try:
@@ -142,25 +171,31 @@ def _find_uri(uri: str, accepts, unknown, exclude: str | None, ignored: list[str
         if ex is not None and (full + "/").startswith(ex):
             continue
         if accepts(full):
-            out.append((full, i.size))
+            out.append((full, (i.size, (i.mtime_ns or 0, 0))))
         else:
             ignored.append(full)
     return sorted(out, key=lambda f: f[0].split("/"))  # as a local tree is sorted: a/sub/x before b
 
 
-def _file_facts(item: tuple[str, str | None]) -> tuple[str, int, OSError | None, bool]:
-    """(real path, size, error getting the size, readable) of one input file,
-    from one ``stat`` (and a ``realpath`` only where the walk did not know it)."""
+def _file_facts(item: tuple[str, str | None]) -> tuple[str, int, OSError | None, bool, tuple[int, int], bool]:
+    """(real path, size, error getting the size, readable, (mtime_ns, inode), regular file)
+    of one input file, from one ``stat`` (and a ``realpath`` only where the walk did not know it)."""
     path, real = item
     try:
         st = os.stat(path)
         size, err = st.st_size, None
     except OSError as e:
-        size, err = -1, e
+        size, err, st = -1, e, None
     # The mode bits answer for the usual case; os.access (a call to the file
     # server on a network mount) only confirms a file they say is unreadable.
     readable = err is None and (_mode_readable(st) or os.access(path, os.R_OK))
-    return real or os.path.realpath(path), size, err, readable
+    stamp = (st.st_mtime_ns, st.st_ino) if st is not None else (0, 0)
+    regular = st is not None and stat.S_ISREG(st.st_mode)
+    try:
+        real = real or os.path.realpath(path)
+    except (OSError, ValueError):
+        real = path
+    return real, size, err, readable, stamp, regular
 
 
 def _mode_readable(st: os.stat_result) -> bool:
@@ -178,7 +213,8 @@ def _mode_readable(st: os.stat_result) -> bool:
     return bool(st.st_mode & stat.S_IROTH)
 
 
-def _walk(folder: str, accepts, ignored: list[str], ex_real: str | None) -> list[tuple[str, str | None]]:
+def _walk(folder: str, accepts, ignored: list[str], ex_real: str | None,
+          special: list[str] | None = None) -> list[tuple[str, str | None]]:
     """(path, real path) of the input files under ``folder``, sorted as paths
     (a/sub/x before b). Names starting with "." are skipped, and a symlinked
     folder is not entered (so loops cannot occur). The real path comes from
@@ -208,11 +244,20 @@ def _walk(folder: str, accepts, ignored: list[str], ex_real: str | None) -> list
         for e in entries:
             if e.name.startswith("."):
                 continue
-            if e.is_dir(follow_symlinks=False):
-                subdirs.append((e.path, os.path.join(real_root, e.name)))
-            elif not e.is_symlink():
-                add(e.path, os.path.join(real_root, e.name))
-            elif not e.is_dir():  # a symlinked file: resolved later; a symlinked folder is not entered
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    subdirs.append((e.path, os.path.join(real_root, e.name)))
+                elif not e.is_symlink():
+                    if e.is_file(follow_symlinks=False):
+                        add(e.path, os.path.join(real_root, e.name))
+                    elif special is not None and accepts(e.path):
+                        special.append(e.path)  # a FIFO, socket or device: never opened
+                    else:
+                        ignored.append(e.path)
+                elif not e.is_dir():  # a symlinked file: resolved later; a symlinked folder is not entered
+                    add(e.path, None)
+            except OSError:  # ELOOP and the like: the stat in _file_facts names it
                 add(e.path, None)
         todo.extend(reversed(subdirs))
     return sorted(out, key=lambda p: p[0].split(os.sep))
+

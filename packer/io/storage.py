@@ -18,18 +18,18 @@ upload: a build's manifest, written last, still means the build is complete.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
-import json
 import mmap
 import os
 import posixpath
 import shutil
-import tempfile
+import stat
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from .. import faults
 from ..errors import PackerError
+from .atomic import atomic_write, json_bytes, write_json  # noqa: F401 (re-exported: where they always were)
 from .uri import check_uri, filesystem, first_line, is_uri, join, redact
 
 
@@ -40,11 +40,6 @@ def storage_for(path: str | os.PathLike) -> "Storage":
         check_uri(path)
         return ObjectStorage(path)
     return LocalStorage(path)
-
-
-def json_bytes(obj) -> bytes:
-    """JSON as packer writes it, on every store (so all stores hold the same bytes)."""
-    return (json.dumps(obj, indent=1, sort_keys=False) + "\n").encode()
 
 
 @dataclass(frozen=True)
@@ -131,8 +126,8 @@ class LocalStorage(Storage):
         p = self.path(rel)
         return os.path.getsize(p) if os.path.isfile(p) else None
 
-    def read(self, rel: str = "", size_hint: int | None = None) -> bytes:
-        """The whole file in as few system calls as we can: open, one read, close.
+    def read(self, rel: str = "", size_hint: int | None = None, limit: int | None = None) -> bytes:
+        """The whole file (at most ``limit`` bytes of it) in as few system calls as we can: open, one read, close.
 
         ``open(path, "rb").read()`` makes nine calls (two fstats, an ioctl, two
         lseeks, a read, a read that finds the end, a close); on a network or
@@ -142,15 +137,27 @@ class LocalStorage(Storage):
         the same call whether the file still ends there; any other answer (it
         shrank or grew, or the read was capped at 2 GiB) reads on to the end.
         """
-        fd = os.open(self.path(rel), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(self.path(rel), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
         try:
-            first = (size_hint if size_hint is not None else os.fstat(fd).st_size) + 1
+            # O_NONBLOCK: a FIFO put in the file's place opens at once (and reads
+            # nothing) instead of blocking; on a regular file it changes nothing.
+            if size_hint is None:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):  # /dev/zero never ends, a FIFO blocks: refuse both
+                    raise OSError(errno.EINVAL, "not a regular file", self.path(rel))
+            first = (size_hint if size_hint is not None else st.st_size) + 1
+            if limit is not None:
+                first = min(first, limit)
             data = os.read(fd, first)
             if len(data) == first - 1:
                 return data
-            parts = [data]
-            while chunk := os.read(fd, 1 << 24):
+            parts, got = [data], len(data)
+            while limit is None or got < limit:
+                chunk = os.read(fd, 1 << 24 if limit is None else min(1 << 24, limit - got))
+                if not chunk:
+                    break
                 parts.append(chunk)
+                got += len(chunk)
             return b"".join(parts)
         finally:
             os.close(fd)
@@ -191,9 +198,28 @@ class LocalStorage(Storage):
 
     def clear(self, tops: list[str], first: str) -> None:
         """Remove the top-level names ``tops`` (folders whole), ``first`` before the others."""
-        for t in sorted(tops, key=lambda t: t != first):
+        try:
+            for t in sorted(tops, key=lambda t: t != first):
+                p = self.path(t)
+                shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
+        except OSError as e:
+            raise PackerError(f"cannot delete the old build in {self.root}: {e.filename}: {e.strerror}; "
+                              "fix the cause and rerun with --overwrite") from None
+
+    def check_removable(self, tops: list[str]) -> None:
+        """Raise ``PackerError`` unless ``clear(tops)`` can delete everything
+        (write access to each folder holding a name): checked before the
+        first deletion, so a read-only mount or another owner's build is
+        refused whole, never left half-deleted."""
+        folders = [self.root]
+        for t in tops:
             p = self.path(t)
-            shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
+            if os.path.isdir(p) and not os.path.islink(p):
+                folders.extend(top for top, _, _ in os.walk(p))
+        for f in folders:
+            if not os.access(f, os.W_OK | os.X_OK):
+                why = "read-only file system" if _read_only(f) else "permission denied"
+                raise PackerError(f"cannot overwrite {self.root}: {f} cannot be changed ({why}); nothing was deleted")
 
     def make_dirs(self, rels: list[str]) -> None:
         try:
@@ -206,6 +232,26 @@ class LocalStorage(Storage):
     def local_copy(self, rel: str, nbytes: int, checksum: str, cache, verify: bool = False):
         """A local path holding ``rel``: the file itself."""
         yield self.path(rel)
+
+    def lock(self):
+        """Take the build lock on this folder (made if missing); see packer/io/lock.py."""
+        from .lock import OutLock
+
+        if os.path.lexists(self.root) and not os.path.isdir(self.root):
+            raise PackerError(f"output {self.root} exists and is not a folder")
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError as e:
+            raise PackerError(f"cannot write to output folder {self.root}: {e.strerror}") from None
+        return OutLock(self.root).acquire()
+
+    def stamp(self, rel: str = "") -> tuple[int, int, int] | None:
+        """(size, mtime_ns, inode) of ``rel`` now, or None if it cannot be stat'ed."""
+        try:
+            st = os.stat(self.path(rel))
+        except OSError:
+            return None
+        return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 class ObjectStorage(Storage):
@@ -264,11 +310,11 @@ class ObjectStorage(Storage):
         info = fs.get_file_info(path)
         return info.size if info.type == pafs.FileType.File else None
 
-    def read(self, rel: str = "", size_hint: int | None = None) -> bytes:
-        """The whole object (one GET)."""
+    def read(self, rel: str = "", size_hint: int | None = None, limit: int | None = None) -> bytes:
+        """The whole object (one GET), at most ``limit`` bytes of it."""
         fs, path = self._fs(rel)
         with fs.open_input_stream(path) as f:
-            return f.read()
+            return f.read() if limit is None else f.read(limit)
 
     def ranged(self, rel: str = "") -> RangedFile:
         fs, path = self._fs(rel)
@@ -327,6 +373,26 @@ class ObjectStorage(Storage):
     def make_dirs(self, rels: list[str]) -> None:
         pass  # prefixes appear with their first object
 
+    def check_removable(self, tops: list[str]) -> None:
+        pass  # a store's permissions show only when a delete is tried; the manifest goes first
+
+    def lock(self):
+        """No lock on an object store (nothing like flock over a bucket)."""
+        from .lock import NoLock
+
+        return NoLock()
+
+    def stamp(self, rel: str = "") -> tuple[int, int, int] | None:
+        """(size, mtime_ns, 0) of the object now, or None."""
+        import pyarrow.fs as pafs
+
+        try:
+            fs, path = self._fs(rel)
+            info = fs.get_file_info(path)
+        except OSError:
+            return None
+        return (info.size, info.mtime_ns or 0, 0) if info.type == pafs.FileType.File else None
+
     @contextlib.contextmanager
     def local_copy(self, rel: str, nbytes: int, checksum: str, cache, verify: bool = False):
         """A local path holding ``rel``: fetched into ``cache`` (a ``ShardCache``), valid inside the ``with``."""
@@ -334,44 +400,15 @@ class ObjectStorage(Storage):
             yield p
 
 
+def _read_only(path: str) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
 def _io_error(what: str, uri: str, e: BaseException) -> PackerError:
     return PackerError(f"cannot {what} {redact(uri)}: {first_line(e)}")
-
-
-def atomic_write(path: str, data) -> None:
-    """Write ``data`` to the local ``path`` so that a reader sees all of it or nothing."""
-    folder = os.path.dirname(path) or "."
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix="-" + os.path.basename(path))
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-            faults.point("enospc")
-        faults.point("rename")
-        os.replace(tmp, path)
-    except BaseException as e:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        if isinstance(e, OSError):
-            # Disk full, quota, read-only mount, I/O error: nothing half-written is left.
-            raise PackerError(
-                f"cannot write {path}: {e.strerror or e}; nothing partial was kept: "
-                "fix the cause and rerun with --resume"
-            ) from None
-        raise
-    dfd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def write_json(path: str, obj) -> None:
-    """``obj`` as JSON at the local ``path``, atomically."""
-    atomic_write(path, json_bytes(obj))
 
 
 def rel_name(rel: str) -> str:

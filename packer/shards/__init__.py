@@ -13,10 +13,10 @@ The columns of a shard are listed in schema.py and docs/format.md.
 from .manifest import read_manifest
 from .reader import open_shard, open_shard_buffer
 from .schema import (BUILD_JSON, CHECKSUM, FORMAT_NAME, FORMAT_VERSION, MANIFEST, REQUIRED, SHARD_DIR, UNIT_DIR,
-                     checksum, dtype_for_vocab, file_checksum, schema, schema_problems, shard_table, table_bytes)
+                     checksum, dtype_for_vocab, file_checksum, ipc_problems, schema, schema_problems, shard_table, table_bytes)
 
 __all__ = [
     "read_manifest", "open_shard", "open_shard_buffer", "BUILD_JSON", "CHECKSUM", "FORMAT_NAME", "FORMAT_VERSION",
-    "MANIFEST", "REQUIRED", "SHARD_DIR", "UNIT_DIR", "checksum", "dtype_for_vocab", "file_checksum", "schema",
+    "MANIFEST", "REQUIRED", "SHARD_DIR", "UNIT_DIR", "checksum", "dtype_for_vocab", "file_checksum", "ipc_problems", "schema",
     "schema_problems", "shard_table", "table_bytes",
 ]

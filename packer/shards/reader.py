@@ -5,13 +5,15 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ..errors import ShardError
-from .schema import REQUIRED, schema_problems
+from .schema import REQUIRED, ipc_problems, schema_problems
 
 
 def open_shard(path: str, seq_len: int, dtype: str) -> pa.Table:
     """Memory-map a shard and check its schema; raise ``ShardError`` if it is damaged."""
     try:
         source = pa.memory_map(path, "r")
+        _check_ipc(source.read_buffer(), path)
+        source.seek(0)
         table = pa.ipc.open_file(source).read_all()
     except FileNotFoundError:
         raise ShardError(f"{path}: shard is missing") from None
@@ -27,12 +29,20 @@ def open_shard_buffer(data, path: str, seq_len: int, dtype: str) -> pa.Table:
     (the dataset passes a private, copy-on-write memory map of it); the
     table's buffers point into ``data``. ``path`` only names the shard in errors.
     """
+    _check_ipc(data, path)
     try:
         table = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(data))).read_all()
         table.validate()  # buffer sizes against lengths: cheap, catches a cut body
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
         raise ShardError(f"{path}: not a readable Arrow file ({str(e).splitlines()[0]})") from None
     return _checked(table, path, seq_len, dtype)
+
+
+def _check_ipc(data, path: str) -> None:
+    """The file magic and an uncompressed body (schema.ipc_problems), as ``packer stats`` checks them."""
+    problems = ipc_problems(data)
+    if problems:
+        raise ShardError(f"{path}: {problems[0]}")
 
 
 def _checked(table: pa.Table, path: str, seq_len: int, dtype: str) -> pa.Table:

@@ -122,3 +122,52 @@ def file_checksum(path: str, block: int = 16 << 20) -> str:
     return h.hexdigest()
 
 
+
+
+MAGIC = b"ARROW1"  # the first (and last) six bytes of an Arrow IPC file
+
+
+def ipc_problems(data) -> list[str]:
+    """What keeps ``data`` (the bytes of a whole IPC file: a buffer) from being
+    read in place as a shard: no ARROW1 magic at its start or end, or a record
+    batch whose body is compressed (LZ4/ZSTD buffers are decompressed into
+    fresh memory, so nothing of it could be memory-mapped). [] if none.
+    Reads only the message headers (the flatbuffers), never a body."""
+    import pyarrow as pa
+
+    buf = pa.py_buffer(data)
+    if buf.size < 12 or buf[:6].to_pybytes() != MAGIC:
+        return ["not an Arrow IPC file (no ARROW1 magic at the start)"]
+    if buf[buf.size - 6:].to_pybytes() != MAGIC:
+        return ["not an Arrow IPC file (no ARROW1 magic at the end)"]
+    try:
+        reader = pa.ipc.MessageReader.open_stream(pa.BufferReader(buf.slice(8)))
+        for i, msg in enumerate(reader):
+            if msg.type == "record batch" and _batch_compressed(msg.metadata.to_pybytes()):
+                return [f"record batch {i - 1} has a compressed body: packer shards are uncompressed "
+                        "(written by another tool? rewrite it without compression)"]
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError, ValueError, IndexError) as e:
+        return [f"not a readable Arrow file ({str(e).splitlines()[0] if str(e) else type(e).__name__})"]
+    return []
+
+
+def _batch_compressed(fb: bytes) -> bool:
+    """Whether a RecordBatch message (``fb``: its flatbuffer, Message.fbs) sets
+    ``compression`` (RecordBatch field 3). Raises IndexError/struct.error on a
+    malformed header (the caller reports it)."""
+    import struct
+
+    def table(pos: int) -> tuple[int, list[int]]:
+        vt = pos - struct.unpack_from("<i", fb, pos)[0]
+        vt_len = struct.unpack_from("<H", fb, vt)[0]
+        return pos, [struct.unpack_from("<H", fb, vt + 4 + 2 * k)[0] for k in range((vt_len - 4) // 2)]
+
+    try:
+        msg, fields = table(struct.unpack_from("<I", fb, 0)[0])
+        if len(fields) < 3 or not fields[2]:
+            return False
+        at = msg + fields[2]
+        batch, bfields = table(at + struct.unpack_from("<I", fb, at)[0])
+        return len(bfields) > 3 and bfields[3] != 0
+    except struct.error as e:
+        raise IndexError(f"damaged message header ({e})") from None

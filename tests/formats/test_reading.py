@@ -182,7 +182,7 @@ def test_reader_threads_run_as_batch_and_leave_the_caller_alone(tmp_path, monkey
     policies = []
     real_read = sources.text.read_whole
     monkeypatch.setattr(sources.text, "read_whole",
-                        lambda sl, on_bytes=None: (policies.append(os.sched_getscheduler(0)), real_read(sl, on_bytes))[1])
+                        lambda sl, on_bytes=None, *rest: (policies.append(os.sched_getscheduler(0)), real_read(sl, on_bytes, *rest))[1])
     before = os.sched_getscheduler(0)
     slices = [(sl.file.path, sl) for sl, _ in plan_slices(discover([str(tmp_path)]).files, 1 << 30)]
     texts = [t for _, p in iter_parts_many(slices) for t in parse_part(p, ("text",))]
