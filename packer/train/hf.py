@@ -22,8 +22,8 @@ What it does, per attention layer, with q of (B, H, T, D) and k, v of
 - elsewhere (CPU, fp32, older torch) it runs SDPA with ``is_causal=True`` on
   each segment alone: exact, slower.
 
-transformers builds no mask for an attention it does not know, so nothing
-is built per step (the cost the sdpa and flex paths pay), and the mask
+Its mask function builds nothing, so no mask is made per step (the cost the
+sdpa and flex paths pay: a dense or flex mask from position_ids), and the mask
 cannot be lost: it does not depend on transformers detecting packed
 sequences (which needs transformers >= 4.53.1 and no cache) nor on
 ``use_cache``. It refuses, with one clear error, what it cannot do exactly:
@@ -71,7 +71,20 @@ def packer_attention(kernel: str = "auto") -> str:
         raise PackerError(f"packer_attention needs transformers >= 4.48 (AttentionInterface): {e}") from None
     _kernel = kernel
     AttentionInterface.register(NAME, varlen_attention_forward)
+    try:  # transformers >= 4.53: without a mask function of our own it would drop a 2D mask silently
+        from transformers.masking_utils import AttentionMaskInterface
+        AttentionMaskInterface.register(NAME, _no_mask)
+    except ImportError:
+        pass
     return NAME
+
+
+def _no_mask(*args, attention_mask=None, **kwargs):
+    """The mask function for ``NAME``: builds nothing; refuses a padding mask (one host sync)."""
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 and not bool(attention_mask.all()):
+        raise PackerError(f"{NAME} attention takes no padding attention_mask: packer rows need none "
+                          "(drop attention_mask from the batch)")
+    return None
 
 
 def _version(v: str) -> tuple:
