@@ -52,3 +52,16 @@ def test_lightning_defaults_shard_in_order_and_resume_exactly(short_docs_build, 
             assert torch.equal(got, want)
     for k, v in full[0]["state"].items():
         torch.testing.assert_close(resumed[0]["state"][k], v, rtol=0, atol=0, msg=k)
+
+
+def test_packed_sampler_is_a_distributed_sampler_that_lightning_leaves_alone():
+    """Lightning replaces a loader's sampler unless it is a DistributedSampler; PackedSampler is one by
+    type, takes rank/world_size from torch.distributed (0 and 1 with no process group)."""
+    from torch.utils.data import DistributedSampler
+
+    s = PackedSampler(10, seed=3)
+    assert isinstance(s, DistributedSampler)
+    assert (s.rank, s.world_size, s.num_replicas) == (0, 1, 1)
+    assert sorted(s) == list(range(10))
+    t = PackedSampler(10, seed=3, rank=1, world_size=2)
+    assert list(t) == s.epoch_order()[1::2].tolist()
