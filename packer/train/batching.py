@@ -84,8 +84,8 @@ def padding_free(batch: Mapping, flash_kwargs: bool = False) -> dict:
     Returns ``input_ids``, ``labels``, ``position_ids`` of shape (1, B*L) and
     no attention_mask: the model finds the documents where position_ids
     restart; and ``use_cache=False``, without which transformers skips
-    finding them (a model's default is ``use_cache=True``). With ``flash_kwargs``, also ``cu_seq_lens_q``/``cu_seq_lens_k``
-    (int32) and ``max_length_q``/``max_length_k`` (int), the names that
+    finding them (a model's default is ``use_cache=True``). With
+    ``flash_kwargs``, also ``cu_seq_lens_q``/``cu_seq_lens_k`` (int32) and ``max_length_q``/``max_length_k`` (int), the names that
     transformers' flash-attention path reads (as DataCollatorWithFlattening
     writes them), which spares it recomputing them.
     """

@@ -238,6 +238,10 @@ def packed_sampler(dataset, args=None, **kwargs):
     from .sampler import PackedSampler
 
     kwargs.setdefault("seed", getattr(args, "seed", 0) if args is not None else 0)
+    # one global order on every process: accelerate hands each process its batches of it
+    # (a rank-sharded sampler here would be sharded twice)
+    kwargs.setdefault("rank", 0)
+    kwargs.setdefault("world_size", 1)
     return PackedSampler(dataset, **kwargs)
 
 
