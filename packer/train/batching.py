@@ -83,12 +83,16 @@ def padding_free(batch: Mapping, flash_kwargs: bool = False) -> dict:
 
     Returns ``input_ids``, ``labels``, ``position_ids`` of shape (1, B*L) and
     no attention_mask: the model finds the documents where position_ids
-    restart. With ``flash_kwargs``, also ``cu_seq_lens_q``/``cu_seq_lens_k``
-    (int32) and ``max_length_q``/``max_length_k`` (int), the names that
+    restart; and ``use_cache=False``, without which transformers skips
+    finding them (a model's default is ``use_cache=True``). With
+    ``flash_kwargs``, also ``cu_seq_lens_q``/``cu_seq_lens_k`` (int32) and ``max_length_q``/``max_length_k`` (int), the names that
     transformers' flash-attention path reads (as DataCollatorWithFlattening
     writes them), which spares it recomputing them.
     """
     out = {k: batch[k].reshape(1, -1) for k in ROW_KEYS}
+    # With a cache, transformers skips its packed-sequence detection (sdpa, eager, flex) and the
+    # documents of the row attend to each other; models default to use_cache=True.
+    out["use_cache"] = False
     if flash_kwargs:
         cu, mx = batch["cu_seqlens"], int(batch["max_seqlen"])
         out.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=mx, max_length_k=mx)
@@ -96,8 +100,20 @@ def padding_free(batch: Mapping, flash_kwargs: bool = False) -> dict:
 
 
 def collate_padding_free(rows: Sequence[Mapping[str, torch.Tensor]], flash_kwargs: bool = False) -> dict:
-    """``padding_free(collate(rows))``: a ``data_collator`` for HF Trainer."""
+    """``padding_free(collate(rows))``: a ``data_collator`` for HF Trainer.
+
+    Raises PackerError under transformers < 4.53.1 (see ``packer.train.hf``),
+    whose sdpa/eager attention would mix the documents of the row."""
+    global _checked
+    if not _checked:
+        from .hf import check_padding_free
+
+        check_padding_free()
+        _checked = True
     return padding_free(collate(rows), flash_kwargs)
+
+
+_checked = False
 
 
 def _built_batch(rows):

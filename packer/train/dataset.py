@@ -123,29 +123,25 @@ class _Mapped:
         self.slot = slot
 
 
-class Row(Mapping):
-    """One row of a batch built by ``PackedDataset.__getitems__``: a read-only
-    mapping with the keys of ``ds[i]``, whose tensors view the batch's."""
+class Row(dict):
+    """One row of a batch built by ``PackedDataset.__getitems__``: a dict with
+    the keys of ``ds[i]``, whose tensors view the batch's.
+
+    A real dict (not just a Mapping) because HF Trainer's column filter
+    (``RemoveColumnsCollator``) passes anything else through untouched, and
+    ``doc_lens`` (one length per piece: not stackable) then reaches
+    ``default_data_collator``; as a dict it is dropped there, and the rows
+    stack into (B, L) input_ids / labels / position_ids."""
 
     __slots__ = ("batch", "index")
     KEYS = ("input_ids", "labels", "position_ids", "doc_lens")
 
     def __init__(self, batch: dict, index: int):
+        at = batch["_piece_at"]
+        super().__init__(input_ids=batch["input_ids"][index], labels=batch["labels"][index],
+                         position_ids=batch["position_ids"][index],
+                         doc_lens=batch["_doc_lens"][int(at[index]):int(at[index + 1])])
         self.batch, self.index = batch, index
-
-    def __getitem__(self, key):
-        if key == "doc_lens":
-            at = self.batch["_piece_at"]
-            return self.batch["_doc_lens"][int(at[self.index]):int(at[self.index + 1])]
-        if key in self.KEYS:
-            return self.batch[key][self.index]
-        raise KeyError(key)
-
-    def __iter__(self):
-        return iter(self.KEYS)
-
-    def __len__(self):
-        return len(self.KEYS)
 
     def __repr__(self):
         return f"Row({self.index} of a batch of {self.batch['input_ids'].shape[0]})"
@@ -327,9 +323,9 @@ class PackedDataset(Dataset):
     def __getitems__(self, indices) -> "Rows":
         """Rows ``indices``, built together (DataLoader calls this with a whole batch).
 
-        Returns ``Rows``, a sequence of ``Row``: read-only mappings with the
-        keys of ``ds[i]``, whose tensors are views of the batch's (B, L)
-        tensors, made when read. ``collate`` takes the batch tensors
+        Returns ``Rows``, a sequence of ``Row``: dicts with the keys of
+        ``ds[i]``, whose tensors are views of the batch's (B, L) tensors,
+        made when read. ``collate`` takes the batch tensors
         themselves, without stacking.
         """
         return Rows(self.batch(indices))

@@ -13,6 +13,8 @@ apply that, fastest first on a GPU:
 - ``dense_mask(batch)``: a (B, 1, L, L) boolean mask for
   ``F.scaled_dot_product_attention(q, k, v, attn_mask=...)``, for setups with
   neither (CPU, older torch). It costs B*L*L bytes and a slower kernel.
+  ``dense_mask(batch, dtype=torch.float32)`` is the additive form, for
+  eager attention (HF's ``eager`` adds the mask to the scores).
 """
 
 from __future__ import annotations
@@ -62,9 +64,22 @@ def block_mask(batch_or_ids, *, block_size: int = 128, compile: bool = False):
     return fn(document_causal(ids), B, None, L, L, device=ids.device, BLOCK_SIZE=block_size)
 
 
-def dense_mask(batch_or_ids) -> torch.Tensor:
-    """(B, 1, L, L) bool, True where attention is allowed (SDPA's convention)."""
+def dense_mask(batch_or_ids, dtype: torch.dtype = torch.bool) -> torch.Tensor:
+    """(B, 1, L, L): document-causal mask.
+
+    ``dtype=torch.bool`` (default): True where attention is allowed, SDPA's
+    convention. A floating ``dtype``: an *additive* mask, 0 where allowed and
+    the dtype's most negative value elsewhere: what eager attention (HF's
+    ``eager``, or ``scores + mask``) needs; a bool mask there is added as
+    0/1 and masks nothing.
+    """
     ids = _document_ids(batch_or_ids)
     L = ids.shape[1]
     causal = torch.ones(L, L, dtype=torch.bool, device=ids.device).tril_()
-    return ((ids[:, :, None] == ids[:, None, :]) & causal)[:, None]
+    allowed = ((ids[:, :, None] == ids[:, None, :]) & causal)[:, None]
+    if dtype == torch.bool:
+        return allowed
+    if not dtype.is_floating_point:
+        raise ValueError(f"dense_mask: dtype must be torch.bool or a floating dtype, got {dtype}")
+    zero = torch.zeros((), dtype=dtype, device=ids.device)
+    return torch.where(allowed, zero, torch.finfo(dtype).min)

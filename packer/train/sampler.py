@@ -41,7 +41,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 import xxhash
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader, DistributedSampler
 
 from .batching import collate
 from ..errors import PackerError
@@ -50,15 +50,22 @@ from ..errors import PackerError
 _PERMUTE, _STREAM, _MIX = 1, 2, 3
 
 
-class PackedSampler(Sampler[int]):
+class PackedSampler(DistributedSampler):
     """Indices of this rank's rows, epoch by epoch; see the module docstring.
 
     ``source``: a PackedDataset (its builds' row counts), a row count, or a
-    sequence of per-build row counts.
+    sequence of per-build row counts. ``rank``/``world_size``: default to
+    torch.distributed's when a process group is initialized, else 0 and 1.
+
+    A ``DistributedSampler`` by type only (its ``__init__`` is not used): so
+    Lightning's ``use_distributed_sampler=True`` (the default) and other
+    trainers that re-shard a loader whose sampler is not distributed leave
+    this one, already sharded, alone.
     """
 
     def __init__(self, source, *, weights: Sequence[float] | None = None, num_samples: int | None = None,
-                 shuffle: bool = True, seed: int = 0, rank: int = 0, world_size: int = 1):
+                 shuffle: bool = True, seed: int = 0, rank: int | None = None, world_size: int | None = None):
+        rank, world_size = _rank_and_world(rank, world_size)
         if hasattr(source, "build_rows"):
             sizes = list(source.build_rows)
         elif isinstance(source, (int, np.integer)):
@@ -92,6 +99,10 @@ class PackedSampler(Sampler[int]):
         self._iter_start: int | None = None  # where the current (or last) iteration started
         self._yielded = 0
         self._cache: tuple[int, np.ndarray, str] | None = None
+
+    # DistributedSampler's attribute names, for code that reads them
+    num_replicas = property(lambda self: self.world_size)
+    drop_last = True
 
     # -- the epoch order ------------------------------------------------------
 
@@ -194,6 +205,18 @@ class PackedSampler(Sampler[int]):
                 "cannot resume: this epoch's row order differs from the saved one "
                 "(other builds, weights or shuffle, or another NumPy)"
             )
+
+
+def _rank_and_world(rank, world_size) -> tuple[int, int]:
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    dist = torch.distributed
+    on = dist.is_available() and dist.is_initialized()
+    if world_size is None:
+        world_size = dist.get_world_size() if on else 1
+    if rank is None:
+        rank = dist.get_rank() if on else 0
+    return rank, world_size
 
 
 class PackedLoader(DataLoader):

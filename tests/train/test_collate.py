@@ -188,7 +188,7 @@ def test_hf_transformers_padding_free(ds):
     rows = [ds[i] for i in _rows_with_boundaries(ds)]
     inputs = collate_padding_free(rows)  # input_ids, labels, position_ids: (1, B*L)
     with torch.no_grad():
-        out = model(**inputs, use_cache=False)
+        out = model(**inputs)  # the batch carries use_cache=False
         V = out.logits.shape[-1]
         per_token = F.cross_entropy(out.logits[0, :-1], inputs["labels"][0, 1:], ignore_index=-100, reduction="none")
         assert torch.allclose(out.loss, per_token.sum() / (inputs["labels"][0, 1:] != -100).sum(), atol=1e-5)

@@ -1,0 +1,263 @@
+"""HF transformers integration: a document-causal attention that needs no mask.
+
+One line selects it, for any model whose attention goes through
+transformers' ``AttentionInterface`` (Llama, Mistral, Qwen2/3, Gemma, ...)::
+
+    from packer.train.hf import packer_attention
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=packer_attention())
+    # or, on a model already made: model.set_attn_implementation(packer_attention())
+
+What it does, per attention layer, with q of (B, H, T, D) and k, v of
+(B, Hkv, T, D) as transformers hands them over:
+
+- the document boundaries come from the batch: ``cu_seq_lens_q`` /
+  ``max_length_q`` when the batch carries them (``collate_padding_free(rows,
+  flash_kwargs=True)``), else from ``position_ids`` (a segment starts where
+  the position is 0, and at every row start), so (B, L) packer rows and the
+  one row of B*L of the padding-free collator both work;
+- on CUDA in bf16/fp16 (autocast included: q, k, v are cast to the autocast
+  dtype, since the varlen ops are not autocast-aware and RoPE leaves them in
+  fp32) it calls flash-attn's ``flash_attn_varlen_func`` where flash-attn is
+  installed, else PyTorch's ``torch.nn.attention.varlen.varlen_attn``;
+- elsewhere (CPU, fp32, older torch) it runs SDPA with ``is_causal=True`` on
+  each segment alone: exact, slower.
+
+Its mask function builds nothing, so no mask is made per step (the cost the
+sdpa and flex paths pay: a dense or flex mask from position_ids), and the mask
+cannot be lost: it does not depend on transformers detecting packed
+sequences (which needs transformers >= 4.53.1 and no cache) nor on
+``use_cache``. It refuses, with one clear error, what it cannot do exactly:
+a padding ``attention_mask`` (packer rows need none: the padding tail is a
+segment of its own), a key/value cache longer than the query (generation:
+switch back with ``model.set_attn_implementation("sdpa")``), sliding windows,
+soft-capping and attention dropout.
+
+``check_padding_free()`` is the version check for the other path (sdpa,
+eager or flex finding documents in ``position_ids``); ``packed_sampler`` and
+``use_packed_sampler`` give HF Trainer packer's sampler.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import PackerError
+
+NAME = "packer_varlen"
+KERNELS = ("auto", "flash_attn", "torch_varlen", "sdpa")
+# transformers detects packed sequences from position_ids (sdpa, eager, flex)
+# from 4.53.1 on; before, a padding-free batch attends across documents.
+MIN_PADDING_FREE = (4, 53, 1)
+
+_kernel = "auto"
+
+
+def packer_attention(kernel: str = "auto") -> str:
+    """Register packer's attention with transformers; returns the name to pass
+    as ``attn_implementation``. ``kernel``: ``"auto"`` (flash-attn, else
+    torch varlen_attn, on CUDA; the exact per-segment SDPA elsewhere), or one
+    of ``"flash_attn"``, ``"torch_varlen"``, ``"sdpa"`` to force one."""
+    global _kernel
+    if kernel not in KERNELS:
+        raise PackerError(f"unknown attention kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
+    try:
+        from transformers import AttentionInterface
+    except ImportError as e:
+        raise PackerError(f"packer_attention needs transformers >= 4.48 (AttentionInterface): {e}") from None
+    _kernel = kernel
+    AttentionInterface.register(NAME, varlen_attention_forward)
+    try:  # transformers >= 4.53: without a mask function of our own it would drop a 2D mask silently
+        from transformers.masking_utils import AttentionMaskInterface
+        AttentionMaskInterface.register(NAME, _no_mask)
+    except ImportError:
+        pass
+    return NAME
+
+
+def _no_mask(*args, attention_mask=None, **kwargs):
+    """The mask function for ``NAME``: builds nothing; refuses a padding mask (one host sync)."""
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 and not bool(attention_mask.all()):
+        raise PackerError(f"{NAME} attention takes no padding attention_mask: packer rows need none "
+                          "(drop attention_mask from the batch)")
+    return None
+
+
+def _version(v: str) -> tuple:
+    out = []
+    for part in v.split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
+def check_padding_free(version: Optional[str] = None) -> None:
+    """Raise PackerError if this transformers would mix documents in a
+    padding-free (or packed (B, L)) batch run through sdpa, eager or flex."""
+    if version is None:
+        try:
+            import transformers
+        except ImportError:
+            return
+        version = transformers.__version__
+    if _version(version) < MIN_PADDING_FREE:
+        raise PackerError(
+            f"transformers {version} does not find documents in position_ids with sdpa/eager attention, so "
+            f"packed documents would attend to each other: upgrade to >= 4.53.1, or use "
+            f"attn_implementation=packer.train.hf.packer_attention()")
+
+
+def segments_of(position_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(B, T) positions -> cu_seqlens (S+1,) int32 over the flattened B*T slots, and the longest segment.
+
+    A segment starts where the position is 0 and at every row start. One host sync (for the max).
+    """
+    starts = position_ids == 0
+    starts[:, 0] = True
+    flat = starts.reshape(-1)
+    n = torch.tensor([flat.numel()], dtype=torch.int64, device=flat.device)
+    cu = torch.cat([flat.nonzero().view(-1), n]).to(torch.int32)
+    return cu, int((cu[1:] - cu[:-1]).max())
+
+
+def _refuse(module, attention_mask, kwargs, query, key) -> None:
+    if key.shape[2] != query.shape[2]:
+        raise PackerError(
+            f"{NAME} attention is for training on packed rows: it got {query.shape[2]} queries against "
+            f"{key.shape[2]} cached keys (generation?); use model.set_attn_implementation('sdpa') to generate")
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 and not bool(attention_mask.all()):
+        raise PackerError(f"{NAME} attention takes no padding attention_mask: packer rows need none "
+                          "(drop attention_mask from the batch)")
+    for name in ("sliding_window", "softcap"):
+        if kwargs.get(name) is not None or getattr(module, name, None) not in (None, 0):
+            raise PackerError(f"{NAME} attention does not support {name}; use the model's own attention")
+
+
+def varlen_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                             value: torch.Tensor, attention_mask: Optional[torch.Tensor],
+                             scaling: Optional[float] = None, dropout: float = 0.0, **kwargs):
+    """transformers' attention-function contract: q (B, H, T, D), k/v (B, Hkv, T, D)
+    -> (output (B, T, H, D), None). See the module docstring."""
+    _refuse(module, attention_mask, kwargs, query, key)
+    if dropout and module.training:
+        raise PackerError(f"{NAME} attention does not support attention dropout ({dropout}); set it to 0")
+    B, H, T, D = query.shape
+    cu, mx = kwargs.get("cu_seq_lens_q"), kwargs.get("max_length_q")
+    if cu is None or mx is None:
+        pos = kwargs.get("position_ids")
+        if pos is None:
+            raise PackerError(f"{NAME} attention needs the batch's position_ids (or cu_seq_lens_q/max_length_q) "
+                              "to find the documents; pass position_ids to the model")
+        pos = pos.to(query.device)
+        if pos.shape[0] != B:
+            pos = pos.expand(B, -1)
+        cu, mx = segments_of(pos)
+    cu = cu.to(device=query.device, dtype=torch.int32)
+    mx = int(mx)
+    if int(cu[-1]) != B * T:
+        raise PackerError(f"{NAME} attention: cu_seq_lens_q ends at {int(cu[-1])}, but the batch has {B * T} slots")
+    # (B, H, T, D) -> (B*T, H, D): the varlen layout
+    kernel = _pick(query)
+    if kernel == "sdpa":
+        q, k, v = (t.transpose(1, 2).reshape(B * T, t.shape[1], D) for t in (query, key, value))
+        out = _per_segment(q, k, v, cu, scaling)
+    else:
+        dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else query.dtype
+        # cast and re-lay-out in one copy each (RoPE leaves q, k in fp32 under autocast)
+        q, k, v = (t.transpose(1, 2).to(dtype=dtype, memory_format=torch.contiguous_format)
+                   .view(B * T, t.shape[1], D) for t in (query, key, value))
+        out = _KERNEL_FNS[kernel](q, k, v, cu, mx, scaling)
+    return out.view(B, T, H, D), None
+
+
+def _pick(q: torch.Tensor) -> str:
+    if _kernel != "auto":
+        return _kernel
+    low = q.dtype in (torch.bfloat16, torch.float16) or torch.is_autocast_enabled("cuda")
+    if q.device.type != "cuda" or not low:
+        return "sdpa"
+    try:
+        import flash_attn  # noqa: F401
+        return "flash_attn"
+    except ImportError:
+        pass
+    return "torch_varlen" if importlib.util.find_spec("torch.nn.attention.varlen") else "sdpa"
+
+
+def _torch_varlen(q, k, v, cu, mx, scale):
+    from torch.nn.attention.varlen import varlen_attn
+
+    params = inspect.signature(varlen_attn).parameters
+    kw = {}
+    if "scale" in params:
+        kw["scale"] = scale
+    elif scale is not None and abs(scale - q.shape[-1] ** -0.5) > 1e-6:
+        raise PackerError(f"this torch's varlen_attn takes no scale, and the model's ({scale}) is not 1/sqrt(head_dim)")
+    if "window_size" in params:  # torch >= 2.10: (-1, 0) = causal
+        kw["window_size"] = (-1, 0)
+    else:  # torch 2.9
+        kw["is_causal"] = True
+    if k.shape[1] != q.shape[1]:
+        if "enable_gqa" in params:
+            kw["enable_gqa"] = True
+        else:
+            rep = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    return varlen_attn(q, k, v, cu, cu, mx, mx, **kw)
+
+
+def _flash_attn(q, k, v, cu, mx, scale):
+    from flash_attn import flash_attn_varlen_func
+
+    return flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, softmax_scale=scale, causal=True)
+
+
+_KERNEL_FNS = {"flash_attn": _flash_attn, "torch_varlen": _torch_varlen}
+
+
+def _per_segment(q, k, v, cu, scale):
+    """Exact fallback: causal SDPA over each segment alone. q (N, H, D), k/v (N, Hkv, D) -> (N, H, D)."""
+    out = torch.empty_like(q)
+    rep = q.shape[1] // k.shape[1]
+    bounds = cu.tolist()
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        qs, ks, vs = (t[a:b].transpose(0, 1) for t in (q, k, v))  # (H, n, D)
+        if rep > 1:
+            ks, vs = ks.repeat_interleave(rep, 0), vs.repeat_interleave(rep, 0)
+        out[a:b] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale).transpose(0, 1)
+    return out
+
+
+def packed_sampler(dataset, args=None, **kwargs):
+    """A PackedSampler for HF Trainer: seed from ``args.seed``, one global
+    order (accelerate shards its batches over processes). kwargs pass on."""
+    from .sampler import PackedSampler
+
+    kwargs.setdefault("seed", getattr(args, "seed", 0) if args is not None else 0)
+    # one global order on every process: accelerate hands each process its batches of it
+    # (a rank-sharded sampler here would be sharded twice)
+    kwargs.setdefault("rank", 0)
+    kwargs.setdefault("world_size", 1)
+    return PackedSampler(dataset, **kwargs)
+
+
+def use_packed_sampler(trainer, **kwargs):
+    """Make ``trainer`` (an HF Trainer, or a subclass such as TRL's) read its
+    train set in PackedSampler order: ``use_packed_sampler(Trainer(...))``.
+
+    The order is a function of the seed and the epoch, so a run resumed from
+    a Trainer checkpoint (which replays the epoch's order and skips the
+    batches already trained) reads exactly the rows the full run reads.
+    Returns the trainer.
+    """
+
+    def _get_train_sampler(train_dataset=None, *a, **k):
+        ds = train_dataset if train_dataset is not None else trainer.train_dataset
+        return packed_sampler(ds, trainer.args, **kwargs)
+
+    trainer._get_train_sampler = _get_train_sampler
+    return trainer

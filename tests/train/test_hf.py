@@ -1,0 +1,128 @@
+"""packer.train.hf: the document-causal attention for HF transformers, the padding-free
+checks, and the additive dense mask for eager attention. CPU, tiny Llama from a config."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from packer import PackedDataset
+from packer.errors import PackerError
+from packer.train.batching import collate, collate_padding_free
+from packer.train.hf import check_padding_free, packer_attention, segments_of
+from packer.train.masks import dense_mask
+
+transformers = pytest.importorskip("transformers")
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ds(short_docs_build):
+    return PackedDataset(short_docs_build)
+
+
+def many_docs(ds, k=3):
+    """The k rows with the most pieces among the first 300 (so documents can mix)."""
+    n = [len(ds[i]["doc_lens"]) for i in range(min(len(ds), 300))]
+    out = [int(i) for i in np.argsort(n)[::-1][:k]]
+    assert n[out[0]] >= 3
+    return out
+
+
+def tiny(ds, attn="sdpa", seed=0):
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=ds.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=ds.seq_len)
+    m = LlamaForCausalLM(cfg)  # config default: use_cache=True
+    m.set_attn_implementation(attn)
+    return m
+
+
+def alone(model, ids, pos):
+    """(N, V) logits of every segment of the flat (N,) ids run alone through sdpa."""
+    impl = model.config._attn_implementation
+    model.set_attn_implementation("sdpa")
+    cu, _ = segments_of(pos.reshape(1, -1).clone())
+    out = torch.cat([model(input_ids=ids.reshape(-1)[a:b][None], use_cache=False).logits[0]
+                     for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())])
+    model.set_attn_implementation(impl)
+    return out
+
+
+@pytest.mark.parametrize("layout", ["rows", "padding_free", "flash_kwargs"])
+def test_packer_attention_equals_documents_alone(ds, layout):
+    """Logits and gradients of packed rows equal those of each document run alone, with the
+    model left at use_cache=True; the control (sdpa with that cache) mixes documents."""
+    model = tiny(ds, packer_attention())
+    rows = [ds[i] for i in many_docs(ds, 2)]
+    if layout == "rows":
+        b = collate(rows)
+        inputs = {k: b[k] for k in ("input_ids", "labels", "position_ids")}
+    else:
+        inputs = collate_padding_free(rows, flash_kwargs=layout == "flash_kwargs")
+        inputs.pop("use_cache")  # the model's default (True) must not matter here
+    out = model(**inputs)
+    out.loss.backward()
+    g_packed = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+
+    ids, pos, lab = inputs["input_ids"], inputs["position_ids"], inputs["labels"]
+    ref = alone(model, ids, pos)
+    torch.testing.assert_close(out.logits.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    # the same loss from documents alone: mean over the labelled tokens of the flat batch
+    flat_lab = lab.reshape(-1)
+    nxt = torch.cat([flat_lab[1:], flat_lab.new_full((1,), -100)])
+    starts = torch.zeros_like(flat_lab, dtype=torch.bool)
+    starts[::ids.shape[-1]] = True  # HF shifts per row: a row's last slot predicts nothing
+    nxt[torch.roll(starts, -1)] = -100
+    model.set_attn_implementation("sdpa")
+    ref = alone(model, ids, pos)
+    F.cross_entropy(ref, nxt, ignore_index=-100).backward()
+    for a, b in zip(g_packed, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+    mixed = tiny(ds, "sdpa")(**{k: v for k, v in inputs.items() if k in ("input_ids", "position_ids")}).logits
+    assert (mixed.reshape(ref.shape) - ref).abs().max() > 1e-3  # with a cache, sdpa finds no documents
+
+
+def test_packer_attention_refuses_what_it_cannot_do(ds):
+    model = tiny(ds, packer_attention()).eval()
+    b = collate([ds[i] for i in many_docs(ds, 2)])
+    mask = torch.ones_like(b["input_ids"])
+    mask[0, -3:] = 0
+    with pytest.raises(PackerError, match="attention_mask"):
+        model(input_ids=b["input_ids"], position_ids=b["position_ids"], attention_mask=mask)
+    ids = b["input_ids"][:1, :8]
+    with torch.no_grad():
+        past = model(input_ids=ids, use_cache=True).past_key_values
+        with pytest.raises(PackerError, match="generation"):
+            model(input_ids=ids[:, -1:], past_key_values=past, use_cache=True)
+    with pytest.raises(PackerError, match="unknown attention kernel"):
+        packer_attention("cudnn")
+
+
+def test_padding_free_refuses_old_transformers():
+    with pytest.raises(PackerError, match="4.53.1"):
+        check_padding_free("4.53.0")
+    with pytest.raises(PackerError):
+        check_padding_free("4.44.2")
+    check_padding_free("4.53.1")
+    check_padding_free("5.0.0.dev0")
+
+
+def test_dense_mask_additive_through_eager(ds):
+    """eager adds the mask to the scores: the float dense mask isolates documents, a bool one does not."""
+    model = tiny(ds, "eager").eval()
+    b = collate([ds[i] for i in many_docs(ds, 2)])
+    with torch.no_grad():
+        ref = alone(model, b["input_ids"], b["position_ids"])
+        got = model(input_ids=b["input_ids"], position_ids=b["position_ids"],
+                    attention_mask=dense_mask(b, dtype=torch.float32)).logits
+        torch.testing.assert_close(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+        bad = model(input_ids=b["input_ids"], position_ids=b["position_ids"], attention_mask=dense_mask(b)).logits
+    assert (bad.reshape(ref.shape) - ref).abs().max() > 1e-3
+    m = dense_mask(b, dtype=torch.bfloat16)
+    assert m.dtype == torch.bfloat16 and m.shape == dense_mask(b).shape
+    assert torch.equal(m == 0, dense_mask(b))
