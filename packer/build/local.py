@@ -230,7 +230,7 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
     slots = threading.Semaphore(2 * workers + 2)
     window = _Window(max(4 * workers * PART_BYTES, 2 * max(u.weight for u in todo)))
     stop = threading.Event()
-    reader = threading.Thread(target=_read_units, args=(todo, job.text_field, events, slots, window, stop, on_bytes),
+    reader = threading.Thread(target=_read_units, args=(todo, job.read_field, events, slots, window, stop, on_bytes),
                               name="packer-reader", daemon=True)
     by_index = {u.index: u for u in todo}
     chunks: dict[int, dict[int, ChunkResult]] = {u.index: {} for u in todo}

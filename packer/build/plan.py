@@ -37,14 +37,14 @@ def plan_units(slices: list[tuple[Slice, int]], unit_bytes: int) -> list[Unit]:
     return units
 
 
-def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit]) -> dict:
+def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit], chat=None) -> dict:
     """The settings build.json and the manifest record, and ``--resume`` compares (key order is part of the bytes)."""
     o = cfg.output
     plan = hashlib.sha256()
     for u in units:
         for sl in u.slices:
             plan.update(f"{u.index}\0{sl.file.path}\0{sl.file.size}\0{sl.start}\0{sl.end}\n".encode())
-    return {
+    settings = {
         "seq_len": o.seq_len,
         "pack": o.pack,
         "eos": o.eos,
@@ -54,6 +54,15 @@ def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit]) -
         "tokenizer_fingerprint": tok.fingerprint,
         "input_plan": plan.hexdigest(),
     }
+    if chat is not None:  # only chat builds carry the key: other builds keep their bytes
+        settings["chat"] = {
+            "fields": [chat.fields.messages, chat.fields.prompt, chat.fields.completion],
+            "template_source": chat.spec.source,
+            "template_fingerprint": chat.spec.fingerprint(),
+            "train_on": chat.spec.train_on,
+            "truncate": chat.truncate,
+        }
+    return settings
 
 
 def sample_texts(slices, text_field: str = "text", max_docs: int = SAMPLE_DOCS, max_chars: int = SAMPLE_CHARS,

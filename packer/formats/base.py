@@ -67,6 +67,9 @@ SKIP_REASONS = {
     "unreadable": "the file could not be read (vanished, permission, I/O error)",
     "no_tokens": "the text encodes to no tokens at all (only with --no-eos)",
 }
+from .chat import CHAT_SKIP_REASONS  # noqa: E402  (chat builds: packer/formats/chat.py)
+
+SKIP_REASONS.update(CHAT_SKIP_REASONS)
 
 
 @dataclass(frozen=True)
