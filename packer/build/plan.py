@@ -47,7 +47,7 @@ def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit], c
     settings = {
         "seq_len": o.seq_len,
         "pack": o.pack,
-        "eos": o.eos,
+        "eos": o.eos and chat is None,  # a chat build adds no EOS: its template writes the end-of-turn tokens
         "text_field": o.text_field,
         "unit_bytes": o.unit_bytes,
         "tokenizer": tok.name,

@@ -19,10 +19,10 @@ Columns of a shard, one row per packed sequence of ``seq_len`` slots:
 from .manifest import read_manifest
 from .reader import open_shard, open_shard_buffer
 from .schema import (BUILD_JSON, CHECKSUM, FORMAT_NAME, FORMAT_VERSION, LOSS_MASK, MANIFEST, REQUIRED, SHARD_DIR, UNIT_DIR,
-                     checksum, dtype_for_vocab, file_checksum, schema, schema_problems, shard_table, table_bytes)
+                     checksum, dtype_for_vocab, loss_mask_type, file_checksum, schema, schema_problems, shard_table, table_bytes)
 
 __all__ = [
     "read_manifest", "open_shard", "open_shard_buffer", "BUILD_JSON", "CHECKSUM", "LOSS_MASK", "FORMAT_NAME", "FORMAT_VERSION",
-    "MANIFEST", "REQUIRED", "SHARD_DIR", "UNIT_DIR", "checksum", "dtype_for_vocab", "file_checksum", "schema",
+    "MANIFEST", "REQUIRED", "SHARD_DIR", "UNIT_DIR", "checksum", "dtype_for_vocab", "loss_mask_type", "file_checksum", "schema",
     "schema_problems", "shard_table", "table_bytes",
 ]

@@ -47,6 +47,11 @@ def schema(seq_len: int, dtype: str) -> pa.Schema:
     )
 
 
+def loss_mask_type(seq_len: int) -> pa.DataType:
+    """The type of the optional ``loss_mask`` column."""
+    return pa.list_(pa.uint8(), seq_len)
+
+
 def shard_table(
     tokens: np.ndarray, seq_len: int, piece_row: np.ndarray, piece_len: np.ndarray,
     piece_doc: np.ndarray, piece_off: np.ndarray, num_rows: int, loss_mask: np.ndarray | None = None,
@@ -65,7 +70,7 @@ def shard_table(
     cols, sch = [ids, lst(piece_len), lst(piece_doc), lst(piece_off)], schema(seq_len, str(tokens.dtype))
     if loss_mask is not None:
         cols.append(pa.FixedSizeListArray.from_arrays(_arrow(loss_mask.astype(np.uint8, copy=False)), seq_len))
-        sch = sch.append(pa.field(LOSS_MASK, pa.list_(pa.uint8(), seq_len), nullable=False))
+        sch = sch.append(pa.field(LOSS_MASK, loss_mask_type(seq_len), nullable=False))
     return pa.Table.from_arrays(cols, schema=sch)
 
 
