@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -117,7 +118,10 @@ def load_chat_template(tokenizer: str | None, template_file: str | None, special
         raise PackerError(f"no chat template for {tokenizer}: none in {cfg_path} or chat_template.jinja; "
                           "pass --chat-template FILE")
     specials = tuple((k, s) for k in _SPECIAL_KEYS if (s := _token_text(cfg.get(k))) is not None)
-    spec = ChatSpec(template, specials, tuple(sorted(set(special_tokens), key=len, reverse=True)), train_on, source)
+    # End-of-turn candidates: the special tokens the template can write (named in its source, or
+    # passed to it as eos_token and kin); Llama 3 has 256 reserved specials no template writes.
+    written = {t for t in special_tokens if t in template} | {s for _, s in specials if s in special_tokens}
+    spec = ChatSpec(template, specials, tuple(sorted(written, key=len, reverse=True)), train_on, source)
     try:
         compile_template(template)
     except Exception as e:
@@ -160,6 +164,8 @@ class ChatRenderer:
         self.spec = spec
         self._tpl = compile_template(spec.template)
         self._kw = dict(spec.specials)
+        self._close = re.compile("|".join(map(re.escape, spec.end_tokens))) if spec.end_tokens else None
+        self._skeletons: dict = {}  # conversation shape -> marker rendering (see _skeleton)
 
     def render_text(self, messages: list[dict]) -> str:
         """The rendered string, as ``apply_chat_template(messages, tokenize=False)`` gives it."""
@@ -184,8 +190,28 @@ class ChatRenderer:
             return text, [(0, len(text))]
         if not any(trained):
             return text, []
-        marked = [{**m, "content": _marker(i)} for i, m in enumerate(messages)]
-        skeleton = self.render_text(marked)
+        try:
+            return text, self._spans(text, self._skeleton(messages, cached=True), messages, trained)
+        except ChatError:  # a skeleton of another conversation of this shape may not fit this one
+            return text, self._spans(text, self._skeleton(messages, cached=False), messages, trained)
+
+    def _skeleton(self, messages: list[dict], cached: bool) -> str:
+        """The rendering with every content replaced by its marker. Conversations of one shape
+        (roles and every other field) mostly share it, so it is kept by shape; a kept one is only a
+        guess that ``_spans`` checks character for character, and rendered afresh if it fails."""
+        key = tuple((m["role"], tuple(sorted((k, repr(v)) for k, v in m.items() if k != "content")))
+                    for m in messages)
+        if cached and key in self._skeletons:
+            return self._skeletons[key]
+        skeleton = self.render_text([{**m, "content": _marker(i)} for i, m in enumerate(messages)])
+        if len(self._skeletons) >= 4096:
+            self._skeletons.clear()
+        self._skeletons[key] = skeleton
+        return skeleton
+
+    def _spans(self, text: str, skeleton: str, messages: list[dict], trained: list[bool]) -> list[tuple[int, int]]:
+        """The trained spans of ``text``, given its skeleton; ``ChatError`` if the text is not the
+        skeleton with the contents put in."""
         # Where each marker stands in the skeleton: the template's own text lies between them.
         found = []
         for i in range(len(messages)):
@@ -210,12 +236,12 @@ class ChatRenderer:
                 raise ChatError("template_mismatch")
             end = pos + len(cand)
             if trained[i]:
-                close = next((t for t in self.spec.end_tokens if text.startswith(t, end)), None)
-                spans.append((pos, end + (len(close) if close else 0)))
+                close = self._close.match(text, end) if self._close is not None else None
+                spans.append((pos, close.end() if close else end))
             pos = end
         if text[pos:] != skeleton[sk:]:
             raise ChatError("template_mismatch")
-        return text, [s for s in spans if s[1] > s[0]]
+        return [s for s in spans if s[1] > s[0]]
 
     @staticmethod
     def _next_marker(skeleton: str, start: int) -> int:
