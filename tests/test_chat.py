@@ -94,9 +94,12 @@ def documents(out):
     m = json.load(open(os.path.join(out, "manifest.json")))
     assert len(m["shards"]) == 1
     t = pa.ipc.open_file(os.path.join(out, m["shards"][0]["path"])).read_all()
+    L = m["seq_len"]
+    rows_ids = t.column("input_ids").combine_chunks().values.to_numpy().reshape(-1, L)
+    rows_mask = t.column("loss_mask").combine_chunks().values.to_numpy().reshape(-1, L)
     docs: dict[int, list] = {}
-    for ids, mask, lens, idx, off in zip(*(t.column(c).to_pylist() for c in
-                                           ("input_ids", "loss_mask", "doc_lens", "doc_index", "doc_offset"))):
+    for ids, mask, lens, idx, off in zip(rows_ids, rows_mask, *(t.column(c).to_pylist() for c in
+                                                                ("doc_lens", "doc_index", "doc_offset"))):
         s = 0
         for n, d, o in zip(lens, idx, off):
             docs.setdefault(d, []).append((o, ids[s:s + n], mask[s:s + n]))
@@ -109,26 +112,28 @@ def documents(out):
     return m, out_docs
 
 
-@pytest.mark.parametrize("name", ["llama3", "chatml", "mistral"])
-def test_ids_and_mask_equal_transformers(folders, tmp_path, name):
+@pytest.mark.parametrize("name,n", [("llama3", 3000), ("chatml", 1500), ("mistral", 1500)])
+def test_ids_and_mask_equal_transformers(folders, tmp_path, name, n):
+    """Every conversation's ids and mask; the packing figures on the 3,000 of the real Llama 3 template."""
     if name not in folders:
         pytest.skip("../shared/data/mistral-v3 not present")
     folder, gen = folders[name]
     tk = transformers.AutoTokenizer.from_pretrained(folder)
-    records = conversations(3000, seed=1, max_turns=6)
+    records = conversations(n, seed=1, max_turns=6)
     ref = reference(tk, gen, records)
     seq_len = 2048
     src = _write(tmp_path / "chat.jsonl", records)
     m = build([src], str(tmp_path / "out"), seq_len=seq_len, tokenizer=folder, chat=True, workers=2).manifest
     m, docs = documents(str(tmp_path / "out"))
     fits = [r for r in ref if len(r[0]) <= seq_len]
-    assert len(fits) > 2900 and m["totals"]["skipped"] == ({"too_long": len(ref) - len(fits)} if len(fits) < len(ref) else {})
+    assert len(fits) > 0.95 * n and m["totals"]["skipped"] == ({"too_long": len(ref) - len(fits)} if len(fits) < len(ref) else {})
     assert len(docs) == len(fits)
     for (ids, mask), (rids, rmask) in zip(docs, fits):
         np.testing.assert_array_equal(ids, rids)  # the dangling generation prompt is kept (and masked)
         np.testing.assert_array_equal(mask, rmask)
     assert m["totals"]["documents_split"] == 0
-    assert m["totals"]["padding_pct"] <= 0.1
+    if n >= 3000:  # (fewer rows: the last row's gap alone weighs more)
+        assert m["totals"]["padding_pct"] <= 0.1
     trained = sum(int(r[1].sum()) for r in fits)
     assert m["totals"]["trained_tokens"] == trained and 0 < trained < m["totals"]["tokens"]
 
@@ -210,19 +215,25 @@ def test_user_mistakes_are_one_line(folders, tmp_path, gpt2_path):
         build([src], str(tmp_path / "c"), truncate=True)
 
 
-def test_dataset_labels_and_a_tiny_model_loss_count_exactly_the_assistant_tokens(folders, tmp_path):
-    torch = pytest.importorskip("torch")
-    from packer import PackedDataset, collate
-
+@pytest.fixture(scope="module")
+def small(folders, tmp_path_factory):
+    """A chat build of 60 conversations (seq_len 512), with transformers' (ids, mask) of those that fit."""
     folder, gen = folders["llama3"]
     tk = transformers.AutoTokenizer.from_pretrained(folder)
     records = conversations(60, seed=3, max_reply=3)
-    ref = reference(tk, gen, records)
-    src = _write(tmp_path / "chat.jsonl", records)
-    out = str(tmp_path / "out")
+    root = tmp_path_factory.mktemp("small")
+    src = _write(root / "chat.jsonl", records)
+    out = str(root / "out")
     build([src], out, seq_len=512, tokenizer=folder, chat=True, workers=1)
+    return out, tk, [r for r in reference(tk, gen, records) if len(r[0]) <= 512]
+
+
+def test_dataset_labels_and_a_tiny_model_loss_count_exactly_the_assistant_tokens(small):
+    torch = pytest.importorskip("torch")
+    from packer import PackedDataset, collate
+
+    out, tk, ref = small
     m, docs = documents(out)
-    ref = [r for r in ref if len(r[0]) <= 512]
     ds = PackedDataset(out)
     batch = collate([ds[i] for i in range(len(ds))])
     # Labels are the ids exactly where the (independent) assistant mask is on, -100 elsewhere.
@@ -238,7 +249,8 @@ def test_dataset_labels_and_a_tiny_model_loss_count_exactly_the_assistant_tokens
     assert (want != -100).sum() == m["totals"]["trained_tokens"]
 
     cfg = transformers.LlamaConfig(vocab_size=len(tk), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512)
+                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
+                                   tie_word_embeddings=True)
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -257,31 +269,38 @@ def test_dataset_labels_and_a_tiny_model_loss_count_exactly_the_assistant_tokens
         opt.step()
 
 
-def test_show_and_stats_mark_the_trained_tokens(folders, tmp_path):
+def test_show_and_stats_mark_the_trained_tokens(small, copy_build):
     from click.testing import CliRunner
 
     from packer.cli import main
 
-    folder = folders["llama3"][0]
-    recs = [{"messages": [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue."}]}]
-    src = _write(tmp_path / "c.jsonl", recs)
-    out = str(tmp_path / "o")
-    r = CliRunner().invoke(main, ["build", src, out, "--chat", "--tokenizer", folder, "--seq-len", "64", "-q"])
-    assert r.exit_code == 0, r.output
+    out, tk, ref = small
+    m, docs = documents(out)
+    r = CliRunner().invoke(main, ["show", out, "0", "--ids"])
+    assert r.exit_code == 0
+    # The ids between the marks are the trained ones of row 0's first conversation, and only those.
+    lines = r.output.splitlines()
+    i = next(k for k, x in enumerate(lines) if x.startswith("[doc "))
+    d = int(lines[i].split(":")[1].split()[0])  # "[doc UNIT:INDEX piece ..."
+    marked = [int(x) for run in lines[i + 1].split("⟦")[1:] for x in run.split("⟧")[0].split()]
+    assert marked and marked == ref[d][0][ref[d][1] == 1].tolist()
     r = CliRunner().invoke(main, ["show", out, "0"])
-    assert r.exit_code == 0 and "⟦Blue.<|eot_id|>⟧" in r.output and "Name a colour." in r.output
+    assert r.exit_code == 0 and "⟦" in r.output and "<|eot_id|>⟧" in r.output
     r = CliRunner().invoke(main, ["stats", out, "--json"])
     fig = json.loads(r.output[: r.output.rindex("}") + 1])
-    assert r.exit_code == 0 and fig["ok"] and fig["trained_tokens"] == 3  # "Blue", ".", <|eot_id|>
+    assert r.exit_code == 0 and fig["ok"] and fig["trained_tokens"] == sum(int(x[1].sum()) for x in ref)
+    out = copy_build(out)
     # A damaged mask (a padding slot marked trained) is found.
     m = json.load(open(os.path.join(out, "manifest.json")))
     path = os.path.join(out, m["shards"][0]["path"])
     t = pa.ipc.open_file(path).read_all()
     mask = np.array(t.column("loss_mask").to_pylist(), dtype=np.uint8)
-    mask[0, -1] = 1
+    L = m["seq_len"]
+    padded = next(r for r in range(t.num_rows) if sum(t.column("doc_lens")[r].as_py()) < L)
+    mask[padded, -1] = 1
     from packer.shards import loss_mask_type
-    col = pa.FixedSizeListArray.from_arrays(pa.array(mask.reshape(-1), pa.uint8()), 64)
-    t = t.set_column(t.schema.get_field_index("loss_mask"), pa.field("loss_mask", loss_mask_type(64), False), col)
+    col = pa.FixedSizeListArray.from_arrays(pa.array(mask.reshape(-1), pa.uint8()), L)
+    t = t.set_column(t.schema.get_field_index("loss_mask"), pa.field("loss_mask", loss_mask_type(L), False), col)
     with pa.ipc.new_file(path, t.schema) as w:
         w.write_table(t)
     r = CliRunner().invoke(main, ["stats", out])

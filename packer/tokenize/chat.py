@@ -123,6 +123,10 @@ def load_chat_template(tokenizer: str | None, template_file: str | None, special
     written = {t for t in special_tokens if t in template} | {s for _, s in specials if s in special_tokens}
     spec = ChatSpec(template, specials, tuple(sorted(written, key=len, reverse=True)), train_on, source)
     try:
+        import jinja2  # noqa: F401
+    except ImportError:
+        raise PackerError("--chat needs jinja2 to render chat templates: pip install 'packer[chat]'") from None
+    try:
         compile_template(template)
     except Exception as e:
         raise PackerError(f"chat template from {source} does not compile: {e}") from None
