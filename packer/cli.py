@@ -96,9 +96,24 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 @click.option("--ray-address", default=None, metavar="ADDR",
               help="With --engine ray: the cluster to use (HOST:PORT, auto, ray://HOST:PORT). Default: $RAY_ADDRESS, "
                    "else a Ray started on this machine for the build.")
+@click.option("--chat", is_flag=True,
+              help="Chat data (docs/chat.md): records with messages (or prompt/completion), rendered by the "
+                   "tokenizer's chat template, trained only on the assistant's turns (a loss_mask column).")
+@click.option("--chat-template", default=None, metavar="FILE",
+              help="With --chat: a jinja chat template to use instead of the tokenizer's (tokenizer_config.json).")
+@click.option("--train-on", type=click.Choice(["assistant", "all"]), default="assistant", show_default=True,
+              help="With --chat: assistant = each assistant message's content and the end-of-turn token after it; "
+                   "all = the whole conversation.")
+@click.option("--truncate", is_flag=True,
+              help="With --chat: keep the first seq_len tokens of a longer conversation (counted) instead of "
+                   "dropping it (counted as too_long).")
+@click.option("--messages-field", default="messages", show_default=True, help="With --chat: the field of the messages list.")
+@click.option("--prompt-field", default="prompt", show_default=True, help="With --chat: the prompt field of prompt/completion records.")
+@click.option("--completion-field", default="completion", show_default=True, help="With --chat: the completion field.")
 @_user_errors
 def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, text_field, no_eos, eos_token, max_record_mb,
-          unit_mb, strict, overwrite, resume, quiet, engine, ray_address):
+          unit_mb, strict, overwrite, resume, quiet, engine, ray_address, chat, chat_template, train_on, truncate,
+          messages_field, prompt_field, completion_field):
     """Tokenize and pack INPUT... (folders, files, globs) into shards in OUT.
 
     Inputs: .txt/.md (one document per file), .jsonl, .jsonl.gz, .jsonl.zst, .parquet.
@@ -121,6 +136,11 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
     )
     if max_record_mb != 256.0:  # the default is the library's own (DEFAULT_MAX_RECORD)
         options["max_record_mb"] = max_record_mb
+    if chat:  # (passed only for chat builds, so the options of other builds are unchanged)
+        options.update(chat=chat, chat_template=chat_template, train_on=train_on, truncate=truncate,
+                       messages_field=messages_field, prompt_field=prompt_field, completion_field=completion_field)
+    elif chat_template is not None or truncate or train_on != "assistant":
+        raise PackerError("--chat-template, --train-on and --truncate apply to chat builds: add --chat")
     bar = None if quiet else _Progress()
     try:
         old_term = signal.signal(signal.SIGTERM, _on_sigterm)

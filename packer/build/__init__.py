@@ -17,7 +17,7 @@ deterministically (unit.py). Everything else follows from that:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .. import faults
 from .. import shards as S
@@ -44,6 +44,21 @@ class BuildResult:
     units_run: int
     units_skipped: int
     notes: list[str] = field(default_factory=list)
+
+
+def chat_job(o: OutputSettings, tok):
+    """The ChatJob of a chat build: its template (loaded and compiled here, once), fields and rules."""
+    from ..formats.chat import ChatFields
+    from ..tokenize.chat import load_chat_template
+    from ..tokenize.tokenizer import _LOADED
+    from .chat_unit import ChatJob
+
+    if tok.kind != "hf":
+        raise PackerError("--chat needs --tokenizer: a folder with tokenizer.json and a chat template")
+    hf = _LOADED.get(tok.fingerprint)
+    specials = [t.content for t in hf.get_added_tokens_decoder().values() if t.special] if hf is not None else []
+    spec = load_chat_template(o.tokenizer, o.chat_template, specials, o.train_on)
+    return ChatJob(spec, ChatFields(o.messages_field, o.prompt_field, o.completion_field), o.truncate)
 
 
 def engine_for(cfg: BuildConfig):
@@ -81,16 +96,21 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, **opt
 def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
     t0 = time.perf_counter()
     o = cfg.output
-    tok = resolve_tokenizer(o.tokenizer, o.eos, o.eos_token)
+    # A chat template writes BOS and the end-of-turn tokens itself: a chat build adds no EOS.
+    tok = resolve_tokenizer(o.tokenizer, o.eos and not o.chat, o.eos_token)
+    chat = chat_job(o, tok) if o.chat else None
     found = discover(list(cfg.inputs), exclude=cfg.out, on_sized=on_sized)
     if not found.files:
         raise PackerError(f"no input files found in {', '.join(cfg.inputs)}")
     units = plan_units(plan_slices(found.files, o.unit_bytes), o.unit_bytes)
-    tok = choose_backend(tok, cfg.run.tokenizer_backend,
-                         lambda: sample_texts([s for u in units for s in u.slices], o.text_field))
-    settings = recorded_settings(cfg, tok, units)
+    if chat is not None:
+        tok = replace(tok, backend="hf", backend_reason="chat build: HF tokenizers, whose offsets place the trained spans")
+    else:
+        tok = choose_backend(tok, cfg.run.tokenizer_backend,
+                             lambda: sample_texts([s for u in units for s in u.slices], o.text_field))
+    settings = recorded_settings(cfg, tok, units, chat)
     job = Job(cfg.out, o.seq_len, o.pack, o.text_field, cfg.run.strict, tok, S.dtype_for_vocab(tok.vocab_size),
-              o.max_record_bytes)
+              o.max_record_bytes, chat)
 
     out = storage_for(cfg.out)
     lock = out.lock()  # one build at a time in OUT; says who holds it

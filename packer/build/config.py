@@ -47,6 +47,14 @@ class OutputSettings:
     eos_token: str | None = None  # None = the tokenizer's own
     unit_bytes: int = DEFAULT_UNIT_BYTES  # input bytes per work unit (one shard each)
     max_record_bytes: int = DEFAULT_MAX_RECORD  # a longer record is skipped (too_long): bounds a reader's memory
+    # Chat builds (docs/chat.md): conversations through the tokenizer's chat template, with a loss mask.
+    chat: bool = False
+    chat_template: str | None = None  # a jinja file; None = the tokenizer's (tokenizer_config.json)
+    train_on: str = "assistant"  # "assistant" (their turns and end-of-turn tokens) | "all"
+    truncate: bool = False  # a conversation over seq_len: False = dropped and counted, True = cut and counted
+    messages_field: str = "messages"
+    prompt_field: str = "prompt"
+    completion_field: str = "completion"
 
 
 @dataclass(frozen=True)
@@ -141,5 +149,9 @@ class BuildConfig:
         if r.resume and r.overwrite:
             raise PackerError("--resume and --overwrite contradict each other: --resume keeps the build in OUT, "
                               "--overwrite replaces it; pass one")
+        if o.train_on not in ("assistant", "all"):
+            raise PackerError(f"unknown --train-on {o.train_on!r}: choose assistant or all")
+        if not o.chat and (o.chat_template is not None or o.truncate or o.train_on != "assistant"):
+            raise PackerError("--chat-template, --train-on and --truncate apply to chat builds: add --chat")
         if r.workers < 0:
             raise PackerError(f"--workers must be 0 (all cores) or a positive number (got {r.workers})")

@@ -22,7 +22,8 @@ from ..errors import PackerError
 from ..formats import PART_BYTES, Part, iter_parts_many
 from ..tokenize import Encoder
 from .plan import Unit
-from .unit import ChunkResult, Job, assemble_unit, bounded_malloc, encode_chunk, get_encoder, init_worker
+from .plan import ChunkResult
+from .unit import Job, assemble_unit, bounded_malloc, encode_chunk, get_encoder, init_worker
 
 
 class LocalEngine:
@@ -230,7 +231,7 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
     slots = threading.Semaphore(2 * workers + 2)
     window = _Window(max(4 * workers * PART_BYTES, 2 * max(u.weight for u in todo)))
     stop = threading.Event()
-    reader = threading.Thread(target=_read_units, args=(todo, job.text_field, events, slots, window, stop, on_bytes, job.max_record),
+    reader = threading.Thread(target=_read_units, args=(todo, job.read_field, events, slots, window, stop, on_bytes, job.max_record),
                               name="packer-reader", daemon=True)
     by_index = {u.index: u for u in todo}
     chunks: dict[int, dict[int, ChunkResult]] = {u.index: {} for u in todo}

@@ -156,8 +156,12 @@ def manifest(cfg, tok, job, settings: dict, units, records: dict[int, dict], fou
         "input_bytes": sum(f.size for f in found.files),
         "ignored_files": len(found.ignored),
     }
+    if job.chat is not None:  # only chat builds: other manifests keep their bytes
+        totals["trained_tokens"] = sum(r["trained_tokens"] for r in recs)
+        totals["trained_pct"] = round(100.0 * totals["trained_tokens"] / max(1, totals["tokens"]), 4)
+        totals["truncated"] = sum(r["truncated"] for r in recs)
     shard_keys = ("unit", "path", "rows", "tokens", "pieces", "documents", "documents_split", "padding", "bytes", S.CHECKSUM, "sources")
-    return {
+    m = {
         "format": S.FORMAT_NAME,
         "format_version": S.FORMAT_VERSION,
         "seq_len": cfg.output.seq_len,
@@ -171,3 +175,8 @@ def manifest(cfg, tok, job, settings: dict, units, records: dict[int, dict], fou
         "totals": totals,
         "shards": [{k: r[k] for k in shard_keys} for r in recs],
     }
+    if job.chat is not None:
+        m["columns"] = [S.LOSS_MASK]  # optional shard columns this build wrote
+        for s, r in zip(m["shards"], recs):
+            s["trained_tokens"] = r["trained_tokens"]
+    return m

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..formats import DEFAULT_MAX_RECORD, REGISTRY, Skip, Slice, read_slice
 from ..tokenize import TokenizerInfo
 from ..tokenize.tiktoken_engine import SAMPLE_CHARS, SAMPLE_DOCS, SAMPLE_TEXT_CHARS
@@ -21,6 +23,18 @@ class Unit:
     index: int
     slices: tuple[Slice, ...]
     weight: int  # input bytes, for progress and ETA
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """One chunk, tokenized: every document's ids back to back, in order."""
+
+    tokens: np.ndarray  # (sum(lengths),) in the shard dtype, EOS included
+    lengths: np.ndarray  # (documents,) int64; 0 for a document that encoded to nothing
+    skipped: tuple[Skip, ...]  # records not used, in input order
+    nbytes: int  # raw input bytes of the chunk
+    mask: np.ndarray | None = None  # chat builds: (sum(lengths),) uint8, 1 = trained on (loss_mask)
+    truncated: int = 0  # chat builds: conversations cut to seq_len (--truncate)
 
 
 def plan_units(slices: list[tuple[Slice, int]], unit_bytes: int) -> list[Unit]:
@@ -37,17 +51,17 @@ def plan_units(slices: list[tuple[Slice, int]], unit_bytes: int) -> list[Unit]:
     return units
 
 
-def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit]) -> dict:
+def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit], chat=None) -> dict:
     """The settings build.json and the manifest record, and ``--resume`` compares (key order is part of the bytes)."""
     o = cfg.output
     plan = hashlib.sha256()
     for u in units:
         for sl in u.slices:
             plan.update(f"{u.index}\0{sl.file.path}\0{sl.file.size}\0{sl.start}\0{sl.end}\n".encode())
-    return {
+    settings = {
         "seq_len": o.seq_len,
         "pack": o.pack,
-        "eos": o.eos,
+        "eos": o.eos and chat is None,  # a chat build adds no EOS: its template writes the end-of-turn tokens
         "text_field": o.text_field,
         "unit_bytes": o.unit_bytes,
         "tokenizer": tok.name,
@@ -56,6 +70,15 @@ def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit]) -
         # Recorded only when set: a build with the default limit has the bytes it always had.
         **({"max_record_bytes": o.max_record_bytes} if o.max_record_bytes != DEFAULT_MAX_RECORD else {}),
     }
+    if chat is not None:  # only chat builds carry the key: other builds keep their bytes
+        settings["chat"] = {
+            "fields": [chat.fields.messages, chat.fields.prompt, chat.fields.completion],
+            "template_source": chat.spec.source,
+            "template_fingerprint": chat.spec.fingerprint(),
+            "train_on": chat.spec.train_on,
+            "truncate": chat.truncate,
+        }
+    return settings
 
 
 def input_stamp(files) -> str:

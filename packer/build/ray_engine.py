@@ -59,7 +59,7 @@ def unit_chunks(unit: Unit, text_field: str, max_record: int | None = None):
 
 def run_unit(job: Job, unit: Unit) -> dict:
     """Read, tokenize, pack and write one unit in this process; return its record."""
-    chunks = [encode_chunk(job, unit.index, parts) for parts in unit_chunks(unit, job.text_field, job.max_record)]
+    chunks = [encode_chunk(job, unit.index, parts) for parts in unit_chunks(unit, job.read_field, job.max_record)]
     return assemble_unit(job, unit, chunks)
 
 

@@ -24,7 +24,8 @@ from ..formats import DEFAULT_MAX_RECORD, Document, Part, Skip, parse_part, stri
 from ..io import storage_for
 from ..pack import pack
 from ..tokenize import Encoder, TokenizerInfo
-from .plan import Unit
+from .chat_unit import encode_chat_chunk
+from .plan import ChunkResult, Unit
 
 MAX_EXAMPLES = 5  # file:line examples kept per skip reason
 
@@ -41,21 +42,17 @@ class Job:
     tokenizer: TokenizerInfo
     dtype: str
     max_record: int = DEFAULT_MAX_RECORD  # bytes: a longer record is skipped (too_long)
+    chat: object = None  # a ChatJob (packer/build/chat_unit.py) for a chat build, else None
+
+    @property
+    def read_field(self):
+        """What the readers are given as the field: the text field, or a chat build's ChatFields."""
+        return self.chat.fields if self.chat is not None else self.text_field
 
 
 _encoder: Encoder | None = None
 _job: Job | None = None  # in pool workers: the build's settings, received once
 _in_pool = False  # True in pool worker processes
-
-
-@dataclass(frozen=True)
-class ChunkResult:
-    """One chunk, tokenized: every document's ids back to back, in order."""
-
-    tokens: np.ndarray  # (sum(lengths),) in the shard dtype, EOS included
-    lengths: np.ndarray  # (documents,) int64; 0 for a document that encoded to nothing
-    skipped: tuple[Skip, ...]  # records not used, in input order
-    nbytes: int  # raw input bytes of the chunk
 
 
 def bounded_malloc() -> None:
@@ -104,6 +101,10 @@ def encode_chunk(job: Job | None, unit_index: int, parts: list[Part]) -> ChunkRe
     """Parse and tokenize one chunk of a unit (runs on any core; ``job`` None = the worker's)."""
     job = job or _job
     faults.set_unit(unit_index)
+    if job.chat is not None:
+        res = encode_chat_chunk(job, parts)
+        faults.point("tokenize")
+        return res
     enc = get_encoder(job.tokenizer)
     field = tuple(job.text_field.split("."))
     texts: list[str] = []
@@ -157,7 +158,11 @@ def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dic
     layout = pack(lengths, job.seq_len, job.pack)
     faults.point("pack")
     out = _gather([c.tokens for c in chunks], doc_chunk, doc_start, layout, job)
-    table = S.shard_table(out, job.seq_len, layout.row, layout.length, layout.doc, layout.offset, layout.num_rows)
+    mask = None
+    if job.chat is not None:  # the loss mask moves with its tokens, slot for slot; padding is not trained
+        mask = _gather([c.mask for c in chunks], doc_chunk, doc_start, layout, job, fill=0, dtype="uint8")
+    table = S.shard_table(out, job.seq_len, layout.row, layout.length, layout.doc, layout.offset, layout.num_rows,
+                          loss_mask=mask)
     data = S.table_bytes(table)
     del out, table
     name = f"{S.SHARD_DIR}/{unit.index:06d}.arrow"
@@ -181,13 +186,20 @@ def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dic
         "skipped_examples": {k: examples[k] for k in sorted(examples)},
         "sources": [{"path": sl.file.path, "start": sl.start, "end": sl.end} for sl in unit.slices],
     }
+    if job.chat is not None:  # (only chat builds: the records of other builds keep their bytes)
+        record["trained_tokens"] = int(mask.sum(dtype=np.int64))
+        record["truncated"] = sum(c.truncated for c in chunks)
     out_store.put_json(f"{S.UNIT_DIR}/{unit.index:06d}.json", record)
     faults.point("kill-worker")
     return record
 
 
-def _gather(tokens: list[np.ndarray], doc_chunk: np.ndarray, doc_start: np.ndarray, layout, job: Job) -> np.ndarray:
+def _gather(tokens: list[np.ndarray], doc_chunk: np.ndarray, doc_start: np.ndarray, layout, job: Job,
+            fill: int | None = None, dtype: str | None = None) -> np.ndarray:
     """Copy every piece's tokens to its slots; returns (rows * seq_len,) of the shard dtype.
+
+    ``fill``/``dtype`` (default: pad_id, the shard dtype) gather a per-token
+    column other than the ids the same way (the loss mask).
 
     ``tokens`` holds each chunk's tokens; document d starts at
     ``doc_start[d]`` in ``tokens[doc_chunk[d]]``. One slice copy per piece:
@@ -196,7 +208,7 @@ def _gather(tokens: list[np.ndarray], doc_chunk: np.ndarray, doc_start: np.ndarr
     arrays the size of the unit.
     """
     seq_len = job.seq_len
-    out = np.full(layout.num_rows * seq_len, job.tokenizer.pad_id, dtype=job.dtype)
+    out = np.full(layout.num_rows * seq_len, job.tokenizer.pad_id if fill is None else fill, dtype=dtype or job.dtype)
     if not len(layout.doc):
         return out
     chunk = doc_chunk[layout.doc].tolist()

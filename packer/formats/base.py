@@ -77,6 +77,9 @@ SKIP_REASONS = {
     "not_regular": "a FIFO, socket or device in an input folder: never opened (it may block or never end)",
     "no_tokens": "the text encodes to no tokens at all (only with --no-eos)",
 }
+from .chat import CHAT_SKIP_REASONS  # noqa: E402  (chat builds: packer/formats/chat.py)
+
+SKIP_REASONS.update(CHAT_SKIP_REASONS)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import orjson
 
 from ..io import open_stream, storage_for, truncation_errors
 from .base import DEFAULT_MAX_RECORD, Document, Format, InputFile, Part, Record, Skip, Slice, changed, unreadable
+from .chat import ChatFields, Conversation, conversation_of, dict_getter, paths
 
 _MISSING = object()
 
@@ -102,6 +103,9 @@ class Jsonl(Format):
             yield Part(sl, lines, line0, pos0, tail, n_bytes)
 
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
+        if type(field) is ChatFields:
+            yield from _parse_chat(part, field)
+            return
         sl = part.sl
         line_no, pos = part.line0, part.pos0
         loads, decode_error, missing = orjson.loads, orjson.JSONDecodeError, _MISSING
@@ -172,6 +176,33 @@ def _skip_line(s, head: bytes) -> int:
         n += len(more)
         if not more or more.endswith(b"\n"):
             return n
+
+
+def _parse_chat(part: Part, fields: ChatFields) -> Iterator[Record]:
+    """Conversations (packer/formats/chat.py) of ``part``, in order; a bad line is a Skip naming it."""
+    sl = part.sl
+    line_no, pos = part.line0, part.pos0
+    path_of = paths(fields)
+    for line in part.items:
+        start = pos
+        pos += len(line)
+        if line_no is not None:
+            line_no += 1
+            if line_no == 1 and line.startswith(b"\xef\xbb\xbf"):
+                line = line[3:]
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            if not line.strip():
+                continue
+            reason = "invalid_utf8" if "UTF-8" in str(e) or "utf-8" in str(e) else "malformed_json"
+            yield Skip(reason, where(sl, line_no, start))
+            continue
+        got = conversation_of(dict_getter(obj, path_of), fields) if type(obj) is dict else "not_conversation"
+        if type(got) is str:
+            yield Skip(got, where(sl, line_no, start))
+        else:
+            yield Conversation(got[0], got[1], lambda n=line_no, b=start: where(sl, n, b))
 
 
 def get_field(obj, path: tuple[str, ...]):

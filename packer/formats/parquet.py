@@ -11,6 +11,7 @@ from typing import Iterator
 from ..errors import PackerError
 from ..io import storage_for
 from .base import DEFAULT_MAX_RECORD, Document, Format, InputFile, Part, Record, Skip, Slice, unreadable
+from .chat import _MISSING, ChatFields, Conversation, conversation_of
 
 BATCH_ROWS = 4096
 
@@ -41,7 +42,7 @@ class Parquet(Format):
         items: list = []
         n_bytes = 0
         try:
-            for rec in _rows(sl, field, max_record):
+            for rec in (_chat_rows(sl, field) if type(field) is ChatFields else _rows(sl, field, max_record)):
                 items.append(rec)
                 if type(rec) is Document:
                     n_bytes += len(rec.text)
@@ -143,6 +144,35 @@ def _texts(col, path: str, row: int, max_record: int) -> Iterator[Record]:
 
 
 _BAD_UTF8 = object()
+
+
+def _chat_rows(sl: Slice, fields: ChatFields) -> Iterator[Record]:
+    """Conversations of the row groups of ``sl``: the messages column (a list of structs), or prompt and completion."""
+    import pyarrow.parquet as pq
+
+    f = sl.file
+    pf = pq.ParquetFile(storage_for(f.path).arrow_file())
+    have = set(pf.schema_arrow.names)
+    cols = [c for c in dict.fromkeys((fields.messages, fields.prompt, fields.completion)) if c in have]
+    row = sum(pf.metadata.row_group(i).num_rows for i in range(sl.start))
+    if not cols:
+        rows = sum(pf.metadata.row_group(i).num_rows for i in range(sl.start, sl.end))
+        for i in range(rows):
+            yield Skip("missing_field", f"{f.path}: row {row + i} (no column {fields.messages!r}, "
+                                        f"{fields.prompt!r} or {fields.completion!r})")
+        return
+    for batch in pf.iter_batches(columns=cols, row_groups=range(sl.start, sl.end), batch_size=BATCH_ROWS):
+        for i, rec in enumerate(batch.to_pylist()):
+            def get(name, rec=rec):
+                v = rec.get(name, _MISSING)
+                return _MISSING if v is None and name == fields.messages else v
+            got = conversation_of(get, fields)
+            at = f"{f.path}: row {row + i}"
+            if type(got) is str:
+                yield Skip(got, at)
+            else:
+                yield Conversation(got[0], got[1], lambda at=at: at)
+        row += batch.num_rows
 
 
 FORMAT = Parquet()

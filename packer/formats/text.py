@@ -19,6 +19,10 @@ class Text(Format):
 
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         path = part.sl.file.path
+        if not isinstance(field, tuple):  # a chat build: a text file holds no conversation
+            for _ in part.items:
+                yield Skip("not_conversation", path)
+            return
         for data in part.items:
             try:
                 text = data.decode("utf-8-sig")  # a byte-order mark is encoding, not text

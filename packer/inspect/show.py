@@ -5,7 +5,9 @@ over the whole build, in manifest order): every piece with a marker line
 
     [doc UNIT:INDEX piece K/N, offset O, L tokens; other pieces in rows ...]
 
-then its text, then ``[padding: P slots of pad id X]``. Rows are located from
+then its text, then ``[padding: P slots of pad id X]``. In a chat build (a
+``loss_mask`` column) the trained tokens are shown between ``⟦`` and ``⟧``.
+Rows are located from
 the manifest and read by memory map; only one shard's small piece columns and
 one row of tokens are touched.
 """
@@ -34,6 +36,7 @@ class Piece:
     offset: int  # first token of the piece within the document
     ids: np.ndarray  # (length,) token ids
     other_rows: tuple[int, ...]  # global rows holding the document's other pieces
+    mask: np.ndarray | None = None  # (length,) uint8 loss mask (chat builds), 1 = trained on
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ def read_row(out: str, row: int) -> RowView:
     _, starts = flat("doc_offset")
     piece_row = np.repeat(np.arange(table.num_rows), np.diff(offs))
     ids = np.asarray(table.column("input_ids")[local].values)
+    mask = np.asarray(table.column(S.LOSS_MASK)[local].values) if S.LOSS_MASK in table.schema.names else None
     unit = int(e.get("unit", 0))
     pieces, slot = [], 0
     for p in range(offs[local], offs[local + 1]):
@@ -95,7 +99,8 @@ def read_row(out: str, row: int) -> RowView:
         rank = int((starts[same] < starts[p]).sum()) + 1
         others = sorted({int(r) + first for r in piece_row[same] if r != local})
         n = int(lens[p])
-        pieces.append(Piece(unit, int(docs[p]), rank, len(same), int(starts[p]), ids[slot : slot + n], tuple(others)))
+        pieces.append(Piece(unit, int(docs[p]), rank, len(same), int(starts[p]), ids[slot : slot + n], tuple(others),
+                            None if mask is None else mask[slot : slot + n]))
         slot += n
     return RowView(row, total, e["path"], local, table.num_rows, seq_len, tuple(pieces), int(m["pad_id"]),
                    max(0, seq_len - slot), ids[slot:])
@@ -157,11 +162,17 @@ def render(view: RowView, decoder: Decoder | None, ids: bool = False) -> list[st
         lines.append(f"warning: {decoder.warning}")
     if not as_ids:
         lines.append("(marker lines start on a new line: a line break is added after text that does not end with one)")
+    if any(p.mask is not None for p in view.pieces):
+        trained = sum(int(p.mask.sum()) for p in view.pieces)
+        lines.append(f"(loss_mask: {trained:,} of {used:,} tokens trained on, shown between {OPEN} and {CLOSE})")
     for p in view.pieces:
         where = f"; other pieces in rows {_runs(p.other_rows)}" if p.other_rows else ""
         lines.append(f"[doc {p.unit}:{p.doc} piece {p.k}/{p.of}, offset {p.offset:,}, {len(p.ids):,} tokens{where}]")
         if as_ids:
-            lines.append(" ".join(map(str, p.ids.tolist())))
+            lines.append(" ".join(_marked(p, lambda ids: " ".join(map(str, ids.tolist())))))
+        elif p.mask is not None:
+            text = "".join(_marked(p, decoder.decode))
+            lines.append(text[:-1] if text.endswith("\n") else text)
         else:
             text = decoder.decode(p.ids)
             lines.append(text[:-1] if text.endswith("\n") else text)
@@ -172,6 +183,21 @@ def render(view: RowView, decoder: Decoder | None, ids: bool = False) -> list[st
     else:
         lines.append("[padding: none, the row is full]")
     return lines
+
+
+OPEN, CLOSE = "⟦", "⟧"  # around trained tokens (chat builds)
+
+
+def _marked(p: Piece, show) -> list[str]:
+    """The piece as runs of equal mask, each shown by ``show(ids)``, trained runs between OPEN and CLOSE."""
+    if p.mask is None or not len(p.ids):
+        return [show(p.ids)]
+    cut = np.flatnonzero(np.diff(p.mask.astype(np.int8))) + 1
+    out = []
+    for a, b in zip(np.r_[0, cut], np.r_[cut, len(p.ids)]):
+        s = show(p.ids[a:b])
+        out.append(f"{OPEN}{s}{CLOSE}" if p.mask[a] else s)
+    return out
 
 
 def _runs(rows: tuple[int, ...]) -> str:

@@ -37,6 +37,7 @@ import xxhash
 from .. import shards as S
 from ..errors import PackerError, ShardError
 from ..io import Storage, storage_for
+from . import loss_mask
 
 STATS_VERSION = 1  # of the --json document, see docs/stats.md
 PERCENTILES = (50, 90, 99)
@@ -127,6 +128,7 @@ class ShardFigures:
     documents: int | None = None
     documents_split: int | None = None
     padding: int | None = None
+    trained: int | None = None  # slots the loss_mask trains on (chat builds, read in full), else None
 
 
 @dataclass
@@ -219,6 +221,7 @@ class _ShardScan:
         self.piece_off: list[np.ndarray] = []
         self.piece_len: list[np.ndarray] = []
         self.padding = 0
+        self.trained: int | None = None  # loss_mask slots trained on (chat builds, verifying reads)
 
     def problem(self, kind: str, message: str) -> None:
         n = self.found.get(kind, 0)
@@ -308,6 +311,9 @@ class _ShardScan:
                     )
                 if len(bad_rows) > MAX_PER_KIND:
                     self.found["padding"] += len(bad_rows) - MAX_PER_KIND
+            got = loss_mask.scan_batch(self, b, row_tok, row0)
+            if got is not None:
+                self.trained = (self.trained or 0) + got
 
         fill = np.minimum(row_tok, L)
         self.padding += int((L - fill).sum())
@@ -329,6 +335,7 @@ class _ShardScan:
         ln = np.concatenate(self.piece_len) if self.piece_len else np.zeros(0, np.int64)
         self.piece_doc = self.piece_off = self.piece_len = []
         fig.rows, fig.pieces, fig.tokens, fig.padding = self.rows, len(ln), int(ln.sum()), self.padding
+        fig.trained = self.trained
         if not len(doc):
             fig.documents = fig.documents_split = 0
             return
@@ -500,6 +507,8 @@ def check(out: str, deep: bool = True, progress=None) -> Report:
         else:
             rep.problems.extend(_scan_shallow(scan, store, rel, size, fig, progress))
         if fig.rows is not None and fig.documents is not None:
+            if deep:
+                rep.problems.extend(Problem(rel, kind, msg) for kind, msg in loss_mask.shard_problems(fig, e))
             for k in _COUNTS:
                 got, want = getattr(fig, k), e[k]
                 if got != want:
@@ -603,6 +612,7 @@ def figures(rep: Report) -> dict:
             **{f"p{p}": dl.percentile(p) for p in PERCENTILES},
             "max": int(dl.values[-1]) if dl.n else None,
         },
+        **loss_mask.figures(m, rep.shards),
         "skipped": dict(skipped),
         "skipped_total": int(sum(skipped.values())),
         "skipped_examples": t.get("skipped_examples", {}),
@@ -651,6 +661,8 @@ def table_lines(fig: dict) -> list[str]:
         f"rows             {n(fig['rows'])} x {fig['seq_len']} ({fig['dtype']})",
         f"padding          {n(fig['padding'])} slots ({fig['padding_pct']:.3f}%)",
         f"documents split  {n(fig['documents_split'])}",
+        *([f"trained tokens   {n(fig['trained_tokens'])} ({fig['trained_pct']}% of tokens: the loss_mask)"]
+          if "trained_tokens" in fig else []),
         f"pieces per row   mean {pr['mean']}, max {pr['max']}" if pr["mean"] is not None else "pieces per row   -",
         f"row fill         mean {rf['mean_pct']}%, min {rf['min_pct']}%, {n(rf['full_rows'])} rows full"
         if rf["mean_pct"] is not None else "row fill         -",
@@ -683,6 +695,9 @@ def summary_lines(m: dict) -> list[str]:
         f"rows            {t['rows']:,} x {m['seq_len']} ({m['dtype']})",
         f"padding         {t['padding']:,} slots ({t['padding_pct']:.3f}%)",
         f"documents split {t['documents_split']:,}",
+        *([f"trained tokens  {t['trained_tokens']:,} ({t['trained_pct']}% of tokens: the loss_mask)"]
+          if "trained_tokens" in t else []),
+        *([f"truncated       {t['truncated']:,} conversation(s) cut to seq_len"] if t.get("truncated") else []),
         f"shards          {len(m['shards'])}",
         f"tokenizer       {tok['name']} ({tok['kind']}, vocab {tok['vocab_size']}, eos {tok['eos_id']}, pad {tok['pad_id']})",
     ]

@@ -12,11 +12,13 @@ The columns of a shard are listed in schema.py and docs/format.md.
 
 from .manifest import read_manifest
 from .reader import open_shard, open_shard_buffer
-from .schema import (BUILD_JSON, CHECKSUM, FORMAT_NAME, FORMAT_VERSION, MANIFEST, REQUIRED, SHARD_DIR, UNIT_DIR,
-                     checksum, dtype_for_vocab, file_checksum, ipc_problems, schema, schema_problems, shard_table, table_bytes)
+from .schema import (BUILD_JSON, CHECKSUM, FORMAT_NAME, FORMAT_VERSION, LOSS_MASK, MANIFEST, REQUIRED, SHARD_DIR, UNIT_DIR,
+                     checksum, dtype_for_vocab, file_checksum, ipc_problems, loss_mask_type, schema, schema_problems,
+                     shard_table, table_bytes)
 
 __all__ = [
-    "read_manifest", "open_shard", "open_shard_buffer", "BUILD_JSON", "CHECKSUM", "FORMAT_NAME", "FORMAT_VERSION",
-    "MANIFEST", "REQUIRED", "SHARD_DIR", "UNIT_DIR", "checksum", "dtype_for_vocab", "file_checksum", "ipc_problems", "schema",
+    "read_manifest", "open_shard", "open_shard_buffer", "BUILD_JSON", "CHECKSUM", "LOSS_MASK", "FORMAT_NAME", "FORMAT_VERSION",
+    "MANIFEST", "REQUIRED", "SHARD_DIR", "UNIT_DIR", "checksum", "dtype_for_vocab", "file_checksum", "ipc_problems",
+    "loss_mask_type", "schema",
     "schema_problems", "shard_table", "table_bytes",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ..errors import ShardError
-from .schema import REQUIRED, ipc_problems, schema_problems
+from .schema import LOSS_MASK, REQUIRED, ipc_problems, loss_mask_type, schema_problems
 
 
 def open_shard(path: str, seq_len: int, dtype: str) -> pa.Table:
@@ -46,8 +46,16 @@ def _check_ipc(data, path: str) -> None:
 
 
 def _checked(table: pa.Table, path: str, seq_len: int, dtype: str) -> pa.Table:
-    """``table``'s required columns, in the schema's order; columns a reader does not know are dropped."""
+    """``table``'s required columns, in the schema's order, then the optional ``loss_mask`` where
+    present (checked: fixed_size_list<uint8>[seq_len]); columns a reader does not know are dropped."""
     problems = schema_problems(table.schema, seq_len, dtype)
     if problems:
         raise ShardError(f"{path}: schema does not match manifest: {problems[0]}")
-    return table.select(list(REQUIRED))
+    names = list(REQUIRED)
+    i = table.schema.get_field_index(LOSS_MASK)
+    if i >= 0:
+        if not table.schema.field(i).type.equals(loss_mask_type(seq_len)):
+            raise ShardError(f"{path}: column {LOSS_MASK} is {table.schema.field(i).type}, "
+                             f"not {loss_mask_type(seq_len)}: shard is corrupt")
+        names.append(LOSS_MASK)
+    return table.select(names)

@@ -28,6 +28,7 @@ SHARD_DIR = "shards"
 UNIT_DIR = "units"
 CHECKSUM = "xxh3_128"  # fast (GB/s), non-cryptographic: detects damage, not tampering
 REQUIRED = ("input_ids", "doc_lens", "doc_index", "doc_offset")
+LOSS_MASK = "loss_mask"  # optional (chat builds): fixed_size_list<uint8>[seq_len], 1 = the slot is trained on
 
 
 def dtype_for_vocab(vocab_size: int) -> str:
@@ -46,11 +47,17 @@ def schema(seq_len: int, dtype: str) -> pa.Schema:
     )
 
 
+def loss_mask_type(seq_len: int) -> pa.DataType:
+    """The type of the optional ``loss_mask`` column."""
+    return pa.list_(pa.uint8(), seq_len)
+
+
 def shard_table(
     tokens: np.ndarray, seq_len: int, piece_row: np.ndarray, piece_len: np.ndarray,
-    piece_doc: np.ndarray, piece_off: np.ndarray, num_rows: int,
+    piece_doc: np.ndarray, piece_off: np.ndarray, num_rows: int, loss_mask: np.ndarray | None = None,
 ) -> pa.Table:
-    """Build one shard's table. ``tokens`` is (num_rows * seq_len,) in the shard dtype."""
+    """Build one shard's table. ``tokens`` is (num_rows * seq_len,) in the shard dtype; ``loss_mask``
+    (optional, chat builds) is (num_rows * seq_len,) uint8 and becomes the ``loss_mask`` column."""
     counts = np.bincount(piece_row, minlength=num_rows)
     offsets = np.zeros(num_rows + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
@@ -60,10 +67,11 @@ def shard_table(
         return pa.ListArray.from_arrays(off, _arrow(values.astype(np.uint32)))
 
     ids = pa.FixedSizeListArray.from_arrays(_arrow(tokens), seq_len)
-    return pa.Table.from_arrays(
-        [ids, lst(piece_len), lst(piece_doc), lst(piece_off)],
-        schema=schema(seq_len, str(tokens.dtype)),
-    )
+    cols, sch = [ids, lst(piece_len), lst(piece_doc), lst(piece_off)], schema(seq_len, str(tokens.dtype))
+    if loss_mask is not None:
+        cols.append(pa.FixedSizeListArray.from_arrays(_arrow(loss_mask.astype(np.uint8, copy=False)), seq_len))
+        sch = sch.append(pa.field(LOSS_MASK, loss_mask_type(seq_len), nullable=False))
+    return pa.Table.from_arrays(cols, schema=sch)
 
 
 def _arrow(values: np.ndarray) -> pa.Array:

@@ -26,13 +26,18 @@ batch into one row of B*L (``collate_padding_free`` does both steps).
 
 from __future__ import annotations
 
+from typing import Optional
+
 from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from ..errors import PackerError
 from .dataset import Row, Rows
+
+MIN_PADDING_FREE = (4, 53, 1)  # transformers: the first release that finds documents in position_ids without a cache
 
 ROW_KEYS = ("input_ids", "labels", "position_ids")
 BATCH_KEYS = ROW_KEYS + ("document_ids", "cu_seqlens", "max_seqlen")
@@ -106,8 +111,6 @@ def collate_padding_free(rows: Sequence[Mapping[str, torch.Tensor]], flash_kwarg
     whose sdpa/eager attention would mix the documents of the row."""
     global _checked
     if not _checked:
-        from .hf import check_padding_free
-
         check_padding_free()
         _checked = True
     return padding_free(collate(rows), flash_kwargs)
@@ -160,3 +163,27 @@ def _one_shared_block(batch: dict) -> dict:
         v.copy_(t)
         out[k] = v
     return out
+
+
+def _version(v: str) -> tuple:
+    out = []
+    for part in v.split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
+def check_padding_free(version: Optional[str] = None) -> None:
+    """Raise PackerError if this transformers would mix documents in a
+    padding-free (or packed (B, L)) batch run through sdpa, eager or flex."""
+    if version is None:
+        try:
+            import transformers
+        except ImportError:
+            return
+        version = transformers.__version__
+    if _version(version) < MIN_PADDING_FREE:
+        raise PackerError(
+            f"transformers {version} does not find documents in position_ids with sdpa/eager attention, so "
+            f"packed documents would attend to each other: upgrade to >= 4.53.1, or use "
+            f"attn_implementation=packer.train.hf.packer_attention()")

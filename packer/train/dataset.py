@@ -113,14 +113,23 @@ class _Mapped:
     ``tolist()`` per row read is cheaper than four NumPy scalar reads.
     """
 
-    __slots__ = ("storage", "tokens", "row", "lens", "slot")
+    __slots__ = ("storage", "tokens", "row", "lens", "slot", "mem", "mask_at")
 
-    def __init__(self, storage, tokens, row, lens, slot):
+    def __init__(self, storage, tokens, row, lens, slot, mem=None, mask_at=None):
         self.storage = storage  # keeps the mapping alive
         self.tokens = tokens
         self.row = row
         self.lens = lens
         self.slot = slot
+        self.mem = mem  # the mapped file as uint8 (where the loss mask is read)
+        self.mask_at = mask_at  # (rows,) int64 byte offset of each row's loss_mask in mem; None: no loss_mask column
+
+    def mask(self, j: int, seq_len: int) -> np.ndarray | None:
+        """Row j's loss mask, (seq_len,) uint8 viewing the map (1 = trained), or None for a build without one."""
+        if self.mask_at is None:
+            return None
+        a = int(self.mask_at[j])
+        return self.mem[a:a + seq_len]
 
 
 class Row(dict):
@@ -302,6 +311,9 @@ class PackedDataset(Dataset):
         if self._check_ids and lab.max() >= self.vocab_size:
             self._bad_token(lab[None, :], [k], [j])
         lens = m.lens[p0:p1]
+        mask = m.mask(j, L)
+        if mask is not None:  # a chat build: no loss where the loss mask is off (prompts, headers, padding)
+            lab[mask == 0] = IGNORE_INDEX
         if p1 - p0 == 1 and u == L:  # one piece fills the row: the common case for long documents
             lab[0] = IGNORE_INDEX
             pos = self._arange.copy()
@@ -346,11 +358,14 @@ class PackedDataset(Dataset):
         sid = np.searchsorted(self._starts, idx, side="right") - 1
         local = (idx - self._starts[sid]).tolist()
         used, counts, lens, segs = [], [0], [], []  # per row: slots filled, pieces, piece lengths, segments
+        off = []  # (row, loss mask) of rows whose build has one
         maps = self._maps if self._fork == _forks else {}
         for r, k in enumerate(sid.tolist()):
             m = maps.get(k) or self._mapped(k)
             a, p0, p1, u = m.row[local[r]].tolist()
             ids[r] = m.tokens[a:a + L]  # the one copy of the token data (widening if uint16)
+            if m.mask_at is not None:
+                off.append((r, m.mask(local[r], L)))
             pl = m.lens[p0:p1]
             lens.append(pl)
             segs.append(pl)
@@ -382,6 +397,8 @@ class PackedDataset(Dataset):
                 if u < L:
                     lab[r, u:] = IGNORE_INDEX  # none of or from padding
             doc = np.repeat(np.arange(S, dtype=np.int32), seg).reshape(B, L)
+        for r, mask in off:  # chat builds: no loss where the loss mask is off
+            lab[r, mask == 0] = IGNORE_INDEX
         return {
             "input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(lab), "position_ids": torch.from_numpy(pos),
             "document_ids": torch.from_numpy(doc), "cu_seqlens": torch.from_numpy(cu),
@@ -512,6 +529,7 @@ def _map_shard(e: _ShardEntry, path: str, seq_len: int, dt: np.dtype) -> _Mapped
     base = mem.ctypes.data
     isz = dt.itemsize
     row_at, piece_at, lens = [], [np.zeros(1, np.int64)], []
+    mask_at = [] if S.LOSS_MASK in table.schema.names else None
     n_pieces = 0
     for batch in table.to_batches():
         n = batch.num_rows
@@ -524,6 +542,13 @@ def _map_shard(e: _ShardEntry, path: str, seq_len: int, dt: np.dtype) -> _Mapped
         if off < 0 or off % isz or off + n * seq_len * isz > len(mem):
             raise ShardError(f"{e.path}: input_ids lie outside the file: shard is corrupt")
         row_at.append(off // isz + np.arange(n, dtype=np.int64) * seq_len)
+        if mask_at is not None:
+            mk = batch.column(S.LOSS_MASK)  # (type checked by open_shard_buffer)
+            mv = mk.values
+            moff = mv.buffers()[1].address + mv.offset + mk.offset * seq_len - base
+            if moff < 0 or moff + n * seq_len > len(mem):
+                raise ShardError(f"{e.path}: loss_mask lies outside the file: shard is corrupt")
+            mask_at.append(moff + np.arange(n, dtype=np.int64) * seq_len)
         offs = dl.offsets.to_numpy().astype(np.int64)
         vals = dl.values.to_numpy()
         if offs[0] < 0 or np.any(np.diff(offs) < 0) or offs[-1] > len(vals):
@@ -549,5 +574,7 @@ def _map_shard(e: _ShardEntry, path: str, seq_len: int, dt: np.dtype) -> _Mapped
     row_of_piece = np.repeat(np.arange(len(used), dtype=np.int64), np.diff(piece_at))
     slot = (cum[:-1] - cum[piece_at[:-1]][row_of_piece]).astype(np.int32)
     row = np.stack([row_at, piece_at[:-1], piece_at[1:], used], axis=1)
-    return _Mapped(storage, tokens, row, lens, slot)
+    if mask_at is not None:
+        mask_at = np.concatenate(mask_at) if mask_at else np.zeros(0, np.int64)
+    return _Mapped(storage, tokens, row, lens, slot, mem, mask_at)
 

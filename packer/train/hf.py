@@ -47,12 +47,12 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import PackerError
+from .batching import MIN_PADDING_FREE, check_padding_free  # noqa: F401 (re-exported)
 
 NAME = "packer_varlen"
 KERNELS = ("auto", "flash_attn", "torch_varlen", "sdpa")
 # transformers detects packed sequences from position_ids (sdpa, eager, flex)
 # from 4.53.1 on; before, a padding-free batch attends across documents.
-MIN_PADDING_FREE = (4, 53, 1)
 
 _kernel = "auto"
 
@@ -85,30 +85,6 @@ def _no_mask(*args, attention_mask=None, **kwargs):
         raise PackerError(f"{NAME} attention takes no padding attention_mask: packer rows need none "
                           "(drop attention_mask from the batch)")
     return None
-
-
-def _version(v: str) -> tuple:
-    out = []
-    for part in v.split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit())
-        out.append(int(digits) if digits else 0)
-    return tuple(out)
-
-
-def check_padding_free(version: Optional[str] = None) -> None:
-    """Raise PackerError if this transformers would mix documents in a
-    padding-free (or packed (B, L)) batch run through sdpa, eager or flex."""
-    if version is None:
-        try:
-            import transformers
-        except ImportError:
-            return
-        version = transformers.__version__
-    if _version(version) < MIN_PADDING_FREE:
-        raise PackerError(
-            f"transformers {version} does not find documents in position_ids with sdpa/eager attention, so "
-            f"packed documents would attend to each other: upgrade to >= 4.53.1, or use "
-            f"attn_implementation=packer.train.hf.packer_attention()")
 
 
 def segments_of(position_ids: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -27,9 +27,9 @@ from packer.formats import discover, plan_slices, read_slice
 from packer.formats.base import Document, Skip
 from packer.io.lock import LOCK_NAME, OutLock
 
-from .test_awkward_inputs import jl, run, skipped
-from .test_stats import manifest, problems, read_columns, save_manifest, shard_path, write_shard
-from .test_stats import run as run_cli
+from tests.formats.test_awkward_inputs import jl, run, skipped
+from tests.inspect.test_stats import manifest, problems, read_columns, save_manifest, shard_path, write_shard
+from tests.conftest import invoke as run_cli
 
 ARGS = ["--seq-len", "128", "--unit-mb", "0.02", "--workers", "1", "-q"]
 
