@@ -43,10 +43,10 @@ def verify(records: list[list], order_of, starts: dict[int, int], world: int, B:
         if len(set(read)) != len(read) or sorted(read) != sorted(want):
             problems.append(f"step {j} (epoch {e}): ranks read {sorted(read)[:8]}..., the order has {sorted(want)[:8]}...")
         done[e] = i + 1
-    for e in sorted(done)[:-1]:  # epochs that ended: read to the end, less the last < W*B rows
-        left = len(order_of(e)) - starts.get(e, 0) - done[e] * world * B
-        if not 0 <= left < world * B + world:
-            problems.append(f"epoch {e} ended with {left} rows unread (world {world}, batch {B})")
+    for e in sorted(done)[:-1]:  # epochs that ended: every rank read its whole share (drop_last: whole batches)
+        want = (len(order_of(e)) - starts.get(e, 0)) // world // B
+        if done[e] != want:
+            problems.append(f"epoch {e} ended after {done[e]} steps, its rows make {want} (world {world}, batch {B})")
     return problems
 
 
@@ -146,7 +146,7 @@ def cmd_check(args) -> None:
     with open(b_path) as f:
         b = json.load(f)
     problems = list(a["problems"]) + list(b["problems"])
-    saved = torch.load(ckpt, weights_only=False)["data"]
+    saved = torch.load(ckpt, map_location="cpu", weights_only=False)["data"]
     if saved["position"] != pos:
         problems.append(f"the saved position is {saved['position']}, {args.stop} steps of {w1} x {B} rows are {pos}")
     first = [x for rank in a["records"] for e, rows in rank for x in rows if e == 0]

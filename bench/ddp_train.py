@@ -216,6 +216,7 @@ def run_bench(args, it, model, opt, attn, dev) -> tuple[list, dict]:
         sync(dev)
         t["resident_s"].append(time.perf_counter() - a)
         del kept
+    t["peak_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 2) if dev.type == "cuda" else None
     t["loss_first"], t["loss_last"] = float(losses[0]), float(losses[-1])
     t["loss_finite"] = bool(torch.isfinite(torch.stack(losses)).all())
     return records, t
@@ -275,14 +276,16 @@ def cmd_train(args) -> None:
         records, timing = run_bench(args, it, model, opt, attn, dev)
     wall = time.perf_counter() - wall
     everyone = gather({"records": records, "timing": timing, "wall_s": wall})
-    if rank == 0:
-        report(args, everyone, ds, world, B, attn, starts, step, dev)
+    exact = report(args, everyone, ds, world, B, attn, starts, step, dev) if rank == 0 else True
     if dist.is_initialized():
         dist.barrier()  # every rank reaches the end: none is left waiting in a collective
         dist.destroy_process_group()
+    if not exact:
+        sys.exit(1)
 
 
-def report(args, everyone: list[dict], ds, world: int, B: int, attn: str, starts: dict, start_step: int, dev) -> None:
+def report(args, everyone: list[dict], ds, world: int, B: int, attn: str, starts: dict, start_step: int, dev) -> bool:
+    """Rank 0: checks the rows every rank read, prints the figures, writes --out; True if exact."""
     orders = PackedSampler(ds, seed=args.seed)
     records = [p["records"] for p in everyone]
     problems = verify(records, orders.epoch_order, starts, world, B)
@@ -291,8 +294,10 @@ def report(args, everyone: list[dict], ds, world: int, B: int, attn: str, starts
            "start_step": start_step, "starts": {str(k): v for k, v in starts.items()},
            "epoch_rows": orders.num_samples, "exact": not problems, "problems": problems[:20],
            "records": records, "steps_per_rank": [len(r) for r in records]}
+    out["torch"] = torch.__version__
     if dev.type == "cuda":
-        out["gpu"] = torch.cuda.get_device_name(dev)
+        out.update(gpu=torch.cuda.get_device_name(dev), cuda=torch.version.cuda,
+                   nccl=".".join(map(str, torch.cuda.nccl.version())), nccl_nvls_enable=os.environ.get("NCCL_NVLS_ENABLE"))
     print(f"exactness on {world} ranks, {len(records[0])} steps each: "
           + ("ok" if not problems else f"{len(problems)} problem(s): " + "; ".join(problems[:3])), flush=True)
     if not args.steps:
@@ -303,8 +308,7 @@ def report(args, everyone: list[dict], ds, world: int, B: int, attn: str, starts
     if args.out:
         with open(args.out, "w") as f:
             json.dump(out, f)
-    if problems:
-        sys.exit(1)
+    return not problems
 
 
 def figures(everyone: list[dict], window: int) -> dict:
