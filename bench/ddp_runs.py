@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -72,10 +73,19 @@ def torchrun(n: int, argv: list[str], timeout: float | None) -> int:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
            TRAIN, "train", *argv]
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")  # NVLink multicast off, as the device docs require
-    print("$ NCCL_NVLS_ENABLE=0 " + " ".join(cmd[1:]), flush=True)
+    env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun sets for n > 1: the same for n = 1, like for like
+    print("$ NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=" + env["OMP_NUM_THREADS"] + " torchrun " + " ".join(cmd[3:]), flush=True)
+    proc = subprocess.Popen(cmd, env=env)
     try:
-        return subprocess.run(cmd, env=env, timeout=timeout).returncode
+        return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        # torchrun ends its ranks on SIGTERM (they run in sessions of their own: a group kill misses them)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         print(f"error: {n} processes ran past {timeout} s (a rank waiting forever in a collective?)", flush=True)
         return 124
 
