@@ -45,9 +45,11 @@ that the two together read every row of the epoch order once.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import faulthandler
+import gc
 import json
 import os
+import signal
 import sys
 import time
 
@@ -60,17 +62,9 @@ from packer import PackedDataset, PackedLoader, PackedSampler, collate
 from ddp_runs import cmd_check, cmd_sweep, verify  # bench/ddp_runs.py: the drivers and the exactness check
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _example():
-    """examples/train_gpt.py as a module (registered first: its dataclasses look it up)."""
-    if "train_gpt" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("train_gpt", os.path.join(REPO, "examples", "train_gpt.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["train_gpt"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["train_gpt"]
-
+if os.path.join(REPO, "examples") not in sys.path:
+    sys.path.append(os.path.join(REPO, "examples"))  # examples/ is no package
+import train_gpt as ex  # noqa: E402  examples/train_gpt.py: GPTConfig, GPT, make_mask, token_losses
 
 MODELS = {"124m": (768, 12, 12), "tiny": (32, 2, 2)}  # d_model, layers, heads
 
@@ -148,13 +142,11 @@ def sync(dev: torch.device) -> None:
 
 
 def build_model(args, vocab: int, dev: torch.device):
-    ex = _example()
     d, layers, heads = MODELS["tiny" if args.tiny else args.model]
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     raw = ex.GPT(ex.GPTConfig(-(-vocab // 64) * 64, d, layers, heads)).to(dev)
     if args.compile:
-        for blk in raw.blocks:
-            blk.compile(dynamic=False)
+        raw.compile_blocks()
     model = raw
     if dist.is_initialized():
         model = torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
@@ -164,7 +156,6 @@ def build_model(args, vocab: int, dev: torch.device):
 
 def train_step(model, opt, batch: dict, attn: str, dev: torch.device) -> torch.Tensor:
     """One optimizer step on a (B, L) batch; returns the loss (a device scalar: no host sync)."""
-    ex = _example()
     ids = batch["input_ids"].to(dev, non_blocking=True)
     labels = batch["labels"].to(dev, non_blocking=True)
     pos = batch["position_ids"].to(dev, non_blocking=True)
@@ -246,6 +237,7 @@ def run_steps(args, it, model, raw, opt, loader, start_step: int, attn, dev, ran
 
 
 def cmd_train(args) -> None:
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: every thread's stack (a hung rank)
     rank, world, dev = setup(args.device)
     ds = PackedDataset(args.data)
     B = args.batch_size or max(1, args.slots // ds.seq_len)
@@ -275,6 +267,12 @@ def cmd_train(args) -> None:
     else:
         records, timing = run_bench(args, it, model, opt, attn, dev)
     wall = time.perf_counter() - wall
+    # Tear down in order while the process group is alive: the loader's workers, then DDP (its reducer
+    # holds the group). Left to interpreter exit, a gloo rank now and then never exited (CPU, 4 ranks).
+    it.close()
+    loader._iterator = None  # persistent workers: shut down now (DataLoader's own __del__ does it)
+    del model, raw, opt, it
+    gc.collect()
     everyone = gather({"records": records, "timing": timing, "wall_s": wall})
     exact = report(args, everyone, ds, world, B, attn, starts, step, dev) if rank == 0 else True
     if dist.is_initialized():

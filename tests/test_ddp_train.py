@@ -17,9 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from torch.utils.data import Dataset
-
-from packer import BuildConfig, PackedDataset, PackedLoader, PackedSampler, build
+from packer import BuildConfig, PackedDataset, PackedSampler, build
 
 from .conftest import REPO, SAMPLE, load_script
 
@@ -120,45 +118,3 @@ def test_verify_reports_each_way_the_ranks_can_go_wrong():
     assert "different numbers of steps" in verify(short, of, {0: 4}, W, B)[0]
     early = [[s for s in rank if s[0] == 0][:3] + [(1, rank[-1][1])] for rank in good]  # epoch 0 left early
     assert any("ended after 3 steps" in p for p in verify(early, of, {0: 4}, W, B))
-
-
-class Index(Dataset):
-    """Row i is just i: what each rank read, without reading shards."""
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        return int(i)
-
-
-def take_rows(batch):
-    return list(batch)
-
-
-def test_prefetching_loaders_stop_on_eight_ranks_and_resume_on_four_with_the_unread_rows():
-    n, B, stop = 203, 2, 5
-    ranks = [PackedLoader(Index(n), B, sampler=PackedSampler(n, seed=9, rank=r, world_size=8), num_workers=1,
-                          collate_fn=take_rows, drop_last=True) for r in range(8)]
-    first = []
-    for lo in ranks:
-        it = iter(lo)
-        first += [x for _ in range(stop) for x in next(it)]  # the worker has prefetched further
-    states = [lo.state_dict() for lo in ranks]
-    assert all(s == states[0] for s in states) and states[0]["position"] == stop * B * 8
-    rest, steps = [], set()
-    for r in range(4):
-        lo = PackedLoader(Index(n), B, sampler=PackedSampler(n, seed=9, rank=r, world_size=4), num_workers=1,
-                          collate_fn=take_rows, drop_last=True)
-        lo.load_state_dict(states[0])
-        batches = list(lo)
-        steps.add(len(batches))
-        rest += [x for b in batches for x in b]
-    order = PackedSampler(n, seed=9).epoch_order().tolist()
-    assert len(steps) == 1  # every rank the same number of steps
-    read = first + rest
-    assert len(set(read)) == len(read) and sorted(read) == sorted(order[:len(read)])
-    assert 0 <= n - len(read) < 4 * B
