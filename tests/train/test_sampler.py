@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import Dataset
 
 from packer import PackedDataset, PackedLoader, PackedSampler
 from packer.errors import PackerError
@@ -162,3 +163,45 @@ def test_loader_with_weights_over_two_builds(sample_build, copy_build):
     assert np.sum(order >= n) == 100  # build 1's share: 1/4 of 400
     want = torch.stack([ds[int(i)]["input_ids"] for i in order[:10]])
     assert torch.equal(batches[0]["input_ids"], want)
+
+
+class Index(Dataset):
+    """Row i is just i: what each rank read, without reading shards."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return int(i)
+
+
+def take_rows(batch):
+    return list(batch)
+
+
+def test_prefetching_loaders_stop_on_eight_ranks_and_resume_on_four_with_the_unread_rows():
+    n, B, stop = 203, 2, 5
+    ranks = [PackedLoader(Index(n), B, sampler=PackedSampler(n, seed=9, rank=r, world_size=8), num_workers=1,
+                          collate_fn=take_rows, drop_last=True) for r in range(8)]
+    first = []
+    for lo in ranks:
+        it = iter(lo)
+        first += [x for _ in range(stop) for x in next(it)]  # the worker has prefetched further
+    states = [lo.state_dict() for lo in ranks]
+    assert all(s == states[0] for s in states) and states[0]["position"] == stop * B * 8
+    rest, steps = [], set()
+    for r in range(4):
+        lo = PackedLoader(Index(n), B, sampler=PackedSampler(n, seed=9, rank=r, world_size=4), num_workers=1,
+                          collate_fn=take_rows, drop_last=True)
+        lo.load_state_dict(states[0])
+        batches = list(lo)
+        steps.add(len(batches))
+        rest += [x for b in batches for x in b]
+    order = PackedSampler(n, seed=9).epoch_order().tolist()
+    assert len(steps) == 1  # every rank the same number of steps
+    read = first + rest
+    assert len(set(read)) == len(read) and sorted(read) == sorted(order[:len(read)])
+    assert 0 <= n - len(read) < 4 * B
