@@ -57,6 +57,13 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 @click.option("--text-field", default="text", show_default=True, help="Field holding the text in jsonl/parquet; dots reach nested objects (meta.text).")
 @click.option("--no-eos", is_flag=True, help="Do not append the end-of-document token after each document.")
 @click.option("--eos-token", default=None, help="Token to use as end-of-document (default: the tokenizer's, e.g. <|endoftext|>).")
+@click.option("--bos", "bos_token", default=None, metavar="TOKEN",
+              help="Put TOKEN before each document instead of what the tokenizer's template puts there "
+                   "(default: as transformers' tokenizer(text) does, e.g. <s> for Llama-2/Mistral, none for GPT-2).")
+@click.option("--no-bos", is_flag=True, help="Put nothing before each document, whatever the tokenizer's template says.")
+@click.option("--split-special-tokens", is_flag=True,
+              help="Encode special-token strings met in the text (<s>, [MASK], <|endoftext|>) as plain text, as HF's "
+                   "split_special_tokens does; by default they become special ids and are counted in the summary.")
 @click.option("--unit-mb", default=64.0, show_default=True, help="Input MB per work unit (one shard each). Changes the output bytes.")
 @click.option("--strict", is_flag=True, help="Stop at the first malformed record instead of skipping and counting it.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing build in OUT.")
@@ -69,8 +76,8 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
               help="With --engine ray: the cluster to use (HOST:PORT, auto, ray://HOST:PORT). Default: $RAY_ADDRESS, "
                    "else a Ray started on this machine for the build.")
 @_user_errors
-def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, text_field, no_eos, eos_token, unit_mb, strict,
-          overwrite, resume, quiet, engine, ray_address):
+def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, text_field, no_eos, eos_token, bos_token, no_bos,
+          split_special_tokens, unit_mb, strict, overwrite, resume, quiet, engine, ray_address):
     """Tokenize and pack INPUT... (folders, files, globs) into shards in OUT.
 
     Inputs: .txt/.md (one document per file), .jsonl, .jsonl.gz, .jsonl.zst, .parquet.
@@ -88,6 +95,7 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
     *ins, out = inputs
     options = dict(
         seq_len=seq_len, tokenizer=tokenizer, text_field=text_field, pack=pack_mode, no_eos=no_eos, eos_token=eos_token,
+        bos_token=bos_token, no_bos=no_bos, split_special_tokens=split_special_tokens,
         unit_mb=unit_mb, workers=workers, strict=strict, overwrite=overwrite, resume=resume, quiet=quiet,
         tokenizer_backend=tokenizer_backend, engine=engine, ray_address=ray_address,
     )
@@ -112,6 +120,8 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
     for line in summary_lines(m):
         click.echo(line, err=True)
     tk = m.get("tokenizer", {})
+    if result.added and not tk.get("added"):  # the manifest names it only when more than EOS is added
+        click.echo(f"around text     {result.added}", err=True)
     if tk.get("backend") not in (None, "bytes"):
         click.echo(f"backend         {tk['backend']}: {tk.get('backend_reason', '')}", err=True)
 

@@ -44,6 +44,7 @@ class BuildResult:
     units_run: int
     units_skipped: int
     notes: list[str] = field(default_factory=list)
+    added: str = ""  # what each document gets around its text, by string and id ("bos <s> (1) ...; eos </s> (2)")
 
 
 def engine_for(cfg: BuildConfig):
@@ -60,7 +61,7 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, **opt
 
     ``inputs``: a path (folder, file, glob, URI) or a list of them, or a whole
     ``BuildConfig``. ``options`` are ``packer build``'s options by the same
-    names (seq_len, tokenizer, text_field, pack, no_eos, eos_token, unit_mb,
+    names (seq_len, tokenizer, text_field, pack, no_eos, eos_token, no_bos, bos_token, split_special_tokens, unit_mb,
     workers, strict, overwrite, resume, quiet, tokenizer_backend, engine,
     ray_address), validated the same way. ``progress`` (optional) is called
     as progress(done_bytes, docs, tokens, units_done, units, total_bytes);
@@ -81,7 +82,7 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, **opt
 def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
     t0 = time.perf_counter()
     o = cfg.output
-    tok = resolve_tokenizer(o.tokenizer, o.eos, o.eos_token)
+    tok = resolve_tokenizer(o.tokenizer, o.eos, o.eos_token, o.bos, o.bos_token, o.split_special_tokens)
     found = discover(list(cfg.inputs), exclude=cfg.out, on_sized=on_sized)
     if not found.files:
         raise PackerError(f"no input files found in {', '.join(cfg.inputs)}")
@@ -100,7 +101,7 @@ def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
         notes.append(f"{len(found.duplicates)} input path(s) named twice were read once, e.g. {found.duplicates[0]}")
     if already:
         return BuildResult(S.read_manifest(out), time.perf_counter() - t0, 0, len(units),
-                           notes + ["build was already complete: nothing to do"])
+                           notes + ["build was already complete: nothing to do"], tok.added)
 
     records = finished_records(out, units) if cfg.run.resume else {}
     todo = [u for u in units if u.index not in records]
@@ -110,4 +111,4 @@ def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
     m = manifest(cfg, tok, job, settings, units, records, found)
     faults.point("manifest")
     out.put_json(S.MANIFEST, m)
-    return BuildResult(m, time.perf_counter() - t0, len(todo), len(units) - len(todo), notes)
+    return BuildResult(m, time.perf_counter() - t0, len(todo), len(units) - len(todo), notes, tok.added)

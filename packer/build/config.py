@@ -30,6 +30,9 @@ class OutputSettings:
     pack: str = "bfd"  # "bfd" | "concat"
     eos: bool = True  # an end-of-document id after every document
     eos_token: str | None = None  # None = the tokenizer's own
+    bos: bool = True  # what the tokenizer's template puts before each text (BOS, [CLS]); False = --no-bos
+    bos_token: str | None = None  # --bos TOKEN: this instead of the template's
+    split_special_tokens: bool = False  # special-token strings in text encoded as plain text (HF's semantics)
     unit_bytes: int = DEFAULT_UNIT_BYTES  # input bytes per work unit (one shard each)
 
 
@@ -49,7 +52,7 @@ class RunSettings:
 
 _OUTPUT = {f.name for f in fields(OutputSettings)}
 _RUN = {f.name for f in fields(RunSettings)}
-_ALIASES = {"unit_mb": "unit_bytes", "no_eos": "eos"}  # the CLI's spellings
+_ALIASES = {"unit_mb": "unit_bytes", "no_eos": "eos", "no_bos": "bos"}  # the CLI's spellings
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class BuildConfig:
         for name, value in options.items():
             if name == "unit_mb":
                 value = int(float(value) * (1 << 20))
-            elif name == "no_eos":
+            elif name in ("no_eos", "no_bos"):
                 value = not value
             name = _ALIASES.get(name, name)
             if name in _OUTPUT:
@@ -78,14 +81,14 @@ class BuildConfig:
             elif name in _RUN:
                 run_opts[name] = value
             else:
-                known = sorted((_OUTPUT | _RUN | set(_ALIASES)) - {"unit_bytes", "eos"})
+                known = sorted((_OUTPUT | _RUN | set(_ALIASES)) - {"unit_bytes", "eos", "bos"})
                 raise PackerError(f"unknown build option {name!r}; options are: {', '.join(known)}")
         cfg = cls(tuple(os.fspath(p) for p in inputs), os.fspath(out), OutputSettings(**out_opts), RunSettings(**run_opts))
         cfg.validate()
         return cfg
 
     def options(self) -> dict:
-        """Every setting by its name (``unit_bytes``, ``eos``: the unaliased names)."""
+        """Every setting by its name (``unit_bytes``, ``eos``, ``bos``: the unaliased names)."""
         return {**vars(self.output), **vars(self.run)}
 
     def but(self, **changes) -> "BuildConfig":
@@ -110,6 +113,8 @@ class BuildConfig:
             raise PackerError(f"unknown --engine {r.engine!r}: choose local or ray")
         if r.tokenizer_backend not in BACKENDS:
             raise PackerError(f"unknown tokenizer backend {r.tokenizer_backend!r}: choose from {', '.join(BACKENDS)}")
+        if o.bos_token is not None and not o.bos:
+            raise PackerError("--bos TOKEN and --no-bos contradict each other: pass one")
         if r.resume and r.overwrite:
             raise PackerError("--resume and --overwrite contradict each other: --resume keeps the build in OUT, "
                               "--overwrite replaces it; pass one")

@@ -44,7 +44,7 @@ def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit]) -
     for u in units:
         for sl in u.slices:
             plan.update(f"{u.index}\0{sl.file.path}\0{sl.file.size}\0{sl.start}\0{sl.end}\n".encode())
-    return {
+    settings = {
         "seq_len": o.seq_len,
         "pack": o.pack,
         "eos": o.eos,
@@ -54,6 +54,13 @@ def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit]) -
         "tokenizer_fingerprint": tok.fingerprint,
         "input_plan": plan.hexdigest(),
     }
+    # Recorded only where they say something, so a build that adds EOS alone (GPT-2, bytes) keeps
+    # the build.json it always had; --resume compares the keys of both sides (output.out_action).
+    if tok.adds_more_than_eos():
+        settings["around_text"] = {"prefix": list(tok.prefix), "suffix": list(tok.after)}
+    if tok.split_special:
+        settings["split_special_tokens"] = True
+    return settings
 
 
 def sample_texts(slices, text_field: str = "text", max_docs: int = SAMPLE_DOCS, max_chars: int = SAMPLE_CHARS,

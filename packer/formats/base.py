@@ -112,6 +112,12 @@ class Format:
         that is cheaper than reading a record (else None)."""
         return None
 
+    def where_of(self, part: Part, record: int) -> str:
+        """"path:line" (or the closest this format knows) of record number
+        ``record`` (0-based, Documents and Skips alike) of ``part``. Called
+        only to name an example, so it may re-read the part."""
+        return part.sl.file.path
+
 
 def unreadable(sl: Slice, e: OSError) -> Skip:
     return Skip("unreadable", f"{sl.file.path}: {e.strerror or e}")

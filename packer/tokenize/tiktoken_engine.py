@@ -246,9 +246,10 @@ class TiktokenEncoder:
     see (an added token's literal string inside, or not encodable as UTF-8)
     goes to HF. Single-threaded: the build runs one per core."""
 
-    def __init__(self, tokenizer_json: str, conv: Conversion | None = None, hf=None):
+    def __init__(self, tokenizer_json: str, conv: Conversion | None = None, hf=None, split_special: bool = False):
         import tiktoken
 
+        self.split_special = split_special  # HF's encode_special_tokens, for the texts HF encodes
         self.conv = conv if conv is not None else convert(tokenizer_json, check_merges=False)
         self._json = tokenizer_json
         self._hf = hf  # loaded on first need
@@ -282,6 +283,7 @@ class TiktokenEncoder:
             from tokenizers import Tokenizer
 
             self._hf = Tokenizer.from_str(self._json)
+        self._hf.encode_special_tokens = self.split_special  # also when shared: the same build's setting
         self.to_hf += len(texts)
         return [e.ids for e in self._hf.encode_batch(texts, add_special_tokens=False)]
 
@@ -313,17 +315,21 @@ class TiktokenEncoder:
         """One uint32 array of ids per text (no EOS)."""
         return [np.array(ids, dtype=np.uint32) for ids in self.encode_lists(texts)]
 
-    def encode_flat(self, texts: list[str], eos: int | None) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, lengths): every text's ids then ``eos`` (if not None), back to back, uint32;
-        lengths int64 (len(texts),), EOS included."""
+    def encode_flat(self, texts: list[str], eos, prefix: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, lengths): every text's ``prefix``, its ids, then ``eos`` (an id, a tuple of ids
+        or None), back to back, uint32; lengths int64 (len(texts),), prefix and suffix included."""
         buffer, allowed = self._buffer, self._allowed
         arrays = self._each(texts, lambda t: np.frombuffer(buffer(t, allowed), dtype=np.uint32))
-        e = np.array([] if eos is None else [eos], dtype=np.uint32)
+        e = np.array([] if eos is None else [eos] if isinstance(eos, int) else list(eos), dtype=np.uint32)
+        p = np.array(list(prefix), dtype=np.uint32)
         parts: list = []
         for a in arrays:
+            if len(p):
+                parts.append(p)
             parts.append(a if isinstance(a, np.ndarray) else np.array(a, dtype=np.uint32))  # a list: from HF
             parts.append(e)
-        lengths = np.fromiter(map(len, parts[0::2]), dtype=np.int64, count=len(texts)) + len(e)
+        step = 3 if len(p) else 2
+        lengths = np.fromiter(map(len, parts[step - 2::step]), dtype=np.int64, count=len(texts)) + len(e) + len(p)
         return (np.concatenate(parts) if parts else np.zeros(0, np.uint32)), lengths
 
 
@@ -458,18 +464,18 @@ class Choice:
     fallback: bool = False  # auto wanted tiktoken but had to use HF for a reason worth a notice
 
 
-def encoder_for(tokenizer_json: str, fingerprint: str, hf=None) -> TiktokenEncoder:
+def encoder_for(tokenizer_json: str, fingerprint: str, hf=None, split_special: bool = False) -> TiktokenEncoder:
     """The encoder of a tokenizer ``choose`` accepted: the one it checked, in
     this process (or a forked child); else converted again, unchecked."""
     enc = _ENCODERS.get(fingerprint)
-    if enc is None:
-        enc = TiktokenEncoder(tokenizer_json, None, hf)
+    if enc is None or enc.split_special != split_special:
+        enc = TiktokenEncoder(tokenizer_json, None, hf, split_special)
         _ENCODERS.clear()
         _ENCODERS[fingerprint] = enc
     return enc
 
 
-def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=None) -> Choice:
+def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=None, split_special: bool = False) -> Choice:
     """Pick the engine for a build: ``requested`` is "auto", "hf" or "tiktoken";
     ``sample()`` returns input texts to compare on (called only if needed).
 
@@ -495,15 +501,16 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
         from tokenizers import Tokenizer
 
         hf = Tokenizer.from_str(tokenizer_json)
-    static = _STATIC.get(fingerprint)
+    hf.encode_special_tokens = split_special  # the reference encodes as the build will
+    static = _STATIC.get((fingerprint, split_special))
     if static is None:
         try:
-            enc = TiktokenEncoder(tokenizer_json, convert(tokenizer_json, hf=hf), hf)
+            enc = TiktokenEncoder(tokenizer_json, convert(tokenizer_json, hf=hf), hf, split_special)
             static = (enc, check(enc, hf, hard_strings(enc.conv.added), "hard string"))
         except NotExpressible as e:
             static = f"tiktoken cannot express this tokenizer exactly ({e}), so HF tokenizers encodes"
         _STATIC.clear()
-        _STATIC[fingerprint] = static
+        _STATIC[(fingerprint, split_special)] = static
     if isinstance(static, str):
         return refuse(static, False)
     enc, hard = static

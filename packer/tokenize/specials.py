@@ -1,0 +1,149 @@
+"""What goes around each document's ids, and special-token strings met inside the text.
+
+**Around the text.** A model family expects each document encoded as
+transformers' ``tokenizer(text)`` gives it: the tokenizer.json post-processor's
+single-sequence template (Llama-2/Mistral/Gemma ``<s> $A`` / ``<bos> $A``, BERT
+``[CLS] $A [SEP]``, RoBERTa ``<s> $A </s>``), or, for a model folder whose
+tokenizer_config.json says ``add_bos_token`` / ``add_eos_token`` (or whose
+tokenizer.json has no post-processor), the template transformers builds from
+those (``[bos] $A [eos]``; ``TokenizersBackend.update_post_processor``). packer
+then appends the end-of-document id unless the template already ends with it.
+``template`` reads the template by running the tokenizer itself (so every
+post-processor type is covered) and returns the ids before and after.
+
+**Inside the text.** HF cuts a special token's literal string (``<s>``,
+``[MASK]``, ``<|endoftext|>``) out of ordinary text and gives its special id,
+``add_special_tokens=False`` or not. ``found_in`` names the documents where that
+happened, so the build counts them; ``--split-special-tokens`` (HF's
+``encode_special_tokens``) encodes such strings as plain text instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from ..errors import PackerError
+
+
+def _config(spec: str) -> dict:
+    """tokenizer_config.json of a model folder (``spec`` a folder), else {}."""
+    path = os.path.join(spec, "tokenizer_config.json") if os.path.isdir(spec) else None
+    if not path or not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        raise PackerError(f"cannot read {path}: {e}") from None
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def _token_str(v) -> str | None:
+    """A tokenizer_config token entry: a string, or {"content": ...} (AddedToken), or None."""
+    if isinstance(v, dict):
+        v = v.get("content")
+    return v if isinstance(v, str) else None
+
+
+def template(tok, spec: str) -> tuple[tuple[int, ...], tuple[int, ...], str]:
+    """(ids before the text, ids after the text, where the rule came from) for ``tokenizer(text)``.
+
+    ``tok``: the loaded ``tokenizers.Tokenizer`` (truncation off); ``spec``: what
+    ``--tokenizer`` named (a folder may hold a tokenizer_config.json).
+    """
+    cfg = _config(spec)
+    vocab = tok.get_vocab(with_added_tokens=True)
+    if "add_bos_token" in cfg or "add_eos_token" in cfg or tok.post_processor is None:
+        # transformers replaces the template by [bos] $A [eos] from the config's flags (default off).
+        pre, post = [], []
+        for flag, key, side in (("add_bos_token", "bos_token", pre), ("add_eos_token", "eos_token", post)):
+            t = _token_str(cfg.get(key))
+            if cfg.get(flag) and t is not None and t in vocab:
+                side.append(vocab[t])
+        src = "tokenizer_config.json's add_bos_token/add_eos_token" if ("add_bos_token" in cfg or "add_eos_token" in cfg) \
+            else "no template in tokenizer.json"
+        return tuple(pre), tuple(post), src
+    plain = tok.encode("a", add_special_tokens=False)
+    full = tok.encode("a", add_special_tokens=True)
+    mask = full.special_tokens_mask
+    i = 0
+    while i < len(mask) and mask[i]:
+        i += 1
+    j = len(mask)
+    while j > i and mask[j - 1]:
+        j -= 1
+    pre, mid, post = full.ids[:i], full.ids[i:j], full.ids[j:]
+    if mid != plain.ids:
+        raise PackerError(f"tokenizer {spec}: its post-processor changes the text's own ids "
+                          f"({plain.ids} -> {full.ids} for 'a'), which packer cannot reproduce")
+    return tuple(pre), tuple(post), "the tokenizer's template"
+
+
+def around(tok, spec: str, eos_id: int | None, bos: bool, bos_token: str | None):
+    """(prefix ids, suffix ids, one line naming them) for the build.
+
+    ``bos`` False drops the template's leading ids, ``bos_token`` replaces them;
+    the suffix is the template's trailing ids then ``eos_id`` unless they end
+    with it. ``eos_id`` None (--no-eos) means nothing after the text.
+    """
+    pre, post, src = template(tok, spec)
+    vocab = tok.get_vocab(with_added_tokens=True)
+    if bos_token is not None:
+        if bos_token not in vocab:
+            raise PackerError(f"--bos {bos_token!r} is not in the vocabulary of {spec}")
+        pre, pre_src = (vocab[bos_token],), "--bos"
+    elif not bos:
+        pre, pre_src = (), "--no-bos"
+    else:
+        pre_src = src
+    if eos_id is None:
+        post, post_src = (), "--no-eos"
+    elif post[-1:] == (eos_id,):
+        post_src = src
+    else:
+        post, post_src = post + (eos_id,), ("" if not post else f"after {src}")
+    return tuple(pre), tuple(post), describe_around(tok, pre, pre_src, post, post_src)
+
+
+def describe_around(tok, pre, pre_src: str, post, post_src: str) -> str:
+    """"bos <s> (1) from the tokenizer's template; eos </s> (2)": what each document gets, by string and id."""
+    def names(ids):
+        return " ".join(f"{tok.id_to_token(i)} ({i})" for i in ids)
+
+    head = f"bos {names(pre)} from {pre_src}" if pre else f"no bos ({pre_src})" if pre_src.startswith("--") else "no bos"
+    tail = f"eos {names(post)}" + (f" from {post_src}" if post_src else "") if post else "no eos (--no-eos)"
+    return f"{head}; {tail}"
+
+
+def special_ids(tok) -> dict[int, str]:
+    """{id: string} of the special added tokens HF cuts out of text (the unknown token is not one: models emit it)."""
+    unk = getattr(tok.model, "unk_token", None)
+    return {i: t.content for i, t in tok.get_added_tokens_decoder().items()
+            if t.special and t.content and t.content != unk}
+
+
+def found_in(texts: list[str], ids: np.ndarray, lengths: np.ndarray, n_pre: int, n_post: int,
+             specials: dict[int, str]) -> list[tuple[int, str]]:
+    """(document index, token string) for each special token whose string is in a document's text
+    and whose id is in its text ids. ``ids``/``lengths``: ``Encoder.encode_flat``'s output, each
+    document ``n_pre`` ids before its text and ``n_post`` after. One vectorised test when none is found."""
+    if not specials or not len(ids):
+        return []
+    where = np.flatnonzero(np.isin(ids, np.fromiter(specials, dtype=ids.dtype, count=len(specials))))
+    if not len(where):
+        return []
+    ends = np.cumsum(lengths)
+    docs = np.searchsorted(ends, where, side="right")
+    starts = ends - lengths
+    inside = (where >= starts[docs] + n_pre) & (where < ends[docs] - n_post)
+    out: list[tuple[int, str]] = []
+    seen = set()
+    for d, i in zip(docs[inside].tolist(), ids[where[inside]].tolist()):
+        s = specials[i]
+        if (d, s) not in seen and s in texts[d]:
+            seen.add((d, s))
+            out.append((d, s))
+    return out
