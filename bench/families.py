@@ -69,8 +69,8 @@ def llama2_like(texts):
     """SentencePiece-style BPE (Metaspace, byte fallback, <0xXX> byte tokens) with a <s> $A template."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-    base = Tokenizer(models.BPE())
-    base.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    base = Tokenizer(models.BPE())  # trained on words (fast); the real layout then runs without a pre-tokenizer
+    base.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
     base.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=900, show_progress=False))
     trained = json.loads(base.to_str())["model"]
     specials = ["<unk>", "<s>", "</s>"]
@@ -85,7 +85,6 @@ def llama2_like(texts):
     tok.add_special_tokens(specials)
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
                                                        special_tokens=[("<s>", 1)])
-    del pre_tokenizers
     return tok
 
 

@@ -3,13 +3,14 @@
 **Around the text.** A model family expects each document encoded as
 transformers' ``tokenizer(text)`` gives it: the tokenizer.json post-processor's
 single-sequence template (Llama-2/Mistral/Gemma ``<s> $A`` / ``<bos> $A``, BERT
-``[CLS] $A [SEP]``, RoBERTa ``<s> $A </s>``), or, for a model folder whose
-tokenizer_config.json says ``add_bos_token`` / ``add_eos_token`` (or whose
-tokenizer.json has no post-processor), the template transformers builds from
-those (``[bos] $A [eos]``; ``TokenizersBackend.update_post_processor``). packer
-then appends the end-of-document id unless the template already ends with it.
-``template`` reads the template by running the tokenizer itself (so every
-post-processor type is covered) and returns the ids before and after.
+``[CLS] $A [SEP]``, RoBERTa ``<s> $A </s>``); none for no post-processor.
+packer then appends the end-of-document id unless the template already ends
+with it. ``template`` reads the template by running the tokenizer itself (so
+every post-processor type is covered) and returns the ids before and after.
+A model folder's tokenizer_config.json ``add_bos_token`` / ``add_eos_token``
+are not applied: transformers 5 drops them whenever a tokenizer.json is there
+(``PreTrainedTokenizerBase._from_pretrained``), so its template is the rule;
+``--bos TOKEN`` adds one where a model wants it and the template lacks it.
 
 **Inside the text.** HF cuts a special token's literal string (``<s>``,
 ``[MASK]``, ``<|endoftext|>``) out of ordinary text and gives its special id,
@@ -20,52 +21,19 @@ happened, so the build counts them; ``--split-special-tokens`` (HF's
 
 from __future__ import annotations
 
-import json
-import os
-
 import numpy as np
 
 from ..errors import PackerError
-
-
-def _config(spec: str) -> dict:
-    """tokenizer_config.json of a model folder (``spec`` a folder), else {}."""
-    path = os.path.join(spec, "tokenizer_config.json") if os.path.isdir(spec) else None
-    if not path or not os.path.exists(path):
-        return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            cfg = json.load(f)
-    except (OSError, ValueError) as e:
-        raise PackerError(f"cannot read {path}: {e}") from None
-    return cfg if isinstance(cfg, dict) else {}
-
-
-def _token_str(v) -> str | None:
-    """A tokenizer_config token entry: a string, or {"content": ...} (AddedToken), or None."""
-    if isinstance(v, dict):
-        v = v.get("content")
-    return v if isinstance(v, str) else None
 
 
 def template(tok, spec: str) -> tuple[tuple[int, ...], tuple[int, ...], str]:
     """(ids before the text, ids after the text, where the rule came from) for ``tokenizer(text)``.
 
     ``tok``: the loaded ``tokenizers.Tokenizer`` (truncation off); ``spec``: what
-    ``--tokenizer`` named (a folder may hold a tokenizer_config.json).
+    ``--tokenizer`` named, for messages.
     """
-    cfg = _config(spec)
-    vocab = tok.get_vocab(with_added_tokens=True)
-    if "add_bos_token" in cfg or "add_eos_token" in cfg or tok.post_processor is None:
-        # transformers replaces the template by [bos] $A [eos] from the config's flags (default off).
-        pre, post = [], []
-        for flag, key, side in (("add_bos_token", "bos_token", pre), ("add_eos_token", "eos_token", post)):
-            t = _token_str(cfg.get(key))
-            if cfg.get(flag) and t is not None and t in vocab:
-                side.append(vocab[t])
-        src = "tokenizer_config.json's add_bos_token/add_eos_token" if ("add_bos_token" in cfg or "add_eos_token" in cfg) \
-            else "no template in tokenizer.json"
-        return tuple(pre), tuple(post), src
+    if tok.post_processor is None:
+        return (), (), "no template in the tokenizer"
     plain = tok.encode("a", add_special_tokens=False)
     full = tok.encode("a", add_special_tokens=True)
     mask = full.special_tokens_mask
