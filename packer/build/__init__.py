@@ -45,6 +45,7 @@ class BuildResult:
     units_skipped: int
     notes: list[str] = field(default_factory=list)
     added: str = ""  # what each document gets around its text, by string and id ("bos <s> (1) ...; eos </s> (2)")
+    phases: dict = field(default_factory=dict)  # seconds per step of the build, in order (bench/tokenizer_bench.py --timeline)
 
 
 def engine_for(cfg: BuildConfig):
@@ -81,14 +82,25 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, **opt
 
 def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
     t0 = time.perf_counter()
+    phases: dict = {}
+    last = [t0]
+
+    def phase(name: str) -> None:
+        now = time.perf_counter()
+        phases[name] = now - last[0]
+        last[0] = now
+
     o = cfg.output
     tok = resolve_tokenizer(o.tokenizer, o.eos, o.eos_token, o.bos, o.bos_token, o.split_special_tokens)
+    phase("load tokenizer")
     found = discover(list(cfg.inputs), exclude=cfg.out, on_sized=on_sized)
     if not found.files:
         raise PackerError(f"no input files found in {', '.join(cfg.inputs)}")
     units = plan_units(plan_slices(found.files, o.unit_bytes), o.unit_bytes)
+    phase("discover + plan")
     tok = choose_backend(tok, cfg.run.tokenizer_backend,
                          lambda: sample_texts([s for u in units for s in u.slices], o.text_field))
+    phase("engine check")
     settings = recorded_settings(cfg, tok, units)
     job = Job(cfg.out, o.seq_len, o.pack, o.text_field, cfg.run.strict, tok, S.dtype_for_vocab(tok.vocab_size))
 
@@ -105,10 +117,13 @@ def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
 
     records = finished_records(out, units) if cfg.run.resume else {}
     todo = [u for u in units if u.index not in records]
+    phase("prepare output")
     if todo:
         notes += engine_for(cfg).run(todo, job, records, units, progress)
+    phase("units (workers)")
 
     m = manifest(cfg, tok, job, settings, units, records, found)
     faults.point("manifest")
     out.put_json(S.MANIFEST, m)
-    return BuildResult(m, time.perf_counter() - t0, len(todo), len(units) - len(todo), notes, tok.added)
+    phase("manifest")
+    return BuildResult(m, time.perf_counter() - t0, len(todo), len(units) - len(todo), notes, tok.added, phases)

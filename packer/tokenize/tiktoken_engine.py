@@ -210,16 +210,17 @@ def convert(tokenizer_json: str, check_merges: bool = True, hf=None) -> Conversi
     # suspect, and the ids on strings built around it decide (``choose``).
     made_by: set[str] = set()
     suspects: list[str] = []
-    last = -1
+    last, last_tok = -1, ""
     for i, m in enumerate(model.get("merges") or []):
         a, b = m.split(" ", 1) if isinstance(m, str) else m
         t = a + b
         if a not in vocab or b not in vocab or t not in vocab:
             raise NotExpressible(f"merge {i} ({a!r} {b!r}) names a token outside the vocabulary")
         r = vocab[t]
-        if r < last:
-            suspects.append(t)
-        last = max(last, r)
+        if r < last:  # both sides of the inversion
+            suspects += [t, last_tok]
+        elif r > last:
+            last, last_tok = r, t
         made_by.add(t)
 
     ranks: dict[bytes, int] = {}
