@@ -50,15 +50,16 @@ def template(tok, spec: str) -> tuple[tuple[int, ...], tuple[int, ...], str]:
     return tuple(pre), tuple(post), "the tokenizer's template"
 
 
-def around(tok, spec: str, eos_id: int | None, bos: bool, bos_token: str | None):
+def around(tok, spec: str, eos_id: int | None, bos: bool, bos_token: str | None, vocab: dict | None = None):
     """(prefix ids, suffix ids, one line naming them) for the build.
 
     ``bos`` False drops the template's leading ids, ``bos_token`` replaces them;
     the suffix is the template's trailing ids then ``eos_id`` unless they end
-    with it. ``eos_id`` None (--no-eos) means nothing after the text.
+    with it. ``eos_id`` None (--no-eos) means nothing after the text. ``vocab``:
+    the tokenizer's vocabulary with added tokens, if at hand.
     """
     pre, post, src = template(tok, spec)
-    vocab = tok.get_vocab(with_added_tokens=True)
+    vocab = vocab if vocab is not None else tok.get_vocab(with_added_tokens=True)  # 0.3 s for 128k tokens
     if bos_token is not None:
         if bos_token not in vocab:
             raise PackerError(f"--bos {bos_token!r} is not in the vocabulary of {spec}")

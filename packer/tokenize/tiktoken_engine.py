@@ -48,7 +48,7 @@ import json
 import re
 import unicodedata
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Iterable
 
@@ -558,10 +558,20 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
     hf.encode_special_tokens = split_special  # the reference encodes as the build will
     static = _STATIC.get((fingerprint, split_special))
     if static is None:
+        from . import check_cache
+
+        passed = check_cache.load(fingerprint, split_special)
         try:
-            enc = TiktokenEncoder(tokenizer_json, convert(tokenizer_json, hf=hf), hf, split_special)
-            strings = hard_strings(enc.conv.added) + suspect_strings(enc.conv.suspects)
-            static = (enc, check(enc, hf, strings, "hard string"))
+            if passed is not None:  # this tokenizer passed on this machine before: only the input check runs
+                conv = replace(convert(tokenizer_json, check_merges=False), note=passed["note"])
+                static = (TiktokenEncoder(tokenizer_json, conv, hf, split_special),
+                          CheckResult(True, passed["texts"], passed["tokens"], ""))
+            else:
+                enc = TiktokenEncoder(tokenizer_json, convert(tokenizer_json, hf=hf), hf, split_special)
+                strings = hard_strings(enc.conv.added) + suspect_strings(enc.conv.suspects)
+                static = (enc, check(enc, hf, strings, "hard string"))
+                if static[1].ok:
+                    check_cache.store(fingerprint, split_special, enc.conv.note, static[1].texts, static[1].tokens)
         except NotExpressible as e:
             static = f"tiktoken cannot express this tokenizer exactly ({e})"
         _STATIC.clear()

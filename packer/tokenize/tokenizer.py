@@ -150,7 +150,7 @@ def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None 
     if pad_id is None:
         pad_id = eos_id if eos_id is not None else 0
     fp = hashlib.sha256(as_json.encode()).hexdigest()
-    prefix, suffix, added = around_text.around(tok, spec, eos_id, bos, bos_token)
+    prefix, suffix, added = around_text.around(tok, spec, eos_id, bos, bos_token, vocab)
     tok.encode_special_tokens = split_special
     _LOADED.clear()  # keep one: an in-process Encoder reuses it instead of parsing the JSON again
     _LOADED[fp] = tok
