@@ -4,7 +4,7 @@
 uses tiktoken: the merge conditions over the whole vocabulary and the hard
 strings (5.6 s of a 16-worker Llama 3 build's start, serial; docs/benchmarks.md).
 Their outcome depends only on the tokenizer definition, the split-special
-setting and the two libraries' versions, so a passed check is recorded under
+setting, the hard strings and the two libraries' versions, so a passed check is recorded under
 a key of exactly those, and the next build on this machine skips to the check
 on its own input sample (which always runs). Refusals are not recorded: they
 are cheap, and their messages are recomputed. ``PACKER_CACHE`` names the folder
@@ -31,7 +31,11 @@ def _key(fingerprint: str, split_special: bool) -> str:
     import tiktoken
     import tokenizers
 
-    raw = f"{VERSION}\0{fingerprint}\0{split_special}\0{tokenizers.__version__}\0{tiktoken.__version__}"
+    from . import tiktoken_engine
+
+    # The hard strings themselves are part of what passed: a check with other strings is another check.
+    strings = hashlib.sha256("\0".join(tiktoken_engine.hard_strings()).encode("utf-8", "surrogatepass")).hexdigest()
+    raw = f"{VERSION}\0{fingerprint}\0{split_special}\0{tokenizers.__version__}\0{tiktoken.__version__}\0{strings}"
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
