@@ -420,10 +420,10 @@ def test_auto_falls_back_to_hf_with_a_note_when_tiktoken_is_missing(tmp_path, gp
     assert len(notes) == 1 and "not installed" in notes[0] and "\n" not in notes[0]
 
 
-def gap_tokenizer(tmp_path, gap: str) -> str:
+def gap_tokenizer(tmp_path, gap: str, gpt2_path: str) -> str:
     """GPT-2 with a Split pattern that matches no ``gap``: HF keeps that
     character as a piece of its own, tiktoken drops it."""
-    d = json.loads(resolve_tokenizer(os.path.join(REPO, "..", "shared", "data", "gpt2-tokenizer.json")).json)
+    d = json.loads(resolve_tokenizer(gpt2_path).json)
     pat = T.GPT2_PATTERN.replace(r" ?\p{L}+", r" ?[^\P{L}" + gap + "]+").replace(r"[^\s\p{L}\p{N}]", r"[^\s\p{L}\p{N}" + gap + "]")
     d["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
         {"type": "Split", "pattern": {"Regex": pat}, "behavior": "Isolated", "invert": False},
@@ -436,7 +436,7 @@ def gap_tokenizer(tmp_path, gap: str) -> str:
 def test_a_difference_on_the_input_sample_falls_back_to_hf(tmp_path, gpt2_path, monkeypatch):
     from packer import BuildConfig, build
 
-    tok = gap_tokenizer(tmp_path, "é")  # sample_data holds "café" and "naïve"
+    tok = gap_tokenizer(tmp_path, "é", gpt2_path)  # sample_data holds "café" and "naïve"
     monkeypatch.setattr(T, "hard_strings", lambda added=(): ["plain text"])  # let it reach the input sample
     T._STATIC.clear()
     res = build(BuildConfig.of(inputs=(os.path.join(SAMPLE, "txt"),), out=str(tmp_path / "o"), seq_len=256,
@@ -448,10 +448,10 @@ def test_a_difference_on_the_input_sample_falls_back_to_hf(tmp_path, gpt2_path, 
     assert any("tokenizer backend" in n for n in res.notes)
 
 
-def test_a_difference_on_the_hard_strings_is_caught(tmp_path):
+def test_a_difference_on_the_hard_strings_is_caught(tmp_path, gpt2_path):
     from packer.tokenize import choose_backend
 
-    info = resolve_tokenizer(gap_tokenizer(tmp_path, "é"))
+    info = resolve_tokenizer(gap_tokenizer(tmp_path, "é", gpt2_path))
     got = choose_backend(info, "auto", lambda: ["no sample needed"])
     assert got.backend == "hf" and "other ids than HF on hard string" in got.backend_reason
 
