@@ -161,6 +161,28 @@ def sweep(tok: str) -> None:
         print("  " + b)
 
 
+def timeline(inputs: list[str], tok: str, n: int) -> None:
+    """One build with ``n`` workers, in this process, each step timed (BuildResult.phases): where a
+    many-core build's wall time goes, the serial steps before and after the workers included."""
+    import shutil
+    import tempfile
+
+    from packer import build as packer_build
+
+    out = tempfile.mkdtemp(prefix="timeline-")
+    try:
+        t0 = time.perf_counter()
+        r = packer_build(inputs, os.path.join(out, "o"), tokenizer=tok, workers=n, quiet=True)
+        wall = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    tokens = r.manifest["totals"]["tokens"]
+    print(f"timeline: {n} workers, {tokens:,} tokens in {wall:.2f}s ({tokens / wall / 1e6:.2f} Mtok/s), "
+          f"engine {r.manifest['tokenizer']['backend']}")
+    for k, v in r.phases.items():
+        print(f"  {k:<18}{v:7.2f}s  {100 * v / wall:5.1f}%")
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="*")
@@ -173,6 +195,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--hf-raw-rounds", type=int, default=1, help="rounds that also time the (slow) raw HF variants")
     ap.add_argument("--batch-mb", type=float, default=1, help="text per encode call (MB of chars; a build chunk is ~1 MB)")
     ap.add_argument("--build-args", default="", help="extra packer build arguments, e.g. '--unit-mb 16'")
+    ap.add_argument("--timeline", type=int, default=0, metavar="N",
+                    help="also run one build with N workers in this process and print the time of each step")
     ap.add_argument("--json", help="append the results as one JSON line to this file")
     return ap
 
@@ -258,6 +282,15 @@ def _report_builds(runs: _Runs, result: dict) -> None:
                   f"({b['seconds']:.2f}s, {b['tokens'] / b['cpu'] / 1e6:.3f} Mtok per CPU s)")
             result["build"][f"{backend} x{n}"] = {"mtok_s": b["tokens"] / b["seconds"] / 1e6, "seconds": b["seconds"],
                                                   "cpu_s": b["cpu"], "ran": b["backend"], "reason": b["reason"], "cmd": b["cmd"]}
+    if 1 in runs.args.workers:
+        print("scaling over 1 worker, best rounds (Mtok/s at N / (N x Mtok/s at 1); target >= 0.80 at 16):")
+        for backend in ("auto", "hf"):
+            one = _best(runs.builds[(backend, 1)])
+            for n in runs.args.workers:
+                b = _best(runs.builds[(backend, n)])
+                eff = (b["tokens"] / b["seconds"]) / (n * one["tokens"] / one["seconds"])
+                print(f"  {backend:<4} x{n}: {one['seconds'] / b['seconds']:5.2f}x faster = {eff:.2f} of linear")
+                result["build"][f"{backend} x{n} of linear"] = eff
     print("targets, per round from runs side by side: median [min-max] over rounds")
     keys = [("auto_vs_raw_tiktoken", "auto build / raw tiktoken ceiling (target >= 0.9)"),
             ("auto_vs_hf", "auto build / HF build (target >= 3.5)")]
@@ -279,6 +312,8 @@ def main(argv=None) -> None:
     tok = os.path.abspath(args.tokenizer)
     if args.sweep:
         sweep(tok)
+    if args.timeline:
+        timeline(args.inputs, tok, args.timeline)
     if not (args.raw or args.build):
         return
     if not args.inputs:

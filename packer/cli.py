@@ -85,6 +85,13 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 @click.option("--max-record-mb", default=256.0, show_default=True,
               help="Longest record read (a jsonl line, a text file, a parquet cell), in MB; a longer one is skipped "
                    "and counted (too_long). Bounds a reader's memory. Changes the output bytes only when a record is over it.")
+@click.option("--bos", "bos_token", default=None, metavar="TOKEN",
+              help="Put TOKEN before each document instead of what the tokenizer's template puts there "
+                   "(default: as transformers' tokenizer(text) does, e.g. <s> for Llama-2/Mistral, none for GPT-2).")
+@click.option("--no-bos", is_flag=True, help="Put nothing before each document, whatever the tokenizer's template says.")
+@click.option("--split-special-tokens", is_flag=True,
+              help="Encode special-token strings met in the text (<s>, [MASK], <|endoftext|>) as plain text, as HF's "
+                   "split_special_tokens does; by default they become special ids and are counted in the summary.")
 @click.option("--unit-mb", default=64.0, show_default=True, help="Input MB per work unit (one shard each). Changes the output bytes.")
 @click.option("--strict", is_flag=True, help="Stop at the first malformed record instead of skipping and counting it.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing build in OUT.")
@@ -111,9 +118,9 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 @click.option("--prompt-field", default="prompt", show_default=True, help="With --chat: the prompt field of prompt/completion records.")
 @click.option("--completion-field", default="completion", show_default=True, help="With --chat: the completion field.")
 @_user_errors
-def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, text_field, no_eos, eos_token, max_record_mb,
-          unit_mb, strict, overwrite, resume, quiet, engine, ray_address, chat, chat_template, train_on, truncate,
-          messages_field, prompt_field, completion_field):
+def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, text_field, no_eos, eos_token, bos_token, no_bos,
+          split_special_tokens, max_record_mb, unit_mb, strict, overwrite, resume, quiet, engine, ray_address, chat,
+          chat_template, train_on, truncate, messages_field, prompt_field, completion_field):
     """Tokenize and pack INPUT... (folders, files, globs) into shards in OUT.
 
     Inputs: .txt/.md (one document per file), .jsonl, .jsonl.gz, .jsonl.zst, .parquet.
@@ -131,6 +138,7 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
     *ins, out = inputs
     options = dict(
         seq_len=seq_len, tokenizer=tokenizer, text_field=text_field, pack=pack_mode, no_eos=no_eos, eos_token=eos_token,
+        bos_token=bos_token, no_bos=no_bos, split_special_tokens=split_special_tokens,
         unit_mb=unit_mb, workers=workers, strict=strict, overwrite=overwrite, resume=resume, quiet=quiet,
         tokenizer_backend=tokenizer_backend, engine=engine, ray_address=ray_address,
     )
@@ -169,6 +177,8 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
     for line in summary_lines(m):
         click.echo(line, err=True)
     tk = m.get("tokenizer", {})
+    if result.added and not tk.get("added"):  # the manifest names it only when more than EOS is added
+        click.echo(f"around text     {result.added}", err=True)
     if tk.get("backend") not in (None, "bytes"):
         click.echo(f"backend         {tk['backend']}: {tk.get('backend_reason', '')}", err=True)
 

@@ -552,8 +552,11 @@ def test_written_files_honour_the_umask(tmp_path, corpus, mask, mode):
 def test_ctrl_c_while_packer_loads_is_one_line(tmp_path, delay):
     # The process interrupts itself ``delay`` s after entering the entry point
     # (Python's own start-up, site and all, is not packer's to handle).
+    # The timer is a daemon: if the command wins the race, the interpreter does not wait for it at exit
+    # (a SIGINT delivered inside Python's own shutdown is not packer's).
     code = ("import os, signal, sys, threading, packer_cli; "
-            f"threading.Timer({delay}, os.kill, (os.getpid(), signal.SIGINT)).start(); packer_cli.main()")
+            f"t = threading.Timer({delay}, os.kill, (os.getpid(), signal.SIGINT)); t.daemon = True; t.start(); "
+            "packer_cli.main()")
     p = subprocess.run([sys.executable, "-c", code, "stats", str(tmp_path)], capture_output=True, text=True,
                        timeout=60, start_new_session=True)
     assert "Traceback" not in p.stderr, p.stderr

@@ -44,6 +44,8 @@ class BuildResult:
     units_run: int
     units_skipped: int
     notes: list[str] = field(default_factory=list)
+    added: str = ""  # what each document gets around its text, by string and id ("bos <s> (1) ...; eos </s> (2)")
+    phases: dict = field(default_factory=dict)  # seconds per step of the build, in order (bench/tokenizer_bench.py --timeline)
 
 
 def chat_job(o: OutputSettings, tok):
@@ -75,7 +77,7 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, **opt
 
     ``inputs``: a path (folder, file, glob, URI) or a list of them, or a whole
     ``BuildConfig``. ``options`` are ``packer build``'s options by the same
-    names (seq_len, tokenizer, text_field, pack, no_eos, eos_token, unit_mb,
+    names (seq_len, tokenizer, text_field, pack, no_eos, eos_token, no_bos, bos_token, split_special_tokens, unit_mb,
     workers, strict, overwrite, resume, quiet, tokenizer_backend, engine,
     ray_address), validated the same way. ``progress`` (optional) is called
     as progress(done_bytes, docs, tokens, units_done, units, total_bytes);
@@ -93,21 +95,39 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, **opt
     return _build(cfg, progress, on_sized)
 
 
+class _Timeline:
+    """Seconds per step of a build, in order (``BuildResult.phases``; bench/tokenizer_bench.py --timeline)."""
+
+    def __init__(self, t0: float):
+        self.t0 = self.last = t0
+        self.phases: dict[str, float] = {}
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = now - self.last
+        self.last = now
+
+
 def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
     t0 = time.perf_counter()
+    phase = _Timeline(t0)
     o = cfg.output
-    # A chat template writes BOS and the end-of-turn tokens itself: a chat build adds no EOS.
-    tok = resolve_tokenizer(o.tokenizer, o.eos and not o.chat, o.eos_token)
+    # A chat template writes BOS and the end-of-turn tokens itself: a chat build adds neither.
+    tok = resolve_tokenizer(o.tokenizer, o.eos and not o.chat, o.eos_token, o.bos and not o.chat, o.bos_token,
+                            o.split_special_tokens)
+    phase("load tokenizer")
     chat = chat_job(o, tok) if o.chat else None
     found = discover(list(cfg.inputs), exclude=cfg.out, on_sized=on_sized)
     if not found.files:
         raise PackerError(f"no input files found in {', '.join(cfg.inputs)}")
     units = plan_units(plan_slices(found.files, o.unit_bytes), o.unit_bytes)
+    phase("discover + plan")
     if chat is not None:
         tok = replace(tok, backend="hf", backend_reason="chat build: HF tokenizers, whose offsets place the trained spans")
     else:
         tok = choose_backend(tok, cfg.run.tokenizer_backend,
                              lambda: sample_texts([s for u in units for s in u.slices], o.text_field))
+    phase("engine check")
     settings = recorded_settings(cfg, tok, units, chat)
     job = Job(cfg.out, o.seq_len, o.pack, o.text_field, cfg.run.strict, tok, S.dtype_for_vocab(tok.vocab_size),
               o.max_record_bytes, chat)
@@ -119,15 +139,16 @@ def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
         stamp = input_stamp(found.files)
         already = prepare_out(out, cfg, settings, stamp, lock.previous)
         lock.record(stamp)
-        result = _run_units(cfg, tok, job, settings, units, found, out, already, t0, progress)
+        result = _run_units(cfg, tok, job, settings, units, found, out, already, phase, progress)
         finished = True
         return result
     finally:
         lock.release(finished)
 
 
-def _run_units(cfg, tok, job, settings, units, found, out, already, t0, progress) -> BuildResult:
+def _run_units(cfg, tok, job, settings, units, found, out, already, phase: "_Timeline", progress) -> BuildResult:
     """The units not finished yet, then the manifest (last)."""
+    t0 = phase.t0
     notes = list(tok.notes)
     if found.ignored:
         notes.append(f"ignored {len(found.ignored)} file(s) of unsupported type, e.g. {found.ignored[0]}")
@@ -138,14 +159,17 @@ def _run_units(cfg, tok, job, settings, units, found, out, already, t0, progress
                      f"e.g. {found.special[0]}")
     if already:
         return BuildResult(S.read_manifest(out), time.perf_counter() - t0, 0, len(units),
-                           notes + ["build was already complete: nothing to do"])
+                           notes + ["build was already complete: nothing to do"], tok.added)
 
     records = finished_records(out, units) if cfg.run.resume else {}
     todo = [u for u in units if u.index not in records]
+    phase("prepare output")
     if todo:
         notes += engine_for(cfg).run(todo, job, records, units, progress)
+    phase("units (workers)")
 
     m = manifest(cfg, tok, job, settings, units, records, found)
     faults.point("manifest")
     out.put_json(S.MANIFEST, m)
-    return BuildResult(m, time.perf_counter() - t0, len(todo), len(units) - len(todo), notes)
+    phase("manifest")
+    return BuildResult(m, time.perf_counter() - t0, len(todo), len(units) - len(todo), notes, tok.added, phase.phases)

@@ -45,6 +45,9 @@ class OutputSettings:
     pack: str = "bfd"  # "bfd" | "concat"
     eos: bool = True  # an end-of-document id after every document
     eos_token: str | None = None  # None = the tokenizer's own
+    bos: bool = True  # what the tokenizer's template puts before each text (BOS, [CLS]); False = --no-bos
+    bos_token: str | None = None  # --bos TOKEN: this instead of the template's
+    split_special_tokens: bool = False  # special-token strings in text encoded as plain text (HF's semantics)
     unit_bytes: int = DEFAULT_UNIT_BYTES  # input bytes per work unit (one shard each)
     max_record_bytes: int = DEFAULT_MAX_RECORD  # a longer record is skipped (too_long): bounds a reader's memory
     # Chat builds (docs/chat.md): conversations through the tokenizer's chat template, with a loss mask.
@@ -73,7 +76,7 @@ class RunSettings:
 
 _OUTPUT = {f.name for f in fields(OutputSettings)}
 _RUN = {f.name for f in fields(RunSettings)}
-_ALIASES = {"unit_mb": "unit_bytes", "no_eos": "eos", "max_record_mb": "max_record_bytes"}  # the CLI's spellings
+_ALIASES = {"unit_mb": "unit_bytes", "no_eos": "eos", "no_bos": "bos", "max_record_mb": "max_record_bytes"}  # the CLI's spellings
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,7 @@ class BuildConfig:
                     value = int(float(value) * (1 << 20))
                 except (TypeError, ValueError, OverflowError):
                     raise PackerError(f"--{name.replace('_', '-')} must be a number of MB (got {value!r})") from None
-            elif name == "no_eos":
+            elif name in ("no_eos", "no_bos"):
                 value = not value
             name = _ALIASES.get(name, name)
             if name in _OUTPUT:
@@ -105,14 +108,14 @@ class BuildConfig:
             elif name in _RUN:
                 run_opts[name] = value
             else:
-                known = sorted((_OUTPUT | _RUN | set(_ALIASES)) - {"unit_bytes", "eos", "max_record_bytes"})
+                known = sorted((_OUTPUT | _RUN | set(_ALIASES)) - {"unit_bytes", "eos", "bos", "max_record_bytes"})
                 raise PackerError(f"unknown build option {name!r}; options are: {', '.join(known)}")
         cfg = cls(tuple(os.fspath(p) for p in inputs), os.fspath(out), OutputSettings(**out_opts), RunSettings(**run_opts))
         cfg.validate()
         return cfg
 
     def options(self) -> dict:
-        """Every setting by its name (``unit_bytes``, ``eos``: the unaliased names)."""
+        """Every setting by its name (``unit_bytes``, ``eos``, ``bos``: the unaliased names)."""
         return {**vars(self.output), **vars(self.run)}
 
     def but(self, **changes) -> "BuildConfig":
@@ -146,6 +149,8 @@ class BuildConfig:
             raise PackerError(f"unknown --engine {r.engine!r}: choose local or ray")
         if r.tokenizer_backend not in BACKENDS:
             raise PackerError(f"unknown tokenizer backend {r.tokenizer_backend!r}: choose from {', '.join(BACKENDS)}")
+        if o.bos_token is not None and not o.bos:
+            raise PackerError("--bos TOKEN and --no-bos contradict each other: pass one")
         if r.resume and r.overwrite:
             raise PackerError("--resume and --overwrite contradict each other: --resume keeps the build in OUT, "
                               "--overwrite replaces it; pass one")

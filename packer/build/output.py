@@ -37,10 +37,10 @@ def out_action(out: str, tops: list[str], cfg, settings: dict, old_settings, sta
         if "build.json" not in tops:
             raise PackerError(f"cannot resume: {out} holds no packer build (no build.json)")
         old = old_settings()
-        diff = [k for k in settings if old.get(k) != settings[k]]
+        diff = [k for k in {**old, **settings} if old.get(k) != settings.get(k)]
         if diff:
             k = diff[0]
-            what = "input files changed" if k == "input_plan" else f"{k} was {old.get(k)!r}, now {settings[k]!r}"
+            what = "input files changed" if k == "input_plan" else f"{k} was {old.get(k)!r}, now {settings.get(k)!r}"
             raise PackerError(f"cannot resume {out}: it was built with other settings ({what}); use --overwrite or another folder")
         if S.MANIFEST not in tops:
             now, before = stamps
@@ -130,10 +130,16 @@ def manifest(cfg, tok, job, settings: dict, units, records: dict[int, dict], fou
     recs = [records[u.index] for u in units]
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = {}
+    specials: Counter = Counter()
+    special_examples: dict[str, list[str]] = {}
     for r in recs:
         skipped.update(r["skipped"])
         for k, v in r["skipped_examples"].items():
             ex = examples.setdefault(k, [])
+            ex.extend(v[: MAX_EXAMPLES - len(ex)])
+        specials.update(r.get("special_in_text", {}))
+        for k, v in r.get("special_in_text_examples", {}).items():
+            ex = special_examples.setdefault(k, [])
             ex.extend(v[: MAX_EXAMPLES - len(ex)])
     special = getattr(found, "special", ())
     if special:  # FIFOs, devices, sockets named like inputs: counted, never opened
@@ -156,6 +162,9 @@ def manifest(cfg, tok, job, settings: dict, units, records: dict[int, dict], fou
         "input_bytes": sum(f.size for f in found.files),
         "ignored_files": len(found.ignored),
     }
+    if specials:  # documents whose text held a special token's string, encoded as its special id
+        totals["special_in_text"] = dict(sorted(specials.items()))
+        totals["special_in_text_examples"] = {k: special_examples[k] for k in sorted(special_examples)}
     if job.chat is not None:  # only chat builds: other manifests keep their bytes
         totals["trained_tokens"] = sum(r["trained_tokens"] for r in recs)
         totals["trained_pct"] = round(100.0 * totals["trained_tokens"] / max(1, totals["tokens"]), 4)

@@ -35,6 +35,7 @@ class ChunkResult:
     nbytes: int  # raw input bytes of the chunk
     mask: np.ndarray | None = None  # chat builds: (sum(lengths),) uint8, 1 = trained on (loss_mask)
     truncated: int = 0  # chat builds: conversations cut to seq_len (--truncate)
+    specials: tuple[tuple[str, str], ...] = ()  # (token string, "file:line"): a special token's string met in a text
 
 
 def plan_units(slices: list[tuple[Slice, int]], unit_bytes: int) -> list[Unit]:
@@ -70,6 +71,12 @@ def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit], c
         # Recorded only when set: a build with the default limit has the bytes it always had.
         **({"max_record_bytes": o.max_record_bytes} if o.max_record_bytes != DEFAULT_MAX_RECORD else {}),
     }
+    # Recorded only where they say something, so a build that adds EOS alone (GPT-2, bytes) keeps
+    # the build.json it always had; --resume compares the keys of both sides (output.out_action).
+    if tok.adds_more_than_eos():
+        settings["around_text"] = {"prefix": list(tok.prefix), "suffix": list(tok.after)}
+    if tok.split_special:
+        settings["split_special_tokens"] = True
     if chat is not None:  # only chat builds carry the key: other builds keep their bytes
         settings["chat"] = {
             "fields": [chat.fields.messages, chat.fields.prompt, chat.fields.completion],

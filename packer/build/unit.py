@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import faults
 from .. import shards as S
-from ..formats import DEFAULT_MAX_RECORD, Document, Part, Skip, parse_part, strict_error
+from ..formats import DEFAULT_MAX_RECORD, Document, Part, Skip, parse_part, strict_error, where_of_document
 from ..io import storage_for
 from ..pack import pack
 from ..tokenize import Encoder, TokenizerInfo
@@ -109,7 +109,9 @@ def encode_chunk(job: Job | None, unit_index: int, parts: list[Part]) -> ChunkRe
     field = tuple(job.text_field.split("."))
     texts: list[str] = []
     skipped: list[Skip] = []
+    first_doc = []  # per part: the index in texts of its first document (to name a document's file:line)
     for part in parts:
+        first_doc.append(len(texts))
         for rec in parse_part(part, field):
             if type(rec) is Document:
                 texts.append(rec.text)
@@ -120,7 +122,21 @@ def encode_chunk(job: Job | None, unit_index: int, parts: list[Part]) -> ChunkRe
     faults.point("read")
     ids, lengths = enc.encode_flat(texts) if texts else (np.zeros(0, np.uint32), np.zeros(0, np.int64))
     faults.point("tokenize")
-    return ChunkResult(ids.astype(job.dtype, copy=False), lengths, tuple(skipped), sum(p.nbytes for p in parts))
+
+    def where(d: int) -> str:
+        p = int(np.searchsorted(first_doc, d, side="right")) - 1
+        return where_of_document(parts[p], field, d - first_doc[p])
+
+    found = tuple((s, where(d)) for d, s in enc.specials_found(texts, ids, lengths)) if texts else ()
+    if len(lengths) and lengths.min() == 0:  # encodes to nothing (only with --no-eos): cannot be placed
+        for d in np.flatnonzero(lengths == 0).tolist():
+            skip = Skip("no_tokens", where(d))
+            if job.strict:
+                raise strict_error(skip)
+            skipped.append(skip)
+        lengths = lengths[lengths > 0]
+    return ChunkResult(ids.astype(job.dtype, copy=False), lengths, tuple(skipped), sum(p.nbytes for p in parts),
+                       specials=found)
 
 
 def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dict:
@@ -138,9 +154,16 @@ def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dic
         if len(ex) < MAX_EXAMPLES:
             ex.append(rec.where)
 
+    specials: Counter = Counter()  # token string -> documents whose text held it (as a special id)
+    special_examples: dict[str, list[str]] = {}
     for c in chunks:
         for rec in c.skipped:
             skip(rec)
+        for tok, where in c.specials:
+            specials[tok] += 1
+            ex = special_examples.setdefault(tok, [])
+            if len(ex) < MAX_EXAMPLES:
+                ex.append(where)
     # Per document: its length, its chunk, where it starts in that chunk's
     # tokens. (The chunks are not concatenated: that would be one more copy
     # of the unit's tokens in memory.)
@@ -148,12 +171,7 @@ def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dic
     doc_chunk = np.repeat(np.arange(len(chunks)), [len(c.lengths) for c in chunks])
     doc_start = np.concatenate([np.cumsum(c.lengths) - c.lengths for c in chunks]) if chunks else lengths
 
-    # Documents that encode to nothing (possible only with --no-eos) cannot be placed.
-    if len(lengths) and lengths.min() == 0:
-        for i in np.nonzero(lengths == 0)[0]:
-            skip(Skip("no_tokens", f"unit {unit.index} document {i}"))
-        keep = lengths > 0
-        lengths, doc_chunk, doc_start = lengths[keep], doc_chunk[keep], doc_start[keep]
+    # (Documents that encode to nothing are already out: encode_chunk counts them as no_tokens.)
 
     layout = pack(lengths, job.seq_len, job.pack)
     faults.point("pack")
@@ -189,6 +207,9 @@ def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dic
     if job.chat is not None:  # (only chat builds: the records of other builds keep their bytes)
         record["trained_tokens"] = int(mask.sum(dtype=np.int64))
         record["truncated"] = sum(c.truncated for c in chunks)
+    if specials:  # only when met: a record without any is the record it always was
+        record["special_in_text"] = dict(sorted(specials.items()))
+        record["special_in_text_examples"] = {k: special_examples[k] for k in sorted(special_examples)}
     out_store.put_json(f"{S.UNIT_DIR}/{unit.index:06d}.json", record)
     faults.point("kill-worker")
     return record

@@ -27,7 +27,7 @@ from .base import (DEFAULT_MAX_RECORD, PART_BYTES, SKIP_REASONS, Document, Forma
 __all__ = [
     "REGISTRY", "FORMATS", "PART_BYTES", "DEFAULT_MAX_RECORD", "SKIP_REASONS", "Document", "Format", "InputFile", "Part", "Record",
     "Skip", "Slice", "Discovery", "detect_format", "discover", "plan_slices", "iter_parts", "parse_part",
-    "read_slice", "iter_parts_many", "strict_error",
+    "read_slice", "iter_parts_many", "strict_error", "where_of_document",
 ]
 
 REGISTRY: dict[str, Format] = {m.FORMAT.name: m.FORMAT for m in (text, jsonl, parquet)}
@@ -95,6 +95,18 @@ def parse_part(part: Part, field: tuple[str, ...]) -> Iterator[Record]:
     yield from REGISTRY[part.sl.file.format].parse(part, field)
     if part.tail is not None:
         yield part.tail
+
+
+def where_of_document(part: Part, field: tuple[str, ...], k: int) -> str:
+    """Where the ``k``-th Document (0-based, Skips not counted) of ``part`` is: "path:line" for jsonl.
+    Re-parses the part; meant for the few documents named as examples."""
+    docs = 0
+    for r, rec in enumerate(REGISTRY[part.sl.file.format].parse(part, field)):
+        if type(rec) is Document:
+            if docs == k:
+                return REGISTRY[part.sl.file.format].where_of(part, r)
+            docs += 1
+    return part.sl.file.path
 
 
 def read_slice(sl: Slice, text_field: str = "text", on_bytes=None,

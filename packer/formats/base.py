@@ -127,6 +127,12 @@ class Format:
         that is cheaper than reading a record (else None)."""
         return None
 
+    def where_of(self, part: Part, record: int) -> str:
+        """"path:line" (or the closest this format knows) of record number
+        ``record`` (0-based, Documents and Skips alike) of ``part``. Called
+        only to name an example, so it may re-read the part."""
+        return part.sl.file.path
+
 
 def changed(sl: Slice, now) -> Skip | None:
     """A ``truncated`` Skip if ``sl``'s file is not as discovered (``now``: its

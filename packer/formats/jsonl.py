@@ -102,6 +102,22 @@ class Jsonl(Format):
         if lines or tail is not None:
             yield Part(sl, lines, line0, pos0, tail, n_bytes)
 
+    def where_of(self, part: Part, record: int) -> str:
+        # parse() makes one record of every line that is not blank, in order.
+        line_no, pos = part.line0, part.pos0
+        for line in part.items:
+            start = pos
+            pos += len(line)
+            if line_no is not None:
+                line_no += 1
+            if line_no == 1 and line.startswith(b"\xef\xbb\xbf"):
+                line = line[3:]
+            if line.strip():
+                if record == 0:
+                    return where(part.sl, line_no, start)
+                record -= 1
+        return part.sl.file.path
+
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         if type(field) is ChatFields:
             yield from _parse_chat(part, field)

@@ -709,6 +709,15 @@ def summary_lines(m: dict) -> list[str]:
             lines.append(f"  {reason:<14}{n:>8,}   e.g. {ex}")
     else:
         lines.append("skipped         0 records")
+    if tok.get("added"):
+        lines.append(f"around text     {tok['added']}")
+    specials = t.get("special_in_text", {})
+    if specials:  # not skipped: encoded, but a special id in the middle of a document
+        lines.append(f"special tokens  {sum(specials.values()):,} document(s) hold a special token's string, encoded as "
+                     "its special id (--split-special-tokens: as plain text):")
+        for token, n in specials.items():
+            ex = ", ".join(t.get("special_in_text_examples", {}).get(token, [])[:3])
+            lines.append(f"  {token:<14}{n:>8,}   e.g. {ex}")
     return lines
 
 

@@ -46,12 +46,15 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Iterable
 
 import numpy as np
+
+from . import check_cache
 
 # HF's ByteLevel(use_regex=True) pattern: the same string as tiktoken's gpt2/r50k.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -78,6 +81,16 @@ def byte_decoder() -> dict[str, int]:
     return {chr(c): b for b, c in zip(bs, cs)}
 
 
+def readable(tok: str) -> str:
+    """A byte-level token ('Ġthe') as the text it stands for (' the'), repr'd; bytes that are not
+    whole UTF-8 characters shown as \\x escapes."""
+    try:
+        raw = tok.translate(_to_bytes_table()).encode("latin-1")
+    except UnicodeEncodeError:
+        return repr(tok)
+    return repr(raw.decode("utf-8", "backslashreplace"))
+
+
 @lru_cache(maxsize=1)
 def _to_bytes_table() -> dict:
     """str.translate table: byte-level symbol -> the char whose latin-1 code is that byte."""
@@ -93,6 +106,8 @@ class Conversion:
     added: tuple[str, ...]  # literal strings HF cuts out of the text: such a text is encoded by HF
     vocab_size: int  # ids are < vocab_size
     note: str  # how it was derived, for the manifest
+    normalize: str | None = None  # "NFC" | "NFKC": applied to the text first, as HF's normalizer does
+    suspects: tuple[str, ...] = ()  # tokens (as text) where the merge conditions fail: checked by ids (``suspect_strings``)
 
 
 def _pattern(pre: dict | None) -> str:
@@ -130,6 +145,23 @@ def _noop_normalizer(norm: dict | None) -> bool:
     return norm.get("type") == "Sequence" and all(_noop_normalizer(n) for n in norm.get("normalizers") or [])
 
 
+_FORMS = ("NFC", "NFKC")  # normalizers Python's unicodedata applies exactly as HF does (checked by ids, as all else)
+
+
+def _normal_form(norm: dict | None) -> str | None:
+    """None for no normalizer, "NFC"/"NFKC" for one of those alone (or in a Sequence of one);
+    else NotExpressible (a normalizer tiktoken cannot apply first)."""
+    if _noop_normalizer(norm):
+        return None
+    if norm.get("type") in _FORMS:
+        return norm["type"]
+    if norm.get("type") == "Sequence":
+        steps = [n for n in norm.get("normalizers") or [] if not _noop_normalizer(n)]
+        if len(steps) == 1 and steps[0].get("type") in _FORMS:
+            return steps[0]["type"]
+    raise NotExpressible(f"normalizer {norm.get('type')} changes the text in a way tiktoken cannot apply first")
+
+
 def _noop_post(post: dict | None) -> bool:
     if post is None:
         return True
@@ -160,8 +192,7 @@ def convert(tokenizer_json: str, check_merges: bool = True, hf=None) -> Conversi
             raise NotExpressible(f"BPE {key} {model[key]!r}")
     if model.get("byte_fallback"):
         raise NotExpressible("BPE byte_fallback (a SentencePiece-style vocabulary)")
-    if not _noop_normalizer(d.get("normalizer")):
-        raise NotExpressible(f"normalizer {d['normalizer'].get('type')} changes the text")
+    form = _normal_form(d.get("normalizer"))
     if not _noop_post(d.get("post_processor")):
         raise NotExpressible(f"post-processor {d['post_processor'].get('type')}")
     pat = _pattern(d.get("pre_tokenizer"))
@@ -175,19 +206,23 @@ def convert(tokenizer_json: str, check_merges: bool = True, hf=None) -> Conversi
     added = d.get("added_tokens") or []
     added_str = {a["content"] for a in added if a.get("content")}
 
-    # Merges: every result's id must be no lower than the previous result's
-    # (merge order = id order; a token may have several merges).
+    # Merges: every result's id should be no lower than the previous result's
+    # (merge order = id order; a token may have several merges). Where that, or
+    # condition (b), fails, the proof does not hold for that token: it becomes a
+    # suspect, and the ids on strings built around it decide (``choose``).
     made_by: set[str] = set()
-    last = -1
+    suspects: list[str] = []
+    last, last_tok = -1, ""
     for i, m in enumerate(model.get("merges") or []):
         a, b = m.split(" ", 1) if isinstance(m, str) else m
         t = a + b
         if a not in vocab or b not in vocab or t not in vocab:
             raise NotExpressible(f"merge {i} ({a!r} {b!r}) names a token outside the vocabulary")
         r = vocab[t]
-        if r < last:
-            raise NotExpressible(f"merge {i} ({a!r} {b!r}) is out of token-id order: tiktoken ranks merges by id")
-        last = r
+        if r < last:  # both sides of the inversion
+            suspects += [t, last_tok]
+        elif r > last:
+            last, last_tok = r, t
         made_by.add(t)
 
     ranks: dict[bytes, int] = {}
@@ -201,17 +236,20 @@ def convert(tokenizer_json: str, check_merges: bool = True, hf=None) -> Conversi
         elif model.get("ignore_merges") and tok not in added_str:
             # HF returns such a token for a piece that equals it, and tiktoken
             # would also build it out of two neighbours: refuse.
-            raise NotExpressible(f"token {tok!r} (id {i}) is made by no merge while ignore_merges is on")
+            raise NotExpressible(f"token {readable(tok)} (id {i}) is made by no merge while ignore_merges is on")
         # else: HF's merges never produce it, so tiktoken must not know it either
 
     if check_merges:
         own = hf.model if hf is not None and not model.get("ignore_merges") else None
-        _check_each_token_merges_to_itself(d, [t for t in vocab if len(t) > 1 and t in made_by], own)
+        suspects += _tokens_merges_do_not_rebuild(d, [t for t in vocab if len(t) > 1 and t in made_by], own)
 
     vocab_size = max(max(vocab.values()), max((a["id"] for a in added), default=0)) + 1
-    note = (f"{'GPT-2 pattern' if pat == GPT2_PATTERN else 'Split pattern'}, {len(ranks)} ranks, "
-            f"{len(model.get('merges') or [])} merges in id order")
-    return Conversion(pat, ranks, tuple(sorted(added_str)), vocab_size, note)
+    n_merges = len(model.get("merges") or [])
+    note = (f"{'GPT-2 pattern' if pat == GPT2_PATTERN else 'Split pattern'}{', ' + form + ' first' if form else ''}, "
+            f"{len(ranks)} ranks, {n_merges} merges"
+            + (f", {len(set(suspects))} tokens outside the merge conditions checked by ids" if suspects else " in id order"))
+    text_suspects = tuple(sorted({t.translate(to_bytes).encode("latin-1").decode("utf-8", "ignore") for t in suspects} - {""}))
+    return Conversion(pat, ranks, tuple(sorted(added_str)), vocab_size, note, form, text_suspects)
 
 
 def _merge_only_model_json(d: dict) -> str:
@@ -223,18 +261,20 @@ def _merge_only_model_json(d: dict) -> str:
                        "pre_tokenizer": None, "model": model, "post_processor": None, "decoder": None})
 
 
-def _check_each_token_merges_to_itself(d: dict, tokens: list[str], model=None) -> None:
-    """Condition (b): HF's merges alone turn each token's bytes into that token.
+def _tokens_merges_do_not_rebuild(d: dict, tokens: list[str], model=None) -> list[str]:
+    """Condition (b): the tokens whose bytes HF's merges alone do not turn into that token.
     ``model``: the tokenizer's own BPE model if it has no whole-word lookup."""
     if model is None:
         from tokenizers import Tokenizer
 
         model = Tokenizer.from_str(_merge_only_model_json(d)).model
     vocab = d["model"]["vocab"]
+    out = []
     for t in tokens:  # already in byte-level symbols: straight to the BPE model, as one word
         got = model.tokenize(t)
         if len(got) != 1 or got[0].id != vocab[t]:
-            raise NotExpressible(f"HF's merges turn token {t!r} into {len(got)} tokens, tiktoken would keep it whole")
+            out.append(t)
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -246,9 +286,10 @@ class TiktokenEncoder:
     see (an added token's literal string inside, or not encodable as UTF-8)
     goes to HF. Single-threaded: the build runs one per core."""
 
-    def __init__(self, tokenizer_json: str, conv: Conversion | None = None, hf=None):
+    def __init__(self, tokenizer_json: str, conv: Conversion | None = None, hf=None, split_special: bool = False):
         import tiktoken
 
+        self.split_special = split_special  # HF's encode_special_tokens, for the texts HF encodes
         self.conv = conv if conv is not None else convert(tokenizer_json, check_merges=False)
         self._json = tokenizer_json
         self._hf = hf  # loaded on first need
@@ -266,6 +307,12 @@ class TiktokenEncoder:
         self._buffer = getattr(enc._core_bpe, "encode_to_tiktoken_buffer", None)  # tiktoken >= 0.8
         if self._buffer is None:
             self._buffer = lambda text, allowed: array("I", self._encode(text))
+        form = self.conv.normalize
+        if form is not None:  # HF's NFC/NFKC normalizer, applied first (ASCII text is already normal)
+            raw_encode, raw_buffer = self._encode, self._buffer
+            norm = unicodedata.normalize
+            self._encode = lambda t: raw_encode(t if t.isascii() else norm(form, t))
+            self._buffer = lambda t, allowed: raw_buffer(t if t.isascii() else norm(form, t), allowed)
         self._allowed: frozenset = frozenset()
         self.to_hf = 0  # texts handed to HF so far
         added = self.conv.added
@@ -282,6 +329,7 @@ class TiktokenEncoder:
             from tokenizers import Tokenizer
 
             self._hf = Tokenizer.from_str(self._json)
+        self._hf.encode_special_tokens = self.split_special  # also when shared: the same build's setting
         self.to_hf += len(texts)
         return [e.ids for e in self._hf.encode_batch(texts, add_special_tokens=False)]
 
@@ -313,17 +361,21 @@ class TiktokenEncoder:
         """One uint32 array of ids per text (no EOS)."""
         return [np.array(ids, dtype=np.uint32) for ids in self.encode_lists(texts)]
 
-    def encode_flat(self, texts: list[str], eos: int | None) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, lengths): every text's ids then ``eos`` (if not None), back to back, uint32;
-        lengths int64 (len(texts),), EOS included."""
+    def encode_flat(self, texts: list[str], eos, prefix: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, lengths): every text's ``prefix``, its ids, then ``eos`` (an id, a tuple of ids
+        or None), back to back, uint32; lengths int64 (len(texts),), prefix and suffix included."""
         buffer, allowed = self._buffer, self._allowed
         arrays = self._each(texts, lambda t: np.frombuffer(buffer(t, allowed), dtype=np.uint32))
-        e = np.array([] if eos is None else [eos], dtype=np.uint32)
+        e = np.array([] if eos is None else [eos] if isinstance(eos, int) else list(eos), dtype=np.uint32)
+        p = np.array(list(prefix), dtype=np.uint32)
         parts: list = []
         for a in arrays:
+            if len(p):
+                parts.append(p)
             parts.append(a if isinstance(a, np.ndarray) else np.array(a, dtype=np.uint32))  # a list: from HF
             parts.append(e)
-        lengths = np.fromiter(map(len, parts[0::2]), dtype=np.int64, count=len(texts)) + len(e)
+        step = 3 if len(p) else 2
+        lengths = np.fromiter(map(len, parts[step - 2::step]), dtype=np.int64, count=len(texts)) + len(e) + len(p)
         return (np.concatenate(parts) if parts else np.zeros(0, np.uint32)), lengths
 
 
@@ -335,6 +387,15 @@ def _sweep(ranges: Iterable[tuple[int, int]], per: int = 64) -> list[str]:
     """Every code point of ``ranges`` in a letter context and a digit/space context, ``per`` to a string."""
     cps = [c for lo, hi in ranges for c in range(lo, hi) if not 0xD800 <= c <= 0xDFFF]
     return ["".join(f"a{chr(c)} {chr(c)}1 " for c in cps[i : i + per]) for i in range(0, len(cps), per)]
+
+
+def suspect_strings(suspects: Iterable[str]) -> list[str]:
+    """Strings built around each token outside the merge conditions (``Conversion.suspects``):
+    alone, after a space, twice, inside words and before punctuation (7 per token)."""
+    out = []
+    for t in suspects:
+        out += [t, " " + t, t + t, "a" + t, t + " a", t + ".", "\n" + t + "x"]
+    return out
 
 
 def hard_strings(added: Iterable[str] = ()) -> list[str]:
@@ -458,18 +519,18 @@ class Choice:
     fallback: bool = False  # auto wanted tiktoken but had to use HF for a reason worth a notice
 
 
-def encoder_for(tokenizer_json: str, fingerprint: str, hf=None) -> TiktokenEncoder:
+def encoder_for(tokenizer_json: str, fingerprint: str, hf=None, split_special: bool = False) -> TiktokenEncoder:
     """The encoder of a tokenizer ``choose`` accepted: the one it checked, in
     this process (or a forked child); else converted again, unchecked."""
     enc = _ENCODERS.get(fingerprint)
-    if enc is None:
-        enc = TiktokenEncoder(tokenizer_json, None, hf)
+    if enc is None or enc.split_special != split_special:
+        enc = TiktokenEncoder(tokenizer_json, None, hf, split_special)
         _ENCODERS.clear()
         _ENCODERS[fingerprint] = enc
     return enc
 
 
-def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=None) -> Choice:
+def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=None, split_special: bool = False) -> Choice:
     """Pick the engine for a build: ``requested`` is "auto", "hf" or "tiktoken";
     ``sample()`` returns input texts to compare on (called only if needed).
 
@@ -483,35 +544,47 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
         return Choice("hf", "asked for (--tokenizer-backend hf)")
 
     def refuse(why: str, notice: bool) -> Choice:
-        if requested == "tiktoken":
-            raise PackerError(f"--tokenizer-backend tiktoken: {why}")
-        return Choice("hf", why, notice)
+        if requested == "tiktoken":  # the build stops: say so, and what to pass instead
+            raise PackerError(f"--tokenizer-backend tiktoken: {why}; nothing was built (drop the option, or pass "
+                              "--tokenizer-backend hf, to encode with HF tokenizers)")
+        return Choice("hf", why + ", so HF tokenizers encodes", notice)
 
     try:
         import tiktoken  # noqa: F401
     except ImportError:
-        return refuse("tiktoken is not installed (pip install 'packer[tiktoken]'), so HF tokenizers encodes", True)
+        return refuse("tiktoken is not installed (pip install tiktoken)", True)
     if hf is None:
         from tokenizers import Tokenizer
 
         hf = Tokenizer.from_str(tokenizer_json)
-    static = _STATIC.get(fingerprint)
+    hf.encode_special_tokens = split_special  # the reference encodes as the build will
+    static = _STATIC.get((fingerprint, split_special))
     if static is None:
+
+        passed = check_cache.load(fingerprint, split_special, hard_strings())
         try:
-            enc = TiktokenEncoder(tokenizer_json, convert(tokenizer_json, hf=hf), hf)
-            static = (enc, check(enc, hf, hard_strings(enc.conv.added), "hard string"))
+            if passed is not None:  # this tokenizer passed on this machine before: only the input check runs
+                conv = replace(convert(tokenizer_json, check_merges=False), note=passed["note"])
+                static = (TiktokenEncoder(tokenizer_json, conv, hf, split_special),
+                          CheckResult(True, passed["texts"], passed["tokens"], ""))
+            else:
+                enc = TiktokenEncoder(tokenizer_json, convert(tokenizer_json, hf=hf), hf, split_special)
+                strings = hard_strings(enc.conv.added) + suspect_strings(enc.conv.suspects)
+                static = (enc, check(enc, hf, strings, "hard string"))
+                if static[1].ok:
+                    check_cache.store(fingerprint, split_special, hard_strings(), enc.conv.note, static[1].texts, static[1].tokens)
         except NotExpressible as e:
-            static = f"tiktoken cannot express this tokenizer exactly ({e}), so HF tokenizers encodes"
+            static = f"tiktoken cannot express this tokenizer exactly ({e})"
         _STATIC.clear()
-        _STATIC[fingerprint] = static
+        _STATIC[(fingerprint, split_special)] = static
     if isinstance(static, str):
         return refuse(static, False)
     enc, hard = static
     if not hard.ok:
-        return refuse(f"tiktoken gave other ids than HF on {hard.difference}; HF tokenizers encodes", True)
+        return refuse(f"tiktoken gave other ids than HF on {hard.difference}", True)
     r = check(enc, hf, sample(), "input text")
     if not r.ok:
-        return refuse(f"tiktoken gave other ids than HF on {r.difference}; HF tokenizers encodes", True)
+        return refuse(f"tiktoken gave other ids than HF on {r.difference}", True)
     _ENCODERS.clear()
     _ENCODERS[fingerprint] = enc
     return Choice("tiktoken", f"byte-level BPE that tiktoken runs exactly ({enc.conv.note}); same ids as HF on "

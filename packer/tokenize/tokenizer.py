@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import long_texts
+from . import specials as around_text
 from ..errors import PackerError
 
 BYTES_NAME = "bytes"
@@ -61,8 +62,30 @@ class TokenizerInfo:
     notes: tuple[str, ...] = field(default=())  # changes packer made, said to the user
     backend: str = "hf"  # the engine that encodes: "bytes" | "hf" | "tiktoken" (same ids either way)
     backend_reason: str = ""  # one line: why that engine
+    prefix: tuple[int, ...] = ()  # ids before every document's text (BOS, [CLS]): packer/tokenize/specials.py
+    suffix: tuple[int, ...] | None = None  # ids after it; None = (eos_id,) or () with --no-eos
+    added: str = ""  # one line naming prefix and suffix by string and id, for the summary and the manifest
+    split_special: bool = False  # --split-special-tokens: special-token strings in text encoded as plain text
+    specials: tuple[tuple[int, str], ...] = ()  # (id, string) of the special tokens HF cuts out of text
+
+    @property
+    def after(self) -> tuple[int, ...]:
+        """The ids after every document's text ids (EOS included)."""
+        if self.suffix is not None:
+            return self.suffix
+        return (self.eos_id,) if self.eos_id is not None else ()
+
+    def adds_more_than_eos(self) -> bool:
+        """True when documents get more than the end-of-document id (recorded then; see ``manifest``)."""
+        return bool(self.prefix) or self.after != ((self.eos_id,) if self.eos_id is not None else ())
 
     def manifest(self) -> dict:
+        # "added" and "split_special_tokens" only when they say something: a build that adds only
+        # EOS (GPT-2, the byte tokenizer) keeps the manifest it always had, byte for byte.
+        extra = {"added": self.added, "prefix_ids": list(self.prefix), "suffix_ids": list(self.after)} \
+            if self.adds_more_than_eos() else {}
+        if self.split_special:
+            extra["split_special_tokens"] = True
         return {
             "name": self.name,
             "kind": self.kind,
@@ -73,19 +96,26 @@ class TokenizerInfo:
             "notes": list(self.notes),
             "backend": self.backend,
             "backend_reason": self.backend_reason,
+            **extra,
         }
 
 
-def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None = None) -> TokenizerInfo:
+def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None = None, bos: bool = True,
+                      bos_token: str | None = None, split_special: bool = False) -> TokenizerInfo:
     """Turn ``--tokenizer`` into a ``TokenizerInfo``.
 
     ``spec`` is None (built-in bytes), a tokenizer.json, a folder holding one,
-    or a hub name (used only if the hub or its local cache answers).
+    or a hub name (used only if the hub or its local cache answers). What
+    goes around each document (``bos``, ``bos_token``, the template): see
+    packer/tokenize/specials.py.
     """
     if spec is None or spec == BYTES_NAME:
+        if bos_token is not None:
+            raise PackerError("--bos needs a --tokenizer: the built-in byte tokenizer has no BOS token")
         fp = hashlib.sha256(b"packer-bytes-v1").hexdigest()
         return TokenizerInfo(BYTES_NAME, "bytes", 257, BYTES_EOS if eos else None, BYTES_EOS, fp,
-                             backend="bytes", backend_reason="built-in byte tokenizer")
+                             backend="bytes", backend_reason="built-in byte tokenizer",
+                             added=f"no bos; eos {BYTES_EOS} (the byte tokenizer's)" if eos else "no bos; no eos (--no-eos)")
 
     tok = _load_hf(spec)
     notes = []
@@ -120,9 +150,13 @@ def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None 
     if pad_id is None:
         pad_id = eos_id if eos_id is not None else 0
     fp = hashlib.sha256(as_json.encode()).hexdigest()
+    prefix, suffix, added = around_text.around(tok, spec, eos_id, bos, bos_token, vocab)
+    tok.encode_special_tokens = split_special
     _LOADED.clear()  # keep one: an in-process Encoder reuses it instead of parsing the JSON again
     _LOADED[fp] = tok
-    return TokenizerInfo(spec, "hf", vocab_size, eos_id, pad_id, fp, as_json, tuple(notes))
+    return TokenizerInfo(spec, "hf", vocab_size, eos_id, pad_id, fp, as_json, tuple(notes), prefix=prefix,
+                         suffix=suffix, added=added, split_special=split_special,
+                         specials=tuple(sorted(around_text.special_ids(tok).items())))
 
 
 def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: []) -> TokenizerInfo:
@@ -141,7 +175,7 @@ def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: 
         if requested == "tiktoken":
             raise PackerError("--tokenizer-backend tiktoken needs a --tokenizer: the built-in byte tokenizer has no BPE")
         return info
-    c = choose(info.json, info.fingerprint, requested, sample, _LOADED.get(info.fingerprint))
+    c = choose(info.json, info.fingerprint, requested, sample, _LOADED.get(info.fingerprint), info.split_special)
     notes = info.notes + ((f"tokenizer backend: {c.reason}",) if c.fallback else ())
     return replace(info, backend=c.backend, backend_reason=c.reason, notes=notes)
 
@@ -210,16 +244,19 @@ class Encoder:
     def __init__(self, info: TokenizerInfo):
         self.info = info
         self._eos = np.array([info.eos_id] if info.eos_id is not None else [], dtype=np.uint32)
+        self._pre, self._post = list(info.prefix), list(info.after)
+        self._specials = dict(info.specials) if not info.split_special else {}
         self._tk = None
         if info.kind == "hf" and info.backend == "tiktoken":
             from .tiktoken_engine import encoder_for
 
-            self._tk = encoder_for(info.json, info.fingerprint, _LOADED.get(info.fingerprint))
+            self._tk = encoder_for(info.json, info.fingerprint, _LOADED.get(info.fingerprint), info.split_special)
         elif info.kind == "hf":
             from tokenizers import Tokenizer
 
             cached = _LOADED.get(info.fingerprint)
             self._tok = cached if cached is not None else Tokenizer.from_str(info.json)
+            self._tok.encode_special_tokens = info.split_special
             self._batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
             if info.fingerprint not in _CUT_RULE:
                 _CUT_RULE[info.fingerprint] = long_texts.cut_rule(self._tok)
@@ -228,14 +265,14 @@ class Encoder:
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Encode ``texts``; return (ids, lengths).
 
-        ``ids`` is uint32 of shape (sum(lengths),): each text's ids, then EOS
-        (if on), texts in order. ``lengths`` is int64 of shape (len(texts),),
-        EOS included.
+        ``ids`` is uint32 of shape (sum(lengths),): each text's prefix (BOS),
+        its ids, then its suffix (EOS, if on), texts in order. ``lengths`` is
+        int64 of shape (len(texts),), prefix and suffix included.
         """
         if self.info.kind == "bytes":
             return self._bytes_flat(texts)
         if self._tk is not None:
-            return self._tk.encode_flat(texts, self.info.eos_id)
+            return self._tk.encode_flat(texts, tuple(self._post), tuple(self._pre))
         # Long texts go in pieces, a few at a time (packer/tokenize/long_texts.py): HF
         # holds ~250 bytes per token of what one call encodes.
         if self._cut and any(len(t) > long_texts.PIECE_CHARS for t in texts):
@@ -249,19 +286,25 @@ class Encoder:
         # e.ids builds a Python list per text; that getter is the one copy we
         # cannot avoid. array('I').extend is the cheapest way from those lists
         # to one buffer (about 10 ns/token, vs ~18 for np.array per text).
-        eos = int(self._eos[0]) if len(self._eos) else None
+        pre, post = self._pre, self._post
         buf = array("I")
         lengths = np.zeros(len(texts), dtype=np.int64)
         doc, piece, start = 0, 0, 0
         for call in calls:
             for e in self._batch(call, add_special_tokens=False):
+                if pre and len(buf) == start:  # the document's first piece
+                    buf.extend(pre)
                 buf.extend(e.ids)
                 piece += 1
                 if piece == ends[doc]:
-                    if eos is not None:
-                        buf.append(eos)
+                    buf.extend(post)
                     lengths[doc], start, doc = len(buf) - start, len(buf), doc + 1
         return np.frombuffer(buf, dtype=np.uint32), lengths
+
+    def specials_found(self, texts: list[str], ids: np.ndarray, lengths: np.ndarray) -> list[tuple[int, str]]:
+        """(document index, token string) for every special token's string met in a text and encoded
+        as the special id (never with --split-special-tokens). ``ids``, ``lengths``: ``encode_flat(texts)``."""
+        return around_text.found_in(texts, ids, lengths, len(self._pre), len(self._post), self._specials)
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         """Return one uint32 array per text: its ids, then EOS (if on)."""
@@ -287,4 +330,4 @@ class Encoder:
 def describe(info: TokenizerInfo) -> str:
     """One line for the summary."""
     eos = "no EOS" if info.eos_id is None else f"EOS id {info.eos_id}"
-    return f"{info.name} ({info.kind}, vocab {info.vocab_size}, {eos}, pad id {info.pad_id})"
+    return f"{info.name} ({info.kind}, vocab {info.vocab_size}, {eos}, pad id {info.pad_id}; {info.added})"

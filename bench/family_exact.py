@@ -1,0 +1,105 @@
+"""Each model family's tokenizer: packer's ids against transformers' own, per document, on every engine.
+
+For every tokenizer (the small families of bench/families.py, built now, and
+the real files in ../shared/data where present) and every engine packer
+accepts for it (auto, hf, and tiktoken where auto chose it), this:
+
+1. builds the corpus with ``packer build`` (the API, one worker) and
+   compares the shard checksums across engines (they must be identical);
+2. encodes every document with the Encoder a build worker runs, and compares
+   its ids with ``transformers.AutoTokenizer`` (``PreTrainedTokenizerFast`` for
+   a lone tokenizer.json): ``tokenizer(text)["input_ids"]``, plus EOS unless the
+   template already ends with it (docs/tokenizers.md, "What each document gets").
+
+It prints one row per tokenizer and exits 1 on any difference.
+
+    python bench/real_corpus.py bench_out/real --mb 60      # once: real text from this machine
+    python bench/family_exact.py bench_out/real/real.jsonl  # or: sample_data
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import families  # noqa: E402  bench/families.py
+from common import corpus_texts  # noqa: E402  bench/common.py
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(REPO, "..", "shared", "data")
+REAL = {"gpt2 (real)": os.path.join(SHARED, "gpt2-tokenizer.json"), "llama3 (real)": os.path.join(SHARED, "llama3"),
+        "mistral-v3 (real)": os.path.join(SHARED, "mistral-v3"), "minilm (real)": os.path.join(SHARED, "minilm")}
+
+
+def transformers_ids(path: str, texts: list[str], eos: int | None) -> list[list[int]]:
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    hf = AutoTokenizer.from_pretrained(path) if os.path.isdir(path) else PreTrainedTokenizerFast(tokenizer_file=path)
+    out = []
+    for ids in hf(texts, truncation=False)["input_ids"]:
+        out.append(ids if eos is None or ids[-1:] == [eos] else ids + [eos])
+    return out
+
+
+def one(name: str, path: str, inputs: list[str], texts: list[str], work: str) -> dict:
+    from packer import build
+    from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
+
+    from packer.tokenize.tiktoken_engine import SAMPLE_DOCS
+
+    ref = None
+    row = {"tokenizer": name, "engines": [], "docs": len(texts)}
+    sums = {}
+    for engine in ("auto", "hf", "tiktoken"):
+        info = resolve_tokenizer(path)
+        try:
+            info = choose_backend(info, engine, lambda: [t[:4096] for t in texts[:SAMPLE_DOCS]])
+        except Exception as e:  # tiktoken refused: the one-line reason
+            row["tiktoken"] = f"refused: {str(e).split(':', 2)[-1].split(';')[0].strip()[:60]}"
+            continue
+        if engine == "auto":
+            row["auto picks"] = info.backend
+            row["added"] = info.added
+            ref = transformers_ids(path, texts, info.eos_id)
+            row["tokens"] = sum(map(len, ref))
+        got = [a.tolist() for a in Encoder(info).encode_batch(texts)]
+        bad = next((i for i, (g, r) in enumerate(zip(got, ref)) if g != r), None)
+        row["engines"].append(f"{engine}={'ok' if bad is None else f'DIFF@doc{bad}'}")
+        out = os.path.join(work, f"{name.replace(' ', '_')}-{engine}")
+        m = build(inputs, out, seq_len=2048, tokenizer=path, workers=1, quiet=True, overwrite=True,
+                  tokenizer_backend=engine).manifest
+        sums[engine] = [s["xxh3_128"] for s in m["shards"]]
+        row["dtype"] = m["dtype"]
+    row["shards identical"] = len({tuple(v) for v in sums.values()}) == 1
+    row["ok"] = all(e.endswith("=ok") for e in row["engines"]) and row["shards identical"]
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("inputs", nargs="*", default=[os.path.join(REPO, "sample_data", "corpus.jsonl")])
+    ap.add_argument("--only", default=None, help="comma-separated tokenizer names")
+    a = ap.parse_args(argv)
+    texts = corpus_texts(a.inputs)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as work:
+        toks = {f"{k} (built)": v for k, v in families.build_all(os.path.join(work, "fam"), families.sample_texts()).items()}
+        toks.update({k: v for k, v in REAL.items() if os.path.exists(v)})
+        if a.only:
+            toks = {k: v for k, v in toks.items() if k.split(" ")[0] in a.only.split(",")}
+        rows = [one(k, v, a.inputs, texts, work) for k, v in toks.items()]
+    print(f"corpus: {', '.join(a.inputs)}: {len(texts):,} documents; {time.perf_counter() - t0:.0f} s")
+    print("| tokenizer | auto picks | each document = transformers + EOS | tiktoken | shards identical | dtype | tokens | what each document gets |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['tokenizer']} | {r.get('auto picks')} | {', '.join(r['engines'])} | {r.get('tiktoken', 'accepted')} | "
+              f"{'yes' if r['shards identical'] else 'NO'} | {r.get('dtype')} | {r.get('tokens', 0):,} | {r.get('added')} |")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

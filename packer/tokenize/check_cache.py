@@ -1,0 +1,65 @@
+"""A record of engine checks already passed, so a build does not pay for them again.
+
+``choose`` (tiktoken_engine.py) proves or checks a tokenizer before a build
+uses tiktoken: the merge conditions over the whole vocabulary and the hard
+strings (5.6 s of a 16-worker Llama 3 build's start, serial; docs/benchmarks.md).
+Their outcome depends only on the tokenizer definition, the split-special
+setting, the hard strings and the two libraries' versions, so a passed check is recorded under
+a key of exactly those, and the next build on this machine skips to the check
+on its own input sample (which always runs). Refusals are not recorded: they
+are cheap, and their messages are recomputed. ``PACKER_CACHE`` names the folder
+(default ~/.cache/packer); ``PACKER_CACHE=off`` turns the record off. A
+folder that cannot be written is no error: the check simply runs each time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+
+VERSION = "1"  # bump when what the check covers changes
+
+
+def _folder() -> str | None:
+    root = os.environ.get("PACKER_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "packer")
+    return None if root == "off" else os.path.join(root, "engine-checks")
+
+
+def _key(fingerprint: str, split_special: bool, hard: list[str]) -> str:
+    import tiktoken
+    import tokenizers
+
+    # The hard strings themselves are part of what passed: a check with other strings is another check.
+    strings = hashlib.sha256("\0".join(hard).encode("utf-8", "surrogatepass")).hexdigest()
+    raw = f"{VERSION}\0{fingerprint}\0{split_special}\0{tokenizers.__version__}\0{tiktoken.__version__}\0{strings}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def load(fingerprint: str, split_special: bool, hard: list[str]) -> dict | None:
+    """The record of a passed check ({"note", "texts", "tokens"}), or None."""
+    folder = _folder()
+    if folder is None:
+        return None
+    try:
+        with open(os.path.join(folder, _key(fingerprint, split_special, hard) + ".json"), encoding="utf-8") as f:
+            rec = json.load(f)
+        return rec if isinstance(rec, dict) and {"note", "texts", "tokens"} <= set(rec) else None
+    except (OSError, ValueError):
+        return None
+
+
+def store(fingerprint: str, split_special: bool, hard: list[str], note: str, texts: int, tokens: int) -> None:
+    """Record a passed check (atomically; silently not, where the folder cannot be written)."""
+    folder = _folder()
+    if folder is None:
+        return
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"note": note, "texts": texts, "tokens": tokens}, f)
+        os.replace(tmp, os.path.join(folder, _key(fingerprint, split_special, hard) + ".json"))
+    except OSError:
+        pass
