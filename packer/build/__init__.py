@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from .. import faults
 from .. import shards as S
 from ..errors import PackerError
-from ..formats import discover, plan_slices
+from ..formats import discover, no_inputs_error, plan_slices
 from ..io import storage_for
 from ..tokenize import choose_backend, resolve_tokenizer
 from .config import DEFAULT_UNIT_BYTES, BuildConfig, OutputSettings, RunSettings
@@ -84,7 +84,7 @@ def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
     tok = resolve_tokenizer(o.tokenizer, o.eos, o.eos_token)
     found = discover(list(cfg.inputs), exclude=cfg.out, on_sized=on_sized)
     if not found.files:
-        raise PackerError(f"no input files found in {', '.join(cfg.inputs)}")
+        raise no_inputs_error(cfg.inputs, found)
     units = plan_units(plan_slices(found.files, o.unit_bytes), o.unit_bytes)
     tok = choose_backend(tok, cfg.run.tokenizer_backend,
                          lambda: sample_texts([s for u in units for s in u.slices], o.text_field))
@@ -95,7 +95,7 @@ def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
     already = prepare_out(out, cfg, settings)
     notes = list(tok.notes)
     if found.ignored:
-        notes.append(f"ignored {len(found.ignored)} file(s) of unsupported type, e.g. {found.ignored[0]}")
+        notes += [f"ignored {line}" for line in found.ignored_lines()]
     if found.duplicates:
         notes.append(f"{len(found.duplicates)} input path(s) named twice were read once, e.g. {found.duplicates[0]}")
     if already:

@@ -20,17 +20,18 @@ from typing import Iterator
 
 from ..errors import PackerError
 from ..io import find, io_thread
-from . import jsonl, parquet, text
+from . import arrow, json_array, jsonl, parquet, text
+from .layouts import metadata_files
 from .base import (PART_BYTES, SKIP_REASONS, Document, Format, InputFile, Part, Record, Skip, Slice,
                    strict_error)
 
 __all__ = [
-    "REGISTRY", "FORMATS", "PART_BYTES", "SKIP_REASONS", "Document", "Format", "InputFile", "Part", "Record",
+    "REGISTRY", "FORMATS", "no_inputs_error", "PART_BYTES", "SKIP_REASONS", "Document", "Format", "InputFile", "Part", "Record",
     "Skip", "Slice", "Discovery", "detect_format", "discover", "plan_slices", "iter_parts", "parse_part",
     "read_slice", "iter_parts_many", "strict_error",
 ]
 
-REGISTRY: dict[str, Format] = {m.FORMAT.name: m.FORMAT for m in (text, jsonl, parquet)}
+REGISTRY: dict[str, Format] = {m.FORMAT.name: m.FORMAT for m in (text, jsonl, parquet, json_array, arrow)}
 
 # File-name ending -> (format, compression). Longest suffix wins.
 FORMATS = {suffix: (f.name, comp) for f in REGISTRY.values() for suffix, comp in f.suffixes.items()}
@@ -49,11 +50,59 @@ def detect_format(path: str) -> tuple[str, str | None] | None:
     return None
 
 
+UNSUPPORTED = "unsupported type"
+
+
 @dataclass(frozen=True)
 class Discovery:
     files: tuple[InputFile, ...]
-    ignored: tuple[str, ...]  # files inside folders with an unsupported extension
+    ignored: tuple[str, ...]  # files inside folders that are not read: unsupported type, or a dataset's metadata
     duplicates: tuple[str, ...]  # paths given more than once (read once)
+    why: tuple[tuple[str, str], ...] = ()  # (path, reason) for each ignored file that is not UNSUPPORTED
+
+    def ignored_lines(self, examples: int = 2) -> list[str]:
+        """One phrase per reason files were ignored: "3 of unsupported type (.csv x2, .pdf; e.g. a/x.csv)"."""
+        why = dict(self.why)
+        groups: dict[str, list[str]] = {}
+        for p in self.ignored:
+            groups.setdefault(why.get(p, UNSUPPORTED), []).append(p)
+        out = []
+        for reason, paths in groups.items():
+            what = ""
+            if reason == UNSUPPORTED:
+                exts: dict[str, int] = {}
+                for p in paths:
+                    exts[_ext(p)] = exts.get(_ext(p), 0) + 1
+                top = sorted(exts.items(), key=lambda kv: (-kv[1], kv[0]))
+                what = " (" + ", ".join(f"{e} x{n}" if n > 1 else e for e, n in top[:6]) + (", ..." if len(top) > 6 else "") + ")"
+            out.append(f"{len(paths)} {'file' if len(paths) == 1 else 'files'}: {reason}{what}, e.g. "
+                       + ", ".join(paths[:examples]))
+        return out
+
+
+def _ext(path: str) -> str:
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    return "." + name.split(".", 1)[1] if "." in name.lstrip(".") else "(no extension)"
+
+
+def supported_formats() -> str:
+    """The formats read, in one line: "text (.txt .md), jsonl (.jsonl .ndjson), ...; .gz .zst .bz2 .xz of text, jsonl, json"."""
+    plain, packed = [], []
+    for f in REGISTRY.values():
+        plain.append(f"{f.name} ({' '.join(s for s, c in f.suffixes.items() if c is None)})")
+        if any(c is not None for c in f.suffixes.values()):
+            packed.append(f.name)
+    comps = sorted({s.rsplit(".", 1)[1] for f in REGISTRY.values() for s, c in f.suffixes.items() if c is not None})
+    return ", ".join(plain) + f"; each of {', '.join(packed)} also compressed (.{' .'.join(comps)})"
+
+
+def no_inputs_error(inputs, found: Discovery) -> PackerError:
+    """The error for a build that found nothing to read: what it did find, and what it reads."""
+    where = ", ".join(inputs)
+    supported = "supported: " + supported_formats()
+    if not found.ignored:
+        return PackerError(f"no input files found in {where} (it holds no files); {supported}")
+    return PackerError(f"no input files found in {where}: ignored {'; '.join(found.ignored_lines())}; {supported}")
 
 
 def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Discovery:
@@ -65,11 +114,14 @@ def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Dis
     given, is called as the files found are sized.
     """
     def unknown(p: str) -> PackerError:
-        return PackerError(f"unknown input format: {p} (supported: {', '.join(sorted(FORMATS))})")
+        return PackerError(f"unknown input format: {p} (supported: {supported_formats()})")
 
     found = find(list(paths), lambda p: detect_format(p) is not None, unknown, exclude, on_sized)
-    files = tuple(InputFile(p, *detect_format(p), size) for p, size in found.files)
-    return Discovery(files, found.ignored, found.duplicates)
+    files = [InputFile(p, *detect_format(p), size) for p, size in found.files]
+    meta = metadata_files([f.path for f in files], [f.format for f in files])
+    if meta:
+        files = [f for f in files if f.path not in meta]
+    return Discovery(tuple(files), found.ignored + tuple(meta), found.duplicates, tuple(meta.items()))
 
 
 def plan_slices(files: tuple[InputFile, ...], target_bytes: int) -> list[tuple[Slice, int]]:

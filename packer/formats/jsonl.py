@@ -1,4 +1,4 @@
-"""JSON Lines (.jsonl, .jsonl.gz, .jsonl.zst): one JSON object per line, the text in ``--text-field``.
+"""JSON Lines (.jsonl, .ndjson, each also .gz, .zst, .bz2, .xz): one JSON object per line, the text in ``--text-field``.
 
 A plain file is cut into byte ranges (a record belongs to the range holding
 its first byte); a compressed one cannot be split and is one slice. Lines
@@ -12,7 +12,7 @@ from typing import Iterator
 
 import orjson
 
-from ..io import open_stream, storage_for, truncation_errors
+from ..io import COMPRESSION_SUFFIXES, open_stream, storage_for, truncation_errors
 from .base import Document, Format, InputFile, Part, Record, Skip, Slice, unreadable
 
 _MISSING = object()
@@ -20,7 +20,7 @@ _MISSING = object()
 
 class Jsonl(Format):
     name = "jsonl"
-    suffixes = {".jsonl": None, ".jsonl.gz": "gzip", ".jsonl.zst": "zstd", ".jsonl.zstd": "zstd"}
+    suffixes = {ext + z: comp for ext in (".jsonl", ".ndjson") for z, comp in {"": None, **COMPRESSION_SUFFIXES}.items()}
 
     def plan(self, f: InputFile, target_bytes: int) -> list[tuple[Slice, int]]:
         if f.compression is not None or f.size <= target_bytes:

@@ -11,6 +11,7 @@ from typing import Iterator
 from ..errors import PackerError
 from ..io import storage_for
 from .base import Document, Format, InputFile, Part, Record, Skip, Slice, unreadable
+from .columns import column_records, missing_rows
 
 BATCH_ROWS = 4096
 
@@ -58,7 +59,6 @@ class Parquet(Format):
 
 
 def _rows(sl: Slice, field: str) -> Iterator[Record]:
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     f = sl.file
@@ -66,25 +66,12 @@ def _rows(sl: Slice, field: str) -> Iterator[Record]:
     if field not in pf.schema_arrow.names:
         # Every row of these row groups lacks the field: count each one.
         rows = sum(pf.metadata.row_group(i).num_rows for i in range(sl.start, sl.end))
-        for i in range(rows):
-            yield Skip("missing_field", f"{f.path}: row {i} (no column {field!r})")
+        yield from missing_rows(f.path, field, 0, rows)
         return
     row = sum(pf.metadata.row_group(i).num_rows for i in range(sl.start))
-    kind = pf.schema_arrow.field(field).type
-    is_text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
     for batch in pf.iter_batches(columns=[field], row_groups=range(sl.start, sl.end), batch_size=BATCH_ROWS):
         col = batch.column(0)
-        if not is_text:
-            for i in range(len(col)):
-                yield Skip("not_string", f"{f.path}: row {row + i}")
-        else:
-            for i, text in enumerate(col.to_pylist()):
-                if text is None:
-                    yield Skip("not_string", f"{f.path}: row {row + i}")
-                elif not text:
-                    yield Skip("empty", f"{f.path}: row {row + i}")
-                else:
-                    yield Document(text)
+        yield from column_records(col, f.path, row)
         row += len(col)
 
 

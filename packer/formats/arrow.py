@@ -1,0 +1,80 @@
+"""Arrow IPC (.arrow): the files HF datasets' ``save_to_disk`` writes (data-00000-of-00001.arrow), one document per row.
+
+Both IPC layouts are read: the *stream* format (what ``datasets`` writes; read
+as it streams, with read-ahead) and the *file* format (``ARROW1`` magic).
+The text is the ``--text-field`` column. A file is one slice: the stream
+format has no index to cut it by. The folder's dataset_info.json and
+state.json are metadata, named as ignored by discovery (formats/layouts.py).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..io import open_stream, storage_for
+from .base import Document, Format, Part, Record, Skip, Slice, unreadable
+from .columns import column_records, missing_rows
+
+FILE_MAGIC = b"ARROW1"
+
+
+class Arrow(Format):
+    name = "arrow"
+    suffixes = {".arrow": None}
+
+    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int) -> Iterator[Part]:
+        import pyarrow as pa
+
+        items: list = []
+        n_bytes = 0
+        try:
+            for rec in _rows(sl, field, on_bytes):
+                items.append(rec)
+                if type(rec) is Document:
+                    n_bytes += len(rec.text)
+                    if n_bytes >= part_bytes:
+                        yield Part(sl, items, nbytes=n_bytes)
+                        items, n_bytes = [], 0
+        except OSError as e:
+            yield Part(sl, items, tail=unreadable(sl, e), nbytes=n_bytes)
+            return
+        except pa.ArrowInvalid as e:  # not Arrow IPC, or cut off: the rows before are kept
+            yield Part(sl, items, tail=Skip("truncated", f"{sl.file.path}: {str(e).splitlines()[0]}"), nbytes=n_bytes)
+            return
+        if items:
+            yield Part(sl, items, nbytes=n_bytes)
+
+    def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
+        return iter(part.items)  # parsed as read: Arrow decodes the column
+
+
+def _rows(sl: Slice, field: str, on_bytes) -> Iterator[Record]:
+    import pyarrow as pa
+
+    path = sl.file.path
+    store = storage_for(path)
+    with store.stream() as fh:
+        magic = fh.read(len(FILE_MAGIC))
+    if magic == FILE_MAGIC:
+        reader = pa.ipc.open_file(store.arrow_file())
+        batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+        schema, stream = reader.schema, None
+    else:
+        stream = open_stream(path, None, on_bytes=on_bytes)
+        reader = pa.ipc.open_stream(stream)
+        batches, schema = iter(reader), reader.schema
+    try:
+        row = 0
+        has = field in schema.names
+        for batch in batches:
+            if has:
+                yield from column_records(batch.column(field), path, row)
+            else:
+                yield from missing_rows(path, field, row, batch.num_rows)
+            row += batch.num_rows
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+FORMAT = Arrow()
