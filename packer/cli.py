@@ -58,6 +58,16 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 @click.option("--no-eos", is_flag=True, help="Do not append the end-of-document token after each document.")
 @click.option("--eos-token", default=None, help="Token to use as end-of-document (default: the tokenizer's, e.g. <|endoftext|>).")
 @click.option("--unit-mb", default=64.0, show_default=True, help="Input MB per work unit (one shard each). Changes the output bytes.")
+@click.option("--limit", default=None, type=int, metavar="N",
+              help="Only the first N documents, in input order (deterministic): try settings before the long build.")
+@click.option("--holdout", default=0.0, type=float, metavar="FRACTION",
+              help="Hold out this fraction of documents, chosen by a hash of their text (so the same whatever the order, "
+                   "workers or engine), as a second build in OUT/holdout/ (open it with PackedDataset or packer stats).")
+@click.option("--dry-run", is_flag=True, help="Discover and plan only: print the files, formats, sizes, units and the "
+                                              "settings that would be recorded; write nothing.")
+@click.option("--summary-json", default=None, metavar="FILE",
+              help="Also write the end-of-build summary as JSON to FILE ('-': one line on stdout); "
+                   "on failure {\"ok\": false, \"error\": ...}. Schema: docs/stats.md.")
 @click.option("--strict", is_flag=True, help="Stop at the first malformed record instead of skipping and counting it.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing build in OUT.")
 @click.option("--resume", is_flag=True, help="Continue a killed build in OUT; finished work is kept.")
@@ -69,18 +79,27 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
               help="With --engine ray: the cluster to use (HOST:PORT, auto, ray://HOST:PORT). Default: $RAY_ADDRESS, "
                    "else a Ray started on this machine for the build.")
 @_user_errors
-def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, text_field, no_eos, eos_token, unit_mb, strict,
-          overwrite, resume, quiet, engine, ray_address):
+def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, text_field, no_eos, eos_token, unit_mb, limit,
+          holdout, dry_run, summary_json, strict, overwrite, resume, quiet, engine, ray_address):
     """Tokenize and pack INPUT... (folders, files, globs) into shards in OUT.
 
-    Inputs: .txt/.md (one document per file), .jsonl, .jsonl.gz, .jsonl.zst, .parquet.
-    Folders are read recursively in sorted order.
+    Inputs: .txt/.md (one document per file), .jsonl/.ndjson (one record per line),
+    .json (an array of records, or JSON Lines), .parquet, .arrow (HF save_to_disk
+    folders); .txt, .md, .jsonl, .ndjson and .json also compressed (.gz .zst .bz2 .xz).
+    Folders are read recursively in sorted order; an HF hub dataset snapshot is read
+    as it sits in the cache (its parquet under data/, not its README.md).
+
+    \b
+    The same build from Python:
+      from packer import build
+      build(["corpus/"], "out/", seq_len=2048, tokenizer="gpt2/tokenizer.json", holdout=0.01)
 
     \b
     Example:
       packer build corpus/ out/ --seq-len 2048 --tokenizer gpt2/tokenizer.json
     """
     from .build import build as run_build
+    from .build.report import plan_lines, plural
     from .inspect.stats import summary_lines
 
     if len(inputs) < 2:
@@ -91,7 +110,9 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
         unit_mb=unit_mb, workers=workers, strict=strict, overwrite=overwrite, resume=resume, quiet=quiet,
         tokenizer_backend=tokenizer_backend, engine=engine, ray_address=ray_address,
     )
-    bar = None if quiet else _Progress()
+    # New options are passed only when used, so an older API keeps taking this call.
+    options.update({k: v for k, v in dict(limit=limit, holdout=holdout, dry_run=dry_run, summary_json=summary_json).items() if v})
+    bar = None if quiet or dry_run else _Progress()
     try:
         result = run_build(ins, out, progress=bar.update if bar else None, on_sized=bar.sized if bar else None, **options)
     except KeyboardInterrupt:
@@ -103,17 +124,26 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
     finally:
         if bar:
             bar.close()
+    if result.plan is not None:
+        for line in plan_lines(result.plan):
+            click.echo(line, err=summary_json == "-")
+        return
     if quiet:
+        for w in result.warnings:
+            click.echo(f"packer: warning: {w}", err=True)
         return
     m = result.manifest
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
-    click.echo(f"built {out} in {result.seconds:.1f}s ({result.units_run} units run, {result.units_skipped} already done)", err=True)
+    click.echo(f"built {out} in {result.seconds:.1f}s ({plural(result.units_run, 'unit')} run, "
+               f"{result.units_skipped:,} already done)", err=True)
     for line in summary_lines(m):
         click.echo(line, err=True)
     tk = m.get("tokenizer", {})
     if tk.get("backend") not in (None, "bytes"):
         click.echo(f"backend         {tk['backend']}: {tk.get('backend_reason', '')}", err=True)
+    for w in result.warnings:
+        click.echo(f"packer: WARNING: {w}", err=True)
 
 
 class _Progress:

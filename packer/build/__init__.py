@@ -16,6 +16,7 @@ deterministically (unit.py). Everything else follows from that:
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -27,9 +28,10 @@ from ..io import storage_for
 from ..tokenize import choose_backend, resolve_tokenizer
 from .config import DEFAULT_UNIT_BYTES, BuildConfig, OutputSettings, RunSettings
 from .local import LocalEngine
-from .output import finished_records, manifest, prepare_out
-from .plan import Unit, plan_units, recorded_settings, sample_texts
-from .unit import Job, assemble_unit, encode_chunk
+from .output import finished_records, holdout_settings, manifest, out_action, prepare_holdout, prepare_out
+from .plan import Unit, limit_slices, plan_units, recorded_settings, sample_texts
+from .report import no_documents_error, plan_dict, skipped_warning, summary_dict, write_summary
+from .unit import HOLDOUT_DIR, Job, assemble_unit, encode_chunk, holdout_out
 
 __all__ = [
     "build", "BuildConfig", "OutputSettings", "RunSettings", "BuildResult", "Unit", "Job", "plan_units",
@@ -44,6 +46,8 @@ class BuildResult:
     units_run: int
     units_skipped: int
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # said loudly at the end (most records skipped)
+    plan: dict | None = None  # --dry-run: what would be built (packer.build.report.plan_dict); nothing was written
 
 
 def engine_for(cfg: BuildConfig):
@@ -61,8 +65,10 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, **opt
     ``inputs``: a path (folder, file, glob, URI) or a list of them, or a whole
     ``BuildConfig``. ``options`` are ``packer build``'s options by the same
     names (seq_len, tokenizer, text_field, pack, no_eos, eos_token, unit_mb,
-    workers, strict, overwrite, resume, quiet, tokenizer_backend, engine,
-    ray_address), validated the same way. ``progress`` (optional) is called
+    limit, holdout, workers, strict, overwrite, resume, quiet, tokenizer_backend,
+    engine, ray_address, dry_run, summary_json), validated the same way.
+    Raises ``PackerError`` (one line) for a user mistake, and when the build
+    produced no document at all (naming the fields the records have). ``progress`` (optional) is called
     as progress(done_bytes, docs, tokens, units_done, units, total_bytes);
     ``on_sized`` as on_sized(files_done, files) while input files are sized.
     """
@@ -74,25 +80,52 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, **opt
     else:
         if out is None:
             raise PackerError("build() needs the output folder: build(inputs, out, ...)")
-        cfg = BuildConfig.of(inputs, out, **options)
+        try:
+            cfg = BuildConfig.of(inputs, out, **options)
+        except PackerError as e:
+            if options.get("summary_json"):  # a pipeline reads why, even when the options were refused
+                write_summary(options["summary_json"], {"ok": False, "out": str(out), "error": str(e)})
+            raise
     return _build(cfg, progress, on_sized)
 
 
 def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
+    try:
+        result = _run_build(cfg, progress, on_sized)
+    except PackerError as e:
+        if cfg.run.summary_json:
+            write_summary(cfg.run.summary_json, {"ok": False, "out": cfg.out, "error": str(e)})
+        raise
+    if cfg.run.summary_json:
+        write_summary(cfg.run.summary_json, result.plan if result.plan is not None else summary_dict(result, cfg.out))
+    return result
+
+
+def _run_build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
+    """Discover, plan, run the units, check and write the manifest(s). See the module docstring."""
     t0 = time.perf_counter()
     o = cfg.output
     tok = resolve_tokenizer(o.tokenizer, o.eos, o.eos_token)
     found = discover(list(cfg.inputs), exclude=cfg.out, on_sized=on_sized)
     if not found.files:
         raise no_inputs_error(cfg.inputs, found)
-    units = plan_units(plan_slices(found.files, o.unit_bytes), o.unit_bytes)
+    slices = plan_slices(found.files, o.unit_bytes)
+    if o.limit is not None:
+        slices = limit_slices(slices, o.limit, o.text_field)
+    units = plan_units(slices, o.unit_bytes)
+    out = storage_for(cfg.out)
+    if cfg.run.dry_run:
+        settings = recorded_settings(cfg, tok, units)
+        plan = plan_dict(cfg, found, units, settings, tok, _out_state(out, cfg, settings))
+        return BuildResult({}, time.perf_counter() - t0, 0, 0, list(tok.notes), plan=plan)
     tok = choose_backend(tok, cfg.run.tokenizer_backend,
                          lambda: sample_texts([s for u in units for s in u.slices], o.text_field))
     settings = recorded_settings(cfg, tok, units)
-    job = Job(cfg.out, o.seq_len, o.pack, o.text_field, cfg.run.strict, tok, S.dtype_for_vocab(tok.vocab_size))
+    job = Job(cfg.out, o.seq_len, o.pack, o.text_field, cfg.run.strict, tok, S.dtype_for_vocab(tok.vocab_size),
+              float(o.holdout))
 
-    out = storage_for(cfg.out)
     already = prepare_out(out, cfg, settings)
+    held = storage_for(holdout_out(cfg.out)) if o.holdout else None
     notes = list(tok.notes)
     if found.ignored:
         notes += [f"ignored {line}" for line in found.ignored_lines()]
@@ -101,6 +134,8 @@ def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
     if already:
         return BuildResult(S.read_manifest(out), time.perf_counter() - t0, 0, len(units),
                            notes + ["build was already complete: nothing to do"])
+    if held is not None:
+        prepare_holdout(held, holdout_settings(settings))
 
     records = finished_records(out, units) if cfg.run.resume else {}
     todo = [u for u in units if u.index not in records]
@@ -108,6 +143,33 @@ def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
         notes += engine_for(cfg).run(todo, job, records, units, progress)
 
     m = manifest(cfg, tok, job, settings, units, records, found)
+    hm = None
+    if held is not None:
+        h_records = finished_records(held, units)
+        if len(h_records) < len(units):
+            raise PackerError(f"holdout build {held.root} lacks {len(units) - len(h_records)} unit(s): rerun with --overwrite")
+        hm = manifest(cfg, tok, job, holdout_settings(settings), units, h_records, found)
+        m["holdout"] = {"path": HOLDOUT_DIR, "fraction": float(o.holdout)} | {
+            k: hm["totals"][k] for k in ("documents", "tokens", "rows", "padding")}
+    if m["totals"]["documents"] == 0 and (hm is None or hm["totals"]["documents"] == 0):
+        raise no_documents_error(m["totals"], [s for u in units for s in u.slices], o.text_field)
+    warnings = []
+    warn = skipped_warning({**m["totals"], "holdout_documents": hm["totals"]["documents"] if hm else 0})
+    if warn:
+        warnings.append(warn)
+    if hm is not None:
+        held.put_json(S.MANIFEST, hm)
     faults.point("manifest")
     out.put_json(S.MANIFEST, m)
-    return BuildResult(m, time.perf_counter() - t0, len(todo), len(units) - len(todo), notes)
+    return BuildResult(m, time.perf_counter() - t0, len(todo), len(units) - len(todo), notes, warnings)
+
+
+def _out_state(out, cfg: BuildConfig, settings: dict) -> str:
+    """What a real build would do with the output location (for --dry-run), without touching it."""
+    try:
+        tops = out.tops()
+        action = out_action(out.root, tops, cfg, settings, lambda: json.loads(out.read(S.BUILD_JSON)).get("settings", {}))
+    except PackerError as e:
+        return f"the build would stop: {e}"
+    return {"fresh": "would be created" if not tops else "would be built into",
+            "continue": "would be resumed", "done": "already holds this build", "replace": "would be replaced"}[action]

@@ -40,6 +40,7 @@ class Job:
     strict: bool
     tokenizer: TokenizerInfo
     dtype: str
+    holdout: float = 0.0  # --holdout: this fraction of documents (by the hash of their text) go to OUT/holdout/
 
 
 _encoder: Encoder | None = None
@@ -55,6 +56,7 @@ class ChunkResult:
     lengths: np.ndarray  # (documents,) int64; 0 for a document that encoded to nothing
     skipped: tuple[Skip, ...]  # records not used, in input order
     nbytes: int  # raw input bytes of the chunk
+    held: "ChunkResult | None" = None  # --holdout: the chunk's held-out documents, tokenized the same way
 
 
 def bounded_malloc() -> None:
@@ -112,13 +114,50 @@ def encode_chunk(job: Job | None, unit_index: int, parts: list[Part]) -> ChunkRe
             else:
                 skipped.append(rec)
     faults.point("read")
-    ids, lengths = enc.encode_flat(texts) if texts else (np.zeros(0, np.uint32), np.zeros(0, np.int64))
+    held = None
+    if job.holdout:
+        texts, out = split_holdout(texts, job.holdout)
+        held = _encode(enc, out, job, (), 0)
+    result = _encode(enc, texts, job, tuple(skipped), sum(p.nbytes for p in parts), held)
     faults.point("tokenize")
-    return ChunkResult(ids.astype(job.dtype, copy=False), lengths, tuple(skipped), sum(p.nbytes for p in parts))
+    return result
+
+
+def _encode(enc: Encoder, texts: list[str], job: Job, skipped, nbytes: int, held=None) -> ChunkResult:
+    ids, lengths = enc.encode_flat(texts) if texts else (np.zeros(0, np.uint32), np.zeros(0, np.int64))
+    return ChunkResult(ids.astype(job.dtype, copy=False), lengths, skipped, nbytes, held)
+
+
+def split_holdout(texts: list[str], fraction: float) -> tuple[list[str], list[str]]:
+    """(kept, held out): a text is held out when the xxh3-64 hash of its UTF-8
+    bytes, as a fraction of 2**64, is below ``fraction``. It depends on the
+    text alone, so the split is the same whatever the order, the workers or
+    the engine, and equal texts always land on the same side."""
+    import xxhash
+
+    cut = int(fraction * 2**64)
+    h = xxhash.xxh3_64_intdigest
+    kept, held = [], []
+    for t in texts:
+        (held if h(t.encode("utf-8", "surrogatepass")) < cut else kept).append(t)
+    return kept, held
+
+
+def holdout_out(out: str) -> str:
+    """The holdout build's location inside build ``out`` (a folder or a URI prefix)."""
+    return out.rstrip("/") + "/" + HOLDOUT_DIR
+
+
+HOLDOUT_DIR = "holdout"
 
 
 def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dict:
-    """Pack one unit's documents into rows and write its shard; return its record (also on disk)."""
+    """Pack one unit's documents into rows and write its shard; return its record (also on disk).
+
+    With ``--holdout`` the unit's held-out documents become shard ``unit.index``
+    of the holdout build, written first: a unit whose main record exists is
+    finished in both builds (what ``--resume`` relies on).
+    """
     job = job or _job
     faults.set_unit(unit.index)
     skipped: Counter = Counter()
@@ -135,6 +174,18 @@ def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dic
     for c in chunks:
         for rec in c.skipped:
             skip(rec)
+    if job.holdout:
+        h_skipped: Counter = Counter()
+
+        def h_skip(rec: Skip) -> None:
+            h_skipped[rec.reason] += 1
+
+        _write_unit(job, holdout_out(job.out), unit, [c.held for c in chunks], h_skip, h_skipped, {})
+    return _write_unit(job, job.out, unit, chunks, skip, skipped, examples)
+
+
+def _write_unit(job: Job, root: str, unit: Unit, chunks: list[ChunkResult], skip, skipped: Counter, examples: dict) -> dict:
+    """Pack ``chunks`` (a unit's documents, in order) and write shard and record under ``root``; return the record."""
     # Per document: its length, its chunk, where it starts in that chunk's
     # tokens. (The chunks are not concatenated: that would be one more copy
     # of the unit's tokens in memory.)
@@ -156,7 +207,7 @@ def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dic
     data = S.table_bytes(table)
     del out, table
     name = f"{S.SHARD_DIR}/{unit.index:06d}.arrow"
-    out_store = storage_for(job.out)
+    out_store = storage_for(root)
     out_store.put(name, data)
     faults.point("write")
 
@@ -174,11 +225,18 @@ def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dic
         S.CHECKSUM: S.checksum(data),
         "skipped": dict(sorted(skipped.items())),
         "skipped_examples": {k: examples[k] for k in sorted(examples)},
-        "sources": [{"path": sl.file.path, "start": sl.start, "end": sl.end} for sl in unit.slices],
+        "sources": [_source(sl) for sl in unit.slices],
     }
     out_store.put_json(f"{S.UNIT_DIR}/{unit.index:06d}.json", record)
     faults.point("kill-worker")
     return record
+
+
+def _source(sl) -> dict:
+    src = {"path": sl.file.path, "start": sl.start, "end": sl.end}
+    if sl.max_items is not None:
+        src["max_items"] = sl.max_items  # --limit cut this slice short
+    return src
 
 
 def _gather(tokens: list[np.ndarray], doc_chunk: np.ndarray, doc_start: np.ndarray, layout, job: Job) -> np.ndarray:

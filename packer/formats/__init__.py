@@ -28,7 +28,7 @@ from .base import (PART_BYTES, SKIP_REASONS, Document, Format, InputFile, Part, 
 __all__ = [
     "REGISTRY", "FORMATS", "no_inputs_error", "PART_BYTES", "SKIP_REASONS", "Document", "Format", "InputFile", "Part", "Record",
     "Skip", "Slice", "Discovery", "detect_format", "discover", "plan_slices", "iter_parts", "parse_part",
-    "read_slice", "iter_parts_many", "strict_error",
+    "read_slice", "iter_parts_many", "record_fields", "strict_error",
 ]
 
 REGISTRY: dict[str, Format] = {m.FORMAT.name: m.FORMAT for m in (text, jsonl, parquet, json_array, arrow)}
@@ -137,7 +137,26 @@ def iter_parts(sl: Slice, text_field: str = "text", on_bytes=None, part_bytes: i
     """Read ``sl`` into Parts of whole records (about ``part_bytes``, default
     PART_BYTES), in order. Never raises OSError: a read error ends the slice
     with a ``tail`` Skip("unreadable")."""
-    return REGISTRY[sl.file.format].parts(sl, text_field, on_bytes, part_bytes or PART_BYTES)
+    parts = REGISTRY[sl.file.format].parts(sl, text_field, on_bytes, part_bytes or PART_BYTES)
+    return parts if sl.max_items is None else _capped(parts, sl.max_items)
+
+
+def _capped(parts: Iterator[Part], max_items: int) -> Iterator[Part]:
+    """The Parts of a slice up to its first ``max_items`` raw items (``--limit``); the rest is not read."""
+    left = max_items
+    try:
+        for part in parts:
+            if len(part.items) >= left:
+                cut = part.items[:left]
+                nbytes = part.nbytes * len(cut) // max(1, len(part.items))
+                yield Part(part.sl, cut, part.line0, part.pos0, part.tail if len(cut) == len(part.items) else None, nbytes)
+                return
+            left -= len(part.items)
+            yield part
+    finally:
+        close = getattr(parts, "close", None)
+        if close is not None:
+            close()
 
 
 def parse_part(part: Part, field: tuple[str, ...]) -> Iterator[Record]:
@@ -145,6 +164,23 @@ def parse_part(part: Part, field: tuple[str, ...]) -> Iterator[Record]:
     yield from REGISTRY[part.sl.file.format].parse(part, field)
     if part.tail is not None:
         yield part.tail
+
+
+def record_fields(slices, max_files: int = 8) -> dict[str, list[str]]:
+    """{path: field names its first records have} for the first ``max_files``
+    files among ``slices`` that have fields (for the message when a build found
+    no document); a file that cannot be read is left out."""
+    out: dict[str, list[str]] = {}
+    for sl in slices:
+        if len(out) >= max_files or sl.file.path in out:
+            continue
+        try:
+            names = REGISTRY[sl.file.format].fields(sl)
+        except Exception:  # only a hint: the build reports a broken input itself
+            continue
+        if names is not None:
+            out[sl.file.path] = names
+    return out
 
 
 def read_slice(sl: Slice, text_field: str = "text", on_bytes=None) -> Iterator[Record]:
@@ -190,7 +226,7 @@ def iter_parts_many(slices, text_field: str = "text", on_bytes=None, prefetch: i
             if sl is None:
                 yield key, None
             elif fut is not None:
-                yield key, fut.result()
+                yield key, next(_capped(iter([fut.result()]), sl.max_items)) if sl.max_items is not None else fut.result()
             else:
                 for part in iter_parts(sl, text_field, on_bytes):
                     yield key, part

@@ -44,6 +44,17 @@ class Arrow(Format):
         if items:
             yield Part(sl, items, nbytes=n_bytes)
 
+    def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
+        import pyarrow as pa
+
+        store = storage_for(sl.file.path)
+        with store.stream() as fh:
+            magic = fh.read(len(FILE_MAGIC))
+        if magic == FILE_MAGIC:
+            return list(pa.ipc.open_file(store.arrow_file()).schema.names)
+        with open_stream(sl.file.path, None) as s:
+            return list(pa.ipc.open_stream(s).schema.names)
+
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         return iter(part.items)  # parsed as read: Arrow decodes the column
 

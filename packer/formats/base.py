@@ -35,6 +35,7 @@ class Slice:
     file: InputFile
     start: int
     end: int
+    max_items: int | None = None  # --limit: read only the first this many raw items (lines, elements, rows)
 
 
 class Document(NamedTuple):
@@ -63,7 +64,7 @@ SKIP_REASONS = {
     "missing_field": "the text field is absent from the record",
     "not_string": "the text field holds something other than a string (or null)",
     "empty": "the text is the empty string",
-    "truncated": "a compressed stream ends early or is corrupt: records before the break are kept",
+    "truncated": "a compressed stream (or a JSON array or Arrow stream) ends early or is corrupt: records before the break are kept",
     "unreadable": "the file could not be read (vanished, permission, I/O error)",
     "no_tokens": "the text encodes to no tokens at all (only with --no-eos)",
 }
@@ -107,10 +108,31 @@ class Format:
         """The records of ``part`` in order (without its tail)."""
         raise NotImplementedError
 
+    def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
+        """The field (or column) names the first ``records`` records of ``sl`` have,
+        in order of first appearance; None for a format without fields. Used only
+        to say what the records hold when no document was found."""
+        return None
+
     def head(self, sl: Slice, chars: int) -> str | None:
         """The first ``chars`` characters of the slice's first document, where
         that is cheaper than reading a record (else None)."""
         return None
+
+
+def keys_of(objs, records: int) -> list[str]:
+    """The keys of the dicts among the first ``records`` of ``objs`` (one level of nesting shown as a.b)."""
+    seen: dict[str, None] = {}
+    for i, obj in enumerate(objs):
+        if i >= records:
+            break
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                seen[k] = None
+                if isinstance(v, dict):
+                    for k2 in v:
+                        seen[f"{k}.{k2}"] = None
+    return list(seen)
 
 
 def unreadable(sl: Slice, e: OSError) -> Skip:

@@ -13,7 +13,7 @@ from typing import Iterator
 import orjson
 
 from ..io import COMPRESSION_SUFFIXES, open_stream, storage_for, truncation_errors
-from .base import Document, Format, InputFile, Part, Record, Skip, Slice, unreadable
+from .base import Document, Format, InputFile, Part, Record, Skip, Slice, keys_of, unreadable
 
 _MISSING = object()
 
@@ -78,6 +78,20 @@ class Jsonl(Format):
             s.close()
         if lines or tail is not None:
             yield Part(sl, lines, line0, pos0, tail, n_bytes)
+
+    def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
+        def objs():
+            for part in self.parts(sl, "", None, 64 << 10):
+                for line in part.items:
+                    try:
+                        yield orjson.loads(line)
+                    except orjson.JSONDecodeError:
+                        continue
+        it = objs()
+        try:
+            return keys_of(it, records)
+        finally:
+            it.close()
 
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         sl = part.sl

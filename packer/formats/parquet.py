@@ -54,6 +54,11 @@ class Parquet(Format):
         if items:
             yield Part(sl, items, nbytes=n_bytes)
 
+    def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
+        import pyarrow.parquet as pq
+
+        return list(pq.ParquetFile(storage_for(sl.file.path).arrow_file()).schema_arrow.names)
+
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         return iter(part.items)  # parsed as read: Arrow decodes the column
 
