@@ -35,11 +35,14 @@ class Arrow(Format):
                     if n_bytes >= part_bytes:
                         yield Part(sl, items, nbytes=n_bytes)
                         items, n_bytes = [], 0
-        except OSError as e:
-            yield Part(sl, items, tail=unreadable(sl, e), nbytes=n_bytes)
-            return
-        except pa.ArrowInvalid as e:  # not Arrow IPC, or cut off: the rows before are kept
-            yield Part(sl, items, tail=Skip("truncated", f"{sl.file.path}: {str(e).splitlines()[0]}"), nbytes=n_bytes)
+        except (OSError, pa.ArrowInvalid) as e:
+            # pyarrow reports a cut stream ("Expected to be able to read N bytes") as an OSError with
+            # no errno, and a file that is not Arrow IPC as ArrowInvalid; a real read error has an errno.
+            if isinstance(e, OSError) and e.errno is not None:
+                tail = unreadable(sl, e)
+            else:
+                tail = Skip("truncated", f"{sl.file.path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+            yield Part(sl, items, tail=tail, nbytes=n_bytes)
             return
         if items:
             yield Part(sl, items, nbytes=n_bytes)
