@@ -161,3 +161,18 @@ def test_contradictions_are_refused_in_one_line(opts, match):
     with pytest.raises(PackerError, match=match) as e:
         BuildConfig.of(["in"], "out", **opts)
     assert "\n" not in str(e.value)
+
+
+def test_holdout_build_resumes_to_the_same_bytes(corpus, tmp_path):
+    out = str(tmp_path / "out")
+    build([corpus], out, seq_len=128, workers=1, unit_mb=0.02, holdout=0.1)
+    before = tree(out)
+    units = sorted(k for k in before if k.startswith("units/"))
+    assert len(units) > 2
+    # As a kill leaves it: no manifests, the last unit unfinished in the main build (its holdout half may exist).
+    for rel in ("manifest.json", "holdout/manifest.json", units[-1], "shards/" + os.path.basename(units[-1])[:-5] + ".arrow"):
+        os.remove(os.path.join(out, rel))
+    res = build([corpus], out, seq_len=128, workers=2, unit_mb=0.02, holdout=0.1, resume=True)
+    assert res.units_run == 1 and tree(out) == before
+    with pytest.raises(PackerError, match="holdout"):
+        build([corpus], out, seq_len=128, workers=1, unit_mb=0.02, holdout=0.2, resume=True)

@@ -157,9 +157,18 @@ def test_hf_hub_snapshot_layout(tmp_path):
     os.symlink("../../../blobs/b1", snap / "data" / "train-00000-of-00002.parquet")
     os.symlink("../../../blobs/b2", snap / "data" / "train-00001-of-00002.parquet")
     os.symlink("../../blobs/b3", snap / "README.md")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
     texts, m = run(tmp_path, {}, inputs=(str(snap),))
     assert texts == [b"alpha", b"beta", b"gamma"]
     assert m["totals"]["input_files"] == 2 and m["totals"]["ignored_files"] == 1
+    # The whole cached repo: blobs/ and refs/ are named as cache internals, the data read once through snapshots/.
+    from packer.formats import discover
+
+    found = discover([str(repo)])
+    assert [os.path.basename(f.path) for f in found.files] == ["train-00000-of-00002.parquet", "train-00001-of-00002.parquet"]
+    lines = " ".join(found.ignored_lines())
+    assert "HF hub cache internals" in lines and "dataset card" in lines
 
 
 def test_folder_with_only_unsupported_files_says_what_it_found(tmp_path):

@@ -21,7 +21,7 @@ from typing import Iterator
 from ..errors import PackerError
 from ..io import find, io_thread
 from . import arrow, json_array, jsonl, parquet, text
-from .layouts import metadata_files
+from .layouts import ignored_reasons, metadata_files
 from .base import (PART_BYTES, SKIP_REASONS, Document, Format, InputFile, Part, Record, Skip, Slice,
                    strict_error)
 
@@ -121,7 +121,8 @@ def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Dis
     meta = metadata_files([f.path for f in files], [f.format for f in files])
     if meta:
         files = [f for f in files if f.path not in meta]
-    return Discovery(tuple(files), found.ignored + tuple(meta), found.duplicates, tuple(meta.items()))
+    why = {**ignored_reasons(found.ignored), **meta}
+    return Discovery(tuple(files), found.ignored + tuple(meta), found.duplicates, tuple(why.items()))
 
 
 def plan_slices(files: tuple[InputFile, ...], target_bytes: int) -> list[tuple[Slice, int]]:

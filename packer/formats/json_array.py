@@ -21,7 +21,7 @@ from typing import Iterator
 
 import orjson
 
-from ..io import COMPRESSION_SUFFIXES, open_stream, truncation_errors
+from ..io import COMPRESSION_SUFFIXES, open_stream, storage_for, truncation_errors
 from . import jsonl
 from .base import Document, Format, InputFile, Part, Record, Skip, Slice, keys_of, unreadable
 
@@ -108,8 +108,16 @@ class Json(Format):
 def is_json_lines(f: InputFile) -> bool:
     """Whether ``f`` starts with a JSON object that ends on its first line (JSON Lines named .json)."""
     try:
-        with open_stream(f.path, f.compression) as s:
-            head = s.read(PEEK)
+        if f.compression is None:
+            # One small read: planning a tree of many .json files must not start a read-ahead per file.
+            r = storage_for(f.path).ranged()
+            try:
+                head = r.pread(min(PEEK, f.size), 0) if f.size else b""
+            finally:
+                r.close()
+        else:
+            with open_stream(f.path, f.compression) as s:
+                head = s.read(PEEK)
     except (OSError, *truncation_errors(f.compression)):
         return False  # the array reader reports the file
     head = head[3:] if head.startswith(b"\xef\xbb\xbf") else head

@@ -20,7 +20,18 @@ import os
 
 HF_SAVED = "HF datasets save_to_disk metadata"
 HF_CARD = "the dataset card of an HF hub dataset snapshot"
+HF_CACHE = "HF hub cache internals (the files are read through snapshots/)"
 _SAVED_NAMES = {"dataset_info.json", "state.json", "dataset_dict.json"}
+
+
+def ignored_reasons(ignored: tuple[str, ...]) -> dict[str, str]:
+    """{path: why} for ignored files whose reason is more than "unsupported type": an HF hub cache's blobs/ and refs/."""
+    out = {}
+    for p in ignored:
+        q = p.replace(os.sep, "/")
+        if "/datasets--" in "/" + q and ("/blobs/" in q or "/refs/" in q):
+            out[p] = HF_CACHE
+    return out
 
 
 def _split(path: str) -> tuple[str, str]:
