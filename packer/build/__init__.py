@@ -102,7 +102,10 @@ def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
 
 
 def _run_build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
-    """Discover, plan, run the units, check and write the manifest(s). See the module docstring."""
+    """Discover, plan (``--limit`` cuts the plan; ``--dry-run`` stops there), run the units, check the
+    result (no document at all is an error; mostly skipped, a warning), write the manifest(s), the
+    holdout's first. Longer than 60 lines: it is the build's stages in order, each a call, and split
+    up it would hide that order."""
     t0 = time.perf_counter()
     o = cfg.output
     tok = resolve_tokenizer(o.tokenizer, o.eos, o.eos_token)
