@@ -7,7 +7,7 @@ works, else generated words) as .jsonl, .ndjson.bz2, .jsonl.xz, .json (a
 compact array and a pretty-printed one), .parquet and .arrow (an Arrow IPC
 stream, as HF save_to_disk writes), then reads each with packer's reader
 (``read_slice``: I/O, decompression, splitting and parsing; no tokenizing),
-``--repeat`` times. Prints MB/s of the records' text, the median time as a
+``--repeat`` times, round-robin over the formats. Prints MB/s of the records' text, the median time as a
 ratio of .jsonl's (measured in the same run), and the peak Python heap
 (tracemalloc) while reading, against the file size: a streamed reader's peak
 does not grow with the file.
@@ -99,18 +99,19 @@ def main() -> None:
     mb_text = sum(len(t) for t in texts) / (1 << 20)
     with tempfile.TemporaryDirectory() as d:
         paths = write_all(texts, d)
-        results = {}
-        for name, p in paths.items():
-            times = []
-            for _ in range(a.repeat):
+        times: dict[str, list[float]] = {name: [] for name in paths}
+        for _ in range(a.repeat):  # round-robin, so a burst of load on a shared machine hits every format alike
+            for name, p in paths.items():
                 s, docs, _ = read_once(p)
                 assert docs == len(texts), (name, docs, len(texts))
-                times.append(s)
+                times[name].append(s)
+        results = {}
+        for name, p in paths.items():
             tracemalloc.start()
             read_once(p)
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
-            results[name] = (statistics.median(times), os.path.getsize(p), peak)
+            results[name] = (statistics.median(times[name]), os.path.getsize(p), peak)
         base = results["c.jsonl"][0]
         print(f"{len(texts):,} records, {mb_text:.1f} MB of text; median of {a.repeat} reads; cpu_count {os.cpu_count()}")
         print(f"{'file':<14}{'file MB':>9}{'MB/s':>9}{'x jsonl time':>14}{'peak heap MB':>14}")

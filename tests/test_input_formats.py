@@ -234,3 +234,14 @@ def test_mostly_skipped_warns(tmp_path):
     assert res.warnings and "75%" in res.warnings[0] and "missing_field 3" in res.warnings[0]
     res = build([str(root / "a.jsonl")], str(tmp_path / "out2"), seq_len=64, workers=1, text_field="txt")
     assert res.warnings == []  # 3 of 4 were used
+
+
+@pytest.mark.parametrize("text", ['plain', 'a\\"b', 'ends in a backslash \\', '\\\\\\"', '"', '', 'é ] } , {'])
+def test_json_string_end_respects_escapes(text):
+    from packer.formats.json_array import string_end
+
+    enc = json.dumps(text).encode()  # the JSON string, quotes included
+    buf = b'{"k": ' + enc + b', "n": 1}'
+    start = buf.index(enc) + 1
+    assert string_end(buf, start) == start + len(enc) - 1
+    assert string_end(enc[:-1], 1) == -1  # not closed within the buffer
