@@ -176,3 +176,15 @@ def test_holdout_build_resumes_to_the_same_bytes(corpus, tmp_path):
     assert res.units_run == 1 and tree(out) == before
     with pytest.raises(PackerError, match="holdout"):
         build([corpus], out, seq_len=128, workers=1, unit_mb=0.02, holdout=0.2, resume=True)
+
+
+def test_show_header_says_row_of_once(tmp_path):
+    from packer.inspect.show import read_row, render
+
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(jl(*({"text": "x" * 40} for _ in range(4))))
+    out = str(tmp_path / "out")
+    build([str(p)], out, seq_len=64, workers=1)
+    head = render(read_row(out, 1), None, ids=True)[0]
+    assert head.startswith("row 1 of 4 in shards/000000.arrow; 1 piece, 41 tokens"), head
+    assert head.count("row 1 of") == 1
