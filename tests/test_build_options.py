@@ -123,10 +123,16 @@ def test_dry_run_writes_nothing(corpus, tmp_path):
     assert "would stop" in again.plan["out_state"] and "--resume" in again.plan["out_state"]
 
 
-def test_summary_json_is_what_the_summary_prints(corpus, tmp_path):
+def test_summary_json_is_what_the_summary_prints(corpus, tmp_path, monkeypatch):
+    import tqdm
     from click.testing import CliRunner
 
     from packer.cli import main
+
+    # In-process, the progress bar would leave tqdm's monitor thread running, and every later build in
+    # this test process would then start its workers from a forkserver (see packer.build.local._make_pool),
+    # one that keeps the environment of the moment it started (the S3 tests set an endpoint after it).
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)
 
     out, s = str(tmp_path / "out"), str(tmp_path / "s.json")
     r = CliRunner().invoke(main, ["build", corpus, out, "--seq-len", "128", "--workers", "1", "--holdout", "0.05",
