@@ -111,7 +111,8 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
         tokenizer_backend=tokenizer_backend, engine=engine, ray_address=ray_address,
     )
     # New options are passed only when used, so an older API keeps taking this call.
-    options.update({k: v for k, v in dict(limit=limit, holdout=holdout, dry_run=dry_run, summary_json=summary_json).items() if v})
+    new = dict(limit=limit, holdout=holdout or None, dry_run=dry_run or None, summary_json=summary_json)
+    options.update({k: v for k, v in new.items() if v is not None})  # --limit 0 is passed on, and refused
     bar = None if quiet or dry_run else _Progress()
     try:
         result = run_build(ins, out, progress=bar.update if bar else None, on_sized=bar.sized if bar else None, **options)
