@@ -27,6 +27,20 @@ MATRIX = jl({"text": "first"}, b'{"text": "caf\xe9"}', {"text": ""}, {"other": "
 MATRIX_SKIPS = {"invalid_utf8": 1, "empty": 1, "missing_field": 1, "not_string": 1, "malformed_json": 1}
 
 
+@pytest.fixture
+def quiet_datasets(monkeypatch):
+    """``datasets`` with no progress bars: a bar would leave tqdm's monitor thread running in this
+    process, and later builds here would then start their workers from a forkserver (see
+    packer.build.local._make_pool) that keeps a stale environment (the S3 tests set theirs later)."""
+    datasets = pytest.importorskip("datasets")
+    import tqdm
+
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)
+    datasets.disable_progress_bars()
+    yield datasets
+    datasets.enable_progress_bars()
+
+
 def accounted(m, records: int) -> None:
     """Every record written is a document or a counted skip."""
     assert m["totals"]["documents"] + sum(skipped(m).values()) == records
@@ -101,8 +115,8 @@ def _arrow_stream(path, batches: list[pa.RecordBatch]) -> None:
             w.write_batch(b)
 
 
-def test_hf_save_to_disk_folder(tmp_path):
-    datasets = pytest.importorskip("datasets")
+def test_hf_save_to_disk_folder(tmp_path, quiet_datasets):
+    datasets = quiet_datasets
     root = tmp_path / "in"
     ds = datasets.Dataset.from_dict({"text": ["one", "", None, "two"], "id": [1, 2, 3, 4]})
     datasets.DatasetDict({"train": ds, "test": ds.select([0])}).save_to_disk(str(root / "dd"))
