@@ -93,6 +93,16 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
               help="Encode special-token strings met in the text (<s>, [MASK], <|endoftext|>) as plain text, as HF's "
                    "split_special_tokens does; by default they become special ids and are counted in the summary.")
 @click.option("--unit-mb", default=64.0, show_default=True, help="Input MB per work unit (one shard each). Changes the output bytes.")
+@click.option("--limit", default=None, type=int, metavar="N",
+              help="Only the first N documents, in input order (deterministic): try settings before the long build.")
+@click.option("--holdout", default=0.0, type=float, metavar="FRACTION",
+              help="Hold out this fraction of documents, chosen by a hash of their text (so the same whatever the order, "
+                   "workers or engine), as a second build in OUT/holdout/ (open it with PackedDataset or packer stats).")
+@click.option("--dry-run", is_flag=True, help="Discover and plan only: print the files, formats, sizes, units and the "
+                                              "settings that would be recorded; write nothing.")
+@click.option("--summary-json", default=None, metavar="FILE",
+              help="Also write the end-of-build summary as JSON to FILE ('-': one line on stdout); "
+                   "on failure {\"ok\": false, \"error\": ...}. Schema: docs/stats.md.")
 @click.option("--strict", is_flag=True, help="Stop at the first malformed record instead of skipping and counting it.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing build in OUT.")
 @click.option("--resume", is_flag=True, help="Continue a killed build in OUT; finished work is kept.")
@@ -119,18 +129,28 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 @click.option("--completion-field", default="completion", show_default=True, help="With --chat: the completion field.")
 @_user_errors
 def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, text_field, no_eos, eos_token, bos_token, no_bos,
-          split_special_tokens, max_record_mb, unit_mb, strict, overwrite, resume, quiet, engine, ray_address, chat,
-          chat_template, train_on, truncate, messages_field, prompt_field, completion_field):
+          split_special_tokens, max_record_mb, unit_mb, limit, holdout, dry_run, summary_json, strict, overwrite, resume,
+          quiet, engine, ray_address, chat, chat_template, train_on, truncate, messages_field, prompt_field,
+          completion_field):
     """Tokenize and pack INPUT... (folders, files, globs) into shards in OUT.
 
-    Inputs: .txt/.md (one document per file), .jsonl, .jsonl.gz, .jsonl.zst, .parquet.
-    Folders are read recursively in sorted order.
+    Inputs: .txt/.md (one document per file), .jsonl/.ndjson (one record per line),
+    .json (an array of records, or JSON Lines), .parquet, .arrow (HF save_to_disk
+    folders); .txt, .md, .jsonl, .ndjson and .json also compressed (.gz .zst .bz2 .xz).
+    Folders are read recursively in sorted order; an HF hub dataset snapshot is read
+    as it sits in the cache (its parquet under data/, not its README.md).
+
+    \b
+    The same build from Python:
+      from packer import build
+      build(["corpus/"], "out/", seq_len=2048, tokenizer="gpt2/tokenizer.json", holdout=0.01)
 
     \b
     Example:
       packer build corpus/ out/ --seq-len 2048 --tokenizer gpt2/tokenizer.json
     """
     from .build import build as run_build
+    from .build.report import plan_lines, plural
     from .inspect.stats import summary_lines
 
     if len(inputs) < 2:
@@ -149,7 +169,10 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
                        messages_field=messages_field, prompt_field=prompt_field, completion_field=completion_field)
     elif chat_template is not None or truncate or train_on != "assistant":
         raise PackerError("--chat-template, --train-on and --truncate apply to chat builds: add --chat")
-    bar = None if quiet else _Progress()
+    # New options are passed only when used, so an older API keeps taking this call.
+    new = dict(limit=limit, holdout=holdout or None, dry_run=dry_run or None, summary_json=summary_json)
+    options.update({k: v for k, v in new.items() if v is not None})  # --limit 0 is passed on, and refused
+    bar = None if quiet or dry_run else _Progress()
     try:
         old_term = signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread (an embedding caller): leave signals alone
@@ -168,12 +191,19 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
             bar.close()
         if old_term is not None:  # a program that called us in-process keeps its own handler
             signal.signal(signal.SIGTERM, old_term)
+    if result.plan is not None:
+        for line in plan_lines(result.plan):
+            click.echo(line, err=summary_json == "-")
+        return
     if quiet:
+        for w in result.warnings:
+            click.echo(f"packer: warning: {w}", err=True)
         return
     m = result.manifest
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
-    click.echo(f"built {out} in {result.seconds:.1f}s ({result.units_run} units run, {result.units_skipped} already done)", err=True)
+    click.echo(f"built {out} in {result.seconds:.1f}s ({plural(result.units_run, 'unit')} run, "
+               f"{result.units_skipped:,} already done)", err=True)
     for line in summary_lines(m):
         click.echo(line, err=True)
     tk = m.get("tokenizer", {})
@@ -181,6 +211,8 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
         click.echo(f"around text     {result.added}", err=True)
     if tk.get("backend") not in (None, "bytes"):
         click.echo(f"backend         {tk['backend']}: {tk.get('backend_reason', '')}", err=True)
+    for w in result.warnings:
+        click.echo(f"packer: WARNING: {w}", err=True)
 
 
 class _Progress:

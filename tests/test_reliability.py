@@ -520,8 +520,9 @@ def test_parquet_nested_struct_field(tmp_path):
     got, m = run(tmp_path, {}, text_field="meta.body")
     assert got == [b"first", b"last"]
     assert skipped(m) == {"not_string": 2}  # a null struct, a null body
-    _, m = run(tmp_path / "again", {"a.parquet": p.read_bytes()}, text_field="meta.nope")
-    assert skipped(m) == {"missing_field": 4}
+    # A field that no row has: every record missing_field, so no document: one line naming the columns.
+    with pytest.raises(PackerError, match=r"all 4 records were skipped \(missing_field 4\).*the records have: meta, id"):
+        run(tmp_path / "again", {"a.parquet": p.read_bytes()}, text_field="meta.nope")
 
 
 def test_json_wide_integers_and_lone_surrogates_elsewhere_are_kept(tmp_path):

@@ -16,20 +16,22 @@ deterministically (unit.py). Everything else follows from that:
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field, replace
 
 from .. import faults
 from .. import shards as S
 from ..errors import PackerError
-from ..formats import discover, plan_slices
+from ..formats import discover, no_inputs_error, plan_slices
 from ..io import storage_for
 from ..tokenize import choose_backend, resolve_tokenizer
 from .config import DEFAULT_UNIT_BYTES, BuildConfig, OutputSettings, RunSettings
 from .local import LocalEngine
-from .output import finished_records, manifest, prepare_out
-from .plan import Unit, input_stamp, plan_units, recorded_settings, sample_texts
-from .unit import Job, assemble_unit, encode_chunk
+from .output import finished_records, holdout_settings, manifest, out_action, prepare_holdout, prepare_out
+from .plan import Unit, input_stamp, limit_slices, plan_units, recorded_settings, sample_texts
+from .report import no_documents_error, plan_dict, skipped_warning, summary_dict, write_summary
+from .unit import HOLDOUT_DIR, Job, assemble_unit, encode_chunk, holdout_out
 
 __all__ = [
     "build", "BuildConfig", "OutputSettings", "RunSettings", "BuildResult", "Unit", "Job", "plan_units",
@@ -46,6 +48,8 @@ class BuildResult:
     notes: list[str] = field(default_factory=list)
     added: str = ""  # what each document gets around its text, by string and id ("bos <s> (1) ...; eos </s> (2)")
     phases: dict = field(default_factory=dict)  # seconds per step of the build, in order (bench/tokenizer_bench.py --timeline)
+    warnings: list[str] = field(default_factory=list)  # said loudly at the end (most records skipped)
+    plan: dict | None = None  # --dry-run: what would be built (packer.build.report.plan_dict); nothing was written
 
 
 def chat_job(o: OutputSettings, tok):
@@ -77,11 +81,13 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, **opt
 
     ``inputs``: a path (folder, file, glob, URI) or a list of them, or a whole
     ``BuildConfig``. ``options`` are ``packer build``'s options by the same
-    names (seq_len, tokenizer, text_field, pack, no_eos, eos_token, no_bos, bos_token, split_special_tokens, unit_mb,
-    workers, strict, overwrite, resume, quiet, tokenizer_backend, engine,
-    ray_address), validated the same way. ``progress`` (optional) is called
-    as progress(done_bytes, docs, tokens, units_done, units, total_bytes);
-    ``on_sized`` as on_sized(files_done, files) while input files are sized.
+    names (seq_len, tokenizer, text_field, pack, no_eos, eos_token, no_bos, bos_token,
+    split_special_tokens, unit_mb, max_record_mb, limit, holdout, chat, chat_template, train_on,
+    truncate, workers, strict, overwrite, resume, quiet, tokenizer_backend, engine, ray_address,
+    dry_run, summary_json), validated the same way. Raises ``PackerError`` (one line) for a user
+    mistake, and when the build produced no document at all (naming the fields the records have).
+    ``progress`` (optional) is called as progress(done_bytes, docs, tokens, units_done, units,
+    total_bytes); ``on_sized`` as on_sized(files_done, files) while input files are sized.
     """
     if isinstance(inputs, BuildConfig):
         if out is not None or options:
@@ -91,8 +97,21 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, **opt
     else:
         if out is None:
             raise PackerError("build() needs the output folder: build(inputs, out, ...)")
-        cfg = BuildConfig.of(inputs, out, **options)
-    return _build(cfg, progress, on_sized)
+        try:
+            cfg = BuildConfig.of(inputs, out, **options)
+        except PackerError as e:
+            if options.get("summary_json"):  # a pipeline reads why, even when the options were refused
+                write_summary(options["summary_json"], {"ok": False, "out": str(out), "error": str(e)})
+            raise
+    try:
+        result = _run_build(cfg, progress, on_sized)
+    except PackerError as e:
+        if cfg.run.summary_json:
+            write_summary(cfg.run.summary_json, {"ok": False, "out": cfg.out, "error": str(e)})
+        raise
+    if cfg.run.summary_json:
+        write_summary(cfg.run.summary_json, result.plan if result.plan is not None else summary_dict(result, cfg.out))
+    return result
 
 
 class _Timeline:
@@ -108,9 +127,10 @@ class _Timeline:
         self.last = now
 
 
-def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
-    t0 = time.perf_counter()
-    phase = _Timeline(t0)
+def _run_build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
+    """Discover and plan (``--limit`` cuts the plan; ``--dry-run`` stops there), then run the units
+    under the lock on OUT."""
+    phase = _Timeline(time.perf_counter())
     o = cfg.output
     # A chat template writes BOS and the end-of-turn tokens itself: a chat build adds neither.
     tok = resolve_tokenizer(o.tokenizer, o.eos and not o.chat, o.eos_token, o.bos and not o.chat, o.bos_token,
@@ -119,9 +139,17 @@ def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
     chat = chat_job(o, tok) if o.chat else None
     found = discover(list(cfg.inputs), exclude=cfg.out, on_sized=on_sized)
     if not found.files:
-        raise PackerError(f"no input files found in {', '.join(cfg.inputs)}")
-    units = plan_units(plan_slices(found.files, o.unit_bytes), o.unit_bytes)
+        raise no_inputs_error(cfg.inputs, found)
+    slices = plan_slices(found.files, o.unit_bytes)
+    if o.limit is not None:
+        slices = limit_slices(slices, o.limit, o.text_field)
+    units = plan_units(slices, o.unit_bytes)
     phase("discover + plan")
+    out = storage_for(cfg.out)
+    if cfg.run.dry_run:
+        settings = recorded_settings(cfg, tok, units, chat)
+        plan = plan_dict(cfg, found, units, settings, tok, _out_state(out, cfg, settings))
+        return BuildResult({}, time.perf_counter() - phase.t0, 0, 0, list(tok.notes), plan=plan)
     if chat is not None:
         tok = replace(tok, backend="hf", backend_reason="chat build: HF tokenizers, whose offsets place the trained spans")
     else:
@@ -130,9 +158,7 @@ def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
     phase("engine check")
     settings = recorded_settings(cfg, tok, units, chat)
     job = Job(cfg.out, o.seq_len, o.pack, o.text_field, cfg.run.strict, tok, S.dtype_for_vocab(tok.vocab_size),
-              o.max_record_bytes, chat)
-
-    out = storage_for(cfg.out)
+              o.max_record_bytes, chat, float(o.holdout))
     lock = out.lock()  # one build at a time in OUT; says who holds it
     finished = False
     try:
@@ -146,21 +172,28 @@ def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
         lock.release(finished)
 
 
-def _run_units(cfg, tok, job, settings, units, found, out, already, phase: "_Timeline", progress) -> BuildResult:
-    """The units not finished yet, then the manifest (last)."""
-    t0 = phase.t0
+def _notes(tok, found) -> list[str]:
     notes = list(tok.notes)
     if found.ignored:
-        notes.append(f"ignored {len(found.ignored)} file(s) of unsupported type, e.g. {found.ignored[0]}")
+        notes += [f"ignored {line}" for line in found.ignored_lines()]
     if found.duplicates:
         notes.append(f"{len(found.duplicates)} input path(s) named twice were read once, e.g. {found.duplicates[0]}")
     if getattr(found, "special", ()):
         notes.append(f"{len(found.special)} FIFO/device/socket input name(s) were not read (not regular files), "
                      f"e.g. {found.special[0]}")
+    return notes
+
+
+def _run_units(cfg, tok, job, settings, units, found, out, already, phase: _Timeline, progress) -> BuildResult:
+    """The units not finished yet, then the manifests (the holdout's first, the build's last)."""
+    t0, o = phase.t0, cfg.output
+    notes = _notes(tok, found)
     if already:
         return BuildResult(S.read_manifest(out), time.perf_counter() - t0, 0, len(units),
                            notes + ["build was already complete: nothing to do"], tok.added)
-
+    held = storage_for(holdout_out(cfg.out)) if o.holdout else None
+    if held is not None:
+        prepare_holdout(held, holdout_settings(settings))
     records = finished_records(out, units) if cfg.run.resume else {}
     todo = [u for u in units if u.index not in records]
     phase("prepare output")
@@ -169,7 +202,32 @@ def _run_units(cfg, tok, job, settings, units, found, out, already, phase: "_Tim
     phase("units (workers)")
 
     m = manifest(cfg, tok, job, settings, units, records, found)
+    hm = None
+    if held is not None:
+        h_records = finished_records(held, units)
+        if len(h_records) < len(units):
+            raise PackerError(f"holdout build {held.root} lacks {len(units) - len(h_records)} unit(s): rerun with --overwrite")
+        hm = manifest(cfg, tok, job, holdout_settings(settings), units, h_records, found)
+        m["holdout"] = {"path": HOLDOUT_DIR, "fraction": float(o.holdout)} | {
+            k: hm["totals"][k] for k in ("documents", "tokens", "rows", "padding")}
+    if m["totals"]["documents"] == 0 and (hm is None or hm["totals"]["documents"] == 0):
+        raise no_documents_error(m["totals"], [s for u in units for s in u.slices], o.text_field)
+    warn = skipped_warning({**m["totals"], "holdout_documents": hm["totals"]["documents"] if hm else 0})
+    if hm is not None:
+        held.put_json(S.MANIFEST, hm)
     faults.point("manifest")
     out.put_json(S.MANIFEST, m)
     phase("manifest")
-    return BuildResult(m, time.perf_counter() - t0, len(todo), len(units) - len(todo), notes, tok.added, phase.phases)
+    return BuildResult(m, time.perf_counter() - t0, len(todo), len(units) - len(todo), notes, tok.added, phase.phases,
+                       [warn] if warn else [])
+
+
+def _out_state(out, cfg: BuildConfig, settings: dict) -> str:
+    """What a real build would do with the output location (for --dry-run), without touching it."""
+    try:
+        tops = out.tops()
+        action = out_action(out.root, tops, cfg, settings, lambda: json.loads(out.read(S.BUILD_JSON)).get("settings", {}))
+    except PackerError as e:
+        return f"the build would stop: {e}"
+    return {"fresh": "would be created" if not tops else "would be built into",
+            "continue": "would be resumed", "done": "already holds this build", "replace": "would be replaced"}[action]

@@ -58,6 +58,8 @@ class OutputSettings:
     messages_field: str = "messages"
     prompt_field: str = "prompt"
     completion_field: str = "completion"
+    limit: int | None = None  # only the first N documents, in input order (None = all)
+    holdout: float = 0.0  # fraction of documents (by a hash of their text) written to OUT/holdout/ instead
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ class RunSettings:
     tokenizer_backend: str = "auto"  # "auto" | "hf" | "tiktoken": the ids are the same
     engine: str = "local"  # "local" (worker processes) | "ray" (Ray tasks): same bytes
     ray_address: str | None = None  # engine "ray": a running cluster; None = start one here
+    dry_run: bool = False  # discover and plan, print what would be built, write nothing
+    summary_json: str | None = None  # a local file to write the end-of-build summary to, as JSON ("-": stdout)
 
 
 _OUTPUT = {f.name for f in fields(OutputSettings)}
@@ -87,6 +91,15 @@ class BuildConfig:
     out: str
     output: OutputSettings = field(default_factory=OutputSettings)
     run: RunSettings = field(default_factory=RunSettings)
+
+    def __post_init__(self):
+        # BuildConfig(inputs="corpus/") means one input, not one per character.
+        if isinstance(self.inputs, (str, os.PathLike)):
+            object.__setattr__(self, "inputs", (os.fspath(self.inputs),))
+        elif isinstance(self.inputs, list):
+            object.__setattr__(self, "inputs", tuple(os.fspath(p) if isinstance(p, os.PathLike) else p for p in self.inputs))
+        if isinstance(self.out, os.PathLike):
+            object.__setattr__(self, "out", os.fspath(self.out))
 
     @classmethod
     def of(cls, inputs, out, **options) -> "BuildConfig":
@@ -158,5 +171,19 @@ class BuildConfig:
             raise PackerError(f"unknown --train-on {o.train_on!r}: choose assistant or all")
         if not o.chat and (o.chat_template is not None or o.truncate or o.train_on != "assistant"):
             raise PackerError("--chat-template, --train-on and --truncate apply to chat builds: add --chat")
+        if not isinstance(o.text_field, str) or not o.text_field or "" in o.text_field.split("."):
+            raise PackerError(f"--text-field must name a field (got {o.text_field!r}); dots reach nested objects: meta.text")
+        if o.eos_token is not None and not o.eos:
+            raise PackerError("--eos-token and --no-eos contradict each other: --no-eos appends no end-of-document token")
+        if o.eos_token is not None and o.tokenizer is None:
+            raise PackerError("--eos-token needs --tokenizer: the built-in byte tokenizer's end-of-document id is always 256")
+        if o.limit is not None and (isinstance(o.limit, bool) or not isinstance(o.limit, int) or o.limit < 1):
+            raise PackerError(f"--limit must be a positive number of documents (got {o.limit})")
+        if isinstance(o.holdout, bool) or not isinstance(o.holdout, (int, float)) or not 0.0 <= o.holdout < 1.0:
+            raise PackerError(f"--holdout must be a fraction of documents, 0 <= f < 1 (got {o.holdout})")
+        if r.dry_run and (r.resume or r.overwrite):
+            raise PackerError("--dry-run writes nothing: it takes no --resume or --overwrite")
+        if o.chat and (o.holdout or o.limit is not None):
+            raise PackerError("--holdout and --limit are not supported with --chat yet: split or cut the conversations first")
         if r.workers < 0:
             raise PackerError(f"--workers must be 0 (all cores) or a positive number (got {r.workers})")

@@ -14,7 +14,7 @@ from .. import shards as S
 from ..errors import PackerError
 from ..io import Storage
 from ..io.lock import LOCK_NAME
-from .unit import MAX_EXAMPLES
+from .unit import HOLDOUT_DIR, MAX_EXAMPLES
 
 LIST_THREADS = 32  # unit records read at once when resuming (small GETs on an object store)
 
@@ -28,7 +28,7 @@ def out_action(out: str, tops: list[str], cfg, settings: dict, old_settings, sta
     raises PackerError with the one-line reason otherwise. ``old_settings()``
     reads the settings in the old build.json, only when needed.
     """
-    ours = {S.MANIFEST, S.BUILD_JSON, S.SHARD_DIR, S.UNIT_DIR}
+    ours = {S.MANIFEST, S.BUILD_JSON, S.SHARD_DIR, S.UNIT_DIR, HOLDOUT_DIR}
     if cfg.run.resume and "build.json" not in tops and all(t in ours or t.startswith(".tmp-") for t in tops):
         return "fresh"  # killed before build.json was written: nothing to keep, start afresh
     if not tops:
@@ -58,6 +58,18 @@ def out_action(out: str, tops: list[str], cfg, settings: dict, old_settings, sta
             )
         return "replace"
     raise PackerError(f"output folder {out} is not empty: pass --resume to continue a build there, or --overwrite to replace it")
+
+
+def prepare_holdout(out: Storage, settings: dict) -> None:
+    """Make the holdout build's folder ready (after ``prepare_out`` made its parent ready)."""
+    out.make_dirs([S.SHARD_DIR, S.UNIT_DIR])
+    if S.BUILD_JSON not in out.tops():
+        out.put_json(S.BUILD_JSON, {"format": S.FORMAT_NAME, "format_version": S.FORMAT_VERSION, "settings": settings})
+
+
+def holdout_settings(settings: dict) -> dict:
+    """The holdout build's recorded settings: the main build's, marked as its holdout split."""
+    return {**settings, "split": "holdout"}
 
 
 def prepare_out(out: Storage, cfg, settings: dict, stamp: str | None = None, previous: dict | None = None) -> bool:

@@ -8,11 +8,11 @@ deterministically (a function of its input and the output settings alone).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..formats import DEFAULT_MAX_RECORD, REGISTRY, Skip, Slice, read_slice
+from ..formats import DEFAULT_MAX_RECORD, REGISTRY, Document, Skip, Slice, iter_parts, parse_part, read_slice
 from ..tokenize import TokenizerInfo
 from ..tokenize.tiktoken_engine import SAMPLE_CHARS, SAMPLE_DOCS, SAMPLE_TEXT_CHARS
 from .config import BuildConfig
@@ -36,6 +36,7 @@ class ChunkResult:
     mask: np.ndarray | None = None  # chat builds: (sum(lengths),) uint8, 1 = trained on (loss_mask)
     truncated: int = 0  # chat builds: conversations cut to seq_len (--truncate)
     specials: tuple[tuple[str, str], ...] = ()  # (token string, "file:line"): a special token's string met in a text
+    held: "ChunkResult | None" = None  # --holdout: the chunk's held-out documents, tokenized the same way
 
 
 def plan_units(slices: list[tuple[Slice, int]], unit_bytes: int) -> list[Unit]:
@@ -85,6 +86,11 @@ def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit], c
             "train_on": chat.spec.train_on,
             "truncate": chat.truncate,
         }
+    # Recorded only when used, so a build without them keeps its bytes.
+    if o.limit is not None:
+        settings["limit"] = o.limit
+    if o.holdout:
+        settings["holdout"] = float(o.holdout)
     return settings
 
 
@@ -98,6 +104,56 @@ def input_stamp(files) -> str:
     for f in files:
         h.update(f"{f.path}\0{f.size}\0{f.stamp[0]}\0{f.stamp[1]}\n".encode("utf-8", "surrogateescape"))
     return h.hexdigest()
+
+
+def limit_slices(slices: list[tuple[Slice, int]], limit: int, text_field: str) -> list[tuple[Slice, int]]:
+    """The slices that hold the first ``limit`` documents, in input order; the
+    last one capped (``Slice.max_items``) just after its ``limit``-th document.
+
+    Reads the inputs in order on this thread until ``limit`` documents are
+    found (reading and parsing only: no tokenizing), so the build that follows
+    tokenizes no more than it keeps. The cut is found by halving within the
+    one Part that holds it, whatever its format. Deterministic in the inputs.
+    """
+    import threading
+
+    before = set(threading.enumerate())
+    try:
+        return _limit(slices, limit, text_field)
+    finally:
+        for t in set(threading.enumerate()) - before:  # read-ahead threads of a reader stopped early (see sample_texts)
+            t.join(timeout=2.0)
+
+
+def _limit(slices, limit: int, text_field: str):
+    field = tuple(text_field.split("."))
+    out, docs = [], 0
+    for sl, w in slices:
+        items = 0
+        parts = iter_parts(sl, text_field)
+        for part in parts:
+            bare = replace(part, tail=None)
+            n = _docs(bare, field)
+            if docs + n >= limit:
+                need = limit - docs
+                lo, hi = 1, len(part.items)  # the fewest items whose parse holds ``need`` documents
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if _docs(replace(bare, items=part.items[:mid]), field) >= need:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                parts.close()
+                out.append((replace(sl, max_items=items + lo), w))
+                return out
+            docs += n
+            items += len(part.items)
+        out.append((sl, w))
+    return out
+
+
+def _docs(part, field) -> int:
+    return sum(1 for r in parse_part(part, field) if type(r) is Document)
 
 
 def sample_texts(slices, text_field: str = "text", max_docs: int = SAMPLE_DOCS, max_chars: int = SAMPLE_CHARS,

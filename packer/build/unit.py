@@ -43,6 +43,7 @@ class Job:
     dtype: str
     max_record: int = DEFAULT_MAX_RECORD  # bytes: a longer record is skipped (too_long)
     chat: object = None  # a ChatJob (packer/build/chat_unit.py) for a chat build, else None
+    holdout: float = 0.0  # --holdout: this fraction of documents (by the hash of their text) go to OUT/holdout/
 
     @property
     def read_field(self):
@@ -120,10 +121,20 @@ def encode_chunk(job: Job | None, unit_index: int, parts: list[Part]) -> ChunkRe
             else:
                 skipped.append(rec)
     faults.point("read")
-    ids, lengths = enc.encode_flat(texts) if texts else (np.zeros(0, np.uint32), np.zeros(0, np.int64))
+    held = None
+    at = None  # kept document -> its index among all the chunk's documents (to name its file:line)
+    if job.holdout:
+        keep = holdout_split(texts, job.holdout)
+        at = [i for i, k in enumerate(keep) if k]
+        held_texts = [t for t, k in zip(texts, keep) if not k]
+        texts = [texts[i] for i in at]
+        h_ids, h_lengths = _encode(enc, held_texts)
+        held = ChunkResult(h_ids.astype(job.dtype, copy=False), h_lengths[h_lengths > 0], (), 0)
+    ids, lengths = _encode(enc, texts)
     faults.point("tokenize")
 
     def where(d: int) -> str:
+        d = at[d] if at is not None else d
         p = int(np.searchsorted(first_doc, d, side="right")) - 1
         return where_of_document(parts[p], field, d - first_doc[p])
 
@@ -136,11 +147,40 @@ def encode_chunk(job: Job | None, unit_index: int, parts: list[Part]) -> ChunkRe
             skipped.append(skip)
         lengths = lengths[lengths > 0]
     return ChunkResult(ids.astype(job.dtype, copy=False), lengths, tuple(skipped), sum(p.nbytes for p in parts),
-                       specials=found)
+                       specials=found, held=held)
+
+
+def _encode(enc: Encoder, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    return enc.encode_flat(texts) if texts else (np.zeros(0, np.uint32), np.zeros(0, np.int64))
+
+
+def holdout_split(texts: list[str], fraction: float) -> list[bool]:
+    """Per text, whether it stays in the main build (True) or is held out: held out when the
+    xxh3-64 hash of its UTF-8 bytes, as a fraction of 2**64, is below ``fraction``. It depends
+    on the text alone, so the split is the same whatever the order, the workers or the engine,
+    and equal texts always land on the same side."""
+    import xxhash
+
+    cut = int(fraction * 2**64)
+    h = xxhash.xxh3_64_intdigest
+    return [h(t.encode("utf-8", "surrogatepass")) >= cut for t in texts]
+
+
+HOLDOUT_DIR = "holdout"
+
+
+def holdout_out(out: str) -> str:
+    """The holdout build's location inside build ``out`` (a folder or a URI prefix)."""
+    return out.rstrip("/") + "/" + HOLDOUT_DIR
 
 
 def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dict:
-    """Pack one unit's documents into rows and write its shard; return its record (also on disk)."""
+    """Pack one unit's documents into rows and write its shard; return its record (also on disk).
+
+    With ``--holdout`` the unit's held-out documents become shard ``unit.index``
+    of the holdout build, written first: a unit whose main record exists is
+    finished in both builds (what ``--resume`` relies on).
+    """
     job = job or _job
     faults.set_unit(unit.index)
     skipped: Counter = Counter()
@@ -164,6 +204,19 @@ def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dic
             ex = special_examples.setdefault(tok, [])
             if len(ex) < MAX_EXAMPLES:
                 ex.append(where)
+    extra = {}
+    if specials:  # only when met: a record without any is the record it always was
+        extra["special_in_text"] = dict(sorted(specials.items()))
+        extra["special_in_text_examples"] = {k: special_examples[k] for k in sorted(special_examples)}
+    if job.holdout:
+        _write_unit(job, holdout_out(job.out), unit, [c.held for c in chunks], Counter(), {}, {})
+    return _write_unit(job, job.out, unit, chunks, skipped, examples, extra)
+
+
+def _write_unit(job: Job, root: str, unit: Unit, chunks: list[ChunkResult], skipped: Counter, examples: dict,
+                extra: dict) -> dict:
+    """Pack ``chunks`` (a unit's documents, in order), write shard and record under ``root``; return the record.
+    ``extra``: record keys after the usual ones (present only when they say something, so bytes stay)."""
     # Per document: its length, its chunk, where it starts in that chunk's
     # tokens. (The chunks are not concatenated: that would be one more copy
     # of the unit's tokens in memory.)
@@ -184,7 +237,7 @@ def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dic
     data = S.table_bytes(table)
     del out, table
     name = f"{S.SHARD_DIR}/{unit.index:06d}.arrow"
-    out_store = storage_for(job.out)
+    out_store = storage_for(root)
     out_store.put(name, data)
     faults.point("write")
 
@@ -202,17 +255,22 @@ def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dic
         S.CHECKSUM: S.checksum(data),
         "skipped": dict(sorted(skipped.items())),
         "skipped_examples": {k: examples[k] for k in sorted(examples)},
-        "sources": [{"path": sl.file.path, "start": sl.start, "end": sl.end} for sl in unit.slices],
+        "sources": [_source(sl) for sl in unit.slices],
     }
     if job.chat is not None:  # (only chat builds: the records of other builds keep their bytes)
         record["trained_tokens"] = int(mask.sum(dtype=np.int64))
         record["truncated"] = sum(c.truncated for c in chunks)
-    if specials:  # only when met: a record without any is the record it always was
-        record["special_in_text"] = dict(sorted(specials.items()))
-        record["special_in_text_examples"] = {k: special_examples[k] for k in sorted(special_examples)}
+    record.update(extra)
     out_store.put_json(f"{S.UNIT_DIR}/{unit.index:06d}.json", record)
     faults.point("kill-worker")
     return record
+
+
+def _source(sl) -> dict:
+    src = {"path": sl.file.path, "start": sl.start, "end": sl.end}
+    if sl.max_items is not None:
+        src["max_items"] = sl.max_items  # --limit cut this slice short
+    return src
 
 
 def _gather(tokens: list[np.ndarray], doc_chunk: np.ndarray, doc_start: np.ndarray, layout, job: Job,

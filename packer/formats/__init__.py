@@ -20,17 +20,18 @@ from typing import Iterator
 
 from ..errors import PackerError
 from ..io import find, io_thread
-from . import jsonl, parquet, text
+from . import arrow, json_array, jsonl, parquet, text
 from .base import (DEFAULT_MAX_RECORD, PART_BYTES, SKIP_REASONS, Document, Format, InputFile, Part, Record, Skip, Slice,
                    strict_error)
+from .layouts import ignored_reasons, metadata_files
 
 __all__ = [
-    "REGISTRY", "FORMATS", "PART_BYTES", "DEFAULT_MAX_RECORD", "SKIP_REASONS", "Document", "Format", "InputFile", "Part", "Record",
-    "Skip", "Slice", "Discovery", "detect_format", "discover", "plan_slices", "iter_parts", "parse_part",
-    "read_slice", "iter_parts_many", "strict_error", "where_of_document",
+    "REGISTRY", "FORMATS", "no_inputs_error", "PART_BYTES", "DEFAULT_MAX_RECORD", "SKIP_REASONS", "Document", "Format",
+    "InputFile", "Part", "Record", "Skip", "Slice", "Discovery", "detect_format", "discover", "plan_slices", "iter_parts",
+    "parse_part", "read_slice", "iter_parts_many", "record_fields", "strict_error", "where_of_document",
 ]
 
-REGISTRY: dict[str, Format] = {m.FORMAT.name: m.FORMAT for m in (text, jsonl, parquet)}
+REGISTRY: dict[str, Format] = {m.FORMAT.name: m.FORMAT for m in (text, jsonl, parquet, json_array, arrow)}
 
 # File-name ending -> (format, compression). Longest suffix wins.
 FORMATS = {suffix: (f.name, comp) for f in REGISTRY.values() for suffix, comp in f.suffixes.items()}
@@ -49,12 +50,60 @@ def detect_format(path: str) -> tuple[str, str | None] | None:
     return None
 
 
+UNSUPPORTED = "unsupported type"
+
+
 @dataclass(frozen=True)
 class Discovery:
     files: tuple[InputFile, ...]
-    ignored: tuple[str, ...]  # files inside folders with an unsupported extension
+    ignored: tuple[str, ...]  # files inside folders that are not read: unsupported type, or a dataset's metadata
     duplicates: tuple[str, ...]  # paths given more than once (read once)
     special: tuple[str, ...] = ()  # FIFOs, sockets, devices with an input's name: not read
+    why: tuple[tuple[str, str], ...] = ()  # (path, reason) for each ignored file that is not UNSUPPORTED
+
+    def ignored_lines(self, examples: int = 2) -> list[str]:
+        """One phrase per reason files were ignored: "3 of unsupported type (.csv x2, .pdf; e.g. a/x.csv)"."""
+        why = dict(self.why)
+        groups: dict[str, list[str]] = {}
+        for p in self.ignored:
+            groups.setdefault(why.get(p, UNSUPPORTED), []).append(p)
+        out = []
+        for reason, paths in groups.items():
+            what = ""
+            if reason == UNSUPPORTED:
+                exts: dict[str, int] = {}
+                for p in paths:
+                    exts[_ext(p)] = exts.get(_ext(p), 0) + 1
+                top = sorted(exts.items(), key=lambda kv: (-kv[1], kv[0]))
+                what = " (" + ", ".join(f"{e} x{n}" if n > 1 else e for e, n in top[:6]) + (", ..." if len(top) > 6 else "") + ")"
+            out.append(f"{len(paths)} {'file' if len(paths) == 1 else 'files'}: {reason}{what}, e.g. "
+                       + ", ".join(paths[:examples]))
+        return out
+
+
+def _ext(path: str) -> str:
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    return "." + name.split(".", 1)[1] if "." in name.lstrip(".") else "(no extension)"
+
+
+def supported_formats() -> str:
+    """The formats read, in one line: "text (.txt .md), jsonl (.jsonl .ndjson), ...; .gz .zst .bz2 .xz of text, jsonl, json"."""
+    plain, packed = [], []
+    for f in REGISTRY.values():
+        plain.append(f"{f.name} ({' '.join(s for s, c in f.suffixes.items() if c is None)})")
+        if any(c is not None for c in f.suffixes.values()):
+            packed.append(f.name)
+    comps = sorted({s.rsplit(".", 1)[1] for f in REGISTRY.values() for s, c in f.suffixes.items() if c is not None})
+    return ", ".join(plain) + f"; each of {', '.join(packed)} also compressed (.{' .'.join(comps)})"
+
+
+def no_inputs_error(inputs, found: Discovery) -> PackerError:
+    """The error for a build that found nothing to read: what it did find, and what it reads."""
+    where = ", ".join(inputs)
+    supported = "supported: " + supported_formats()
+    if not found.ignored:
+        return PackerError(f"no input files found in {where} (it holds no files); {supported}")
+    return PackerError(f"no input files found in {where}: ignored {'; '.join(found.ignored_lines())}; {supported}")
 
 
 def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Discovery:
@@ -66,11 +115,15 @@ def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Dis
     given, is called as the files found are sized.
     """
     def unknown(p: str) -> PackerError:
-        return PackerError(f"unknown input format: {p} (supported: {', '.join(sorted(FORMATS))})")
+        return PackerError(f"unknown input format: {p} (supported: {supported_formats()})")
 
     found = find(list(paths), lambda p: detect_format(p) is not None, unknown, exclude, on_sized)
-    files = tuple(InputFile(p, *detect_format(p), size, stamp) for (p, size), stamp in zip(found.files, found.stamps))
-    return Discovery(files, found.ignored, found.duplicates, found.special)
+    files = [InputFile(p, *detect_format(p), size, stamp) for (p, size), stamp in zip(found.files, found.stamps)]
+    meta = metadata_files([f.path for f in files], [f.format for f in files])
+    if meta:
+        files = [f for f in files if f.path not in meta]
+    why = {**ignored_reasons(found.ignored), **meta}
+    return Discovery(tuple(files), found.ignored + tuple(meta), found.duplicates, found.special, tuple(why.items()))
 
 
 def plan_slices(files: tuple[InputFile, ...], target_bytes: int) -> list[tuple[Slice, int]]:
@@ -87,7 +140,26 @@ def iter_parts(sl: Slice, text_field: str = "text", on_bytes=None, part_bytes: i
     """Read ``sl`` into Parts of whole records (about ``part_bytes``, default
     PART_BYTES), in order. Never raises OSError: a read error ends the slice
     with a ``tail`` Skip("unreadable"); a record over ``max_record`` bytes is a Skip("too_long")."""
-    return REGISTRY[sl.file.format].parts(sl, text_field, on_bytes, part_bytes or PART_BYTES, max_record)
+    parts = REGISTRY[sl.file.format].parts(sl, text_field, on_bytes, part_bytes or PART_BYTES, max_record)
+    return parts if sl.max_items is None else _capped(parts, sl.max_items)
+
+
+def _capped(parts: Iterator[Part], max_items: int) -> Iterator[Part]:
+    """The Parts of a slice up to its first ``max_items`` raw items (``--limit``); the rest is not read."""
+    left = max_items
+    try:
+        for part in parts:
+            if len(part.items) >= left:
+                cut = part.items[:left]
+                nbytes = part.nbytes * len(cut) // max(1, len(part.items))
+                yield Part(part.sl, cut, part.line0, part.pos0, part.tail if len(cut) == len(part.items) else None, nbytes)
+                return
+            left -= len(part.items)
+            yield part
+    finally:
+        close = getattr(parts, "close", None)
+        if close is not None:
+            close()
 
 
 def parse_part(part: Part, field: tuple[str, ...]) -> Iterator[Record]:
@@ -107,6 +179,23 @@ def where_of_document(part: Part, field: tuple[str, ...], k: int) -> str:
                 return REGISTRY[part.sl.file.format].where_of(part, r)
             docs += 1
     return part.sl.file.path
+
+
+def record_fields(slices, max_files: int = 8) -> dict[str, list[str]]:
+    """{path: field names its first records have} for the first ``max_files``
+    files among ``slices`` that have fields (for the message when a build found
+    no document); a file that cannot be read is left out."""
+    out: dict[str, list[str]] = {}
+    for sl in slices:
+        if len(out) >= max_files or sl.file.path in out:
+            continue
+        try:
+            names = REGISTRY[sl.file.format].fields(sl)
+        except Exception:  # only a hint: the build reports a broken input itself
+            continue
+        if names is not None:
+            out[sl.file.path] = names
+    return out
 
 
 def read_slice(sl: Slice, text_field: str = "text", on_bytes=None,
@@ -154,7 +243,7 @@ def iter_parts_many(slices, text_field: str = "text", on_bytes=None, prefetch: i
             if sl is None:
                 yield key, None
             elif fut is not None:
-                yield key, fut.result()
+                yield key, next(_capped(iter([fut.result()]), sl.max_items)) if sl.max_items is not None else fut.result()
             else:
                 for part in iter_parts(sl, text_field, on_bytes, max_record=max_record):
                     yield key, part

@@ -42,6 +42,7 @@ class Slice:
     file: InputFile
     start: int
     end: int
+    max_items: int | None = None  # --limit: read only the first this many raw items (lines, elements, rows)
 
 
 class Document(NamedTuple):
@@ -70,8 +71,8 @@ SKIP_REASONS = {
     "missing_field": "the text field is absent from the record",
     "not_string": "the text field holds something other than a string (or null)",
     "empty": "the text is the empty string",
-    "truncated": "a compressed stream ends early or is corrupt, or the file changed while it was read "
-                 "(shrank, grew or was rewritten): records before the break are kept",
+    "truncated": "a compressed stream (or a JSON array or Arrow stream) ends early or is corrupt, or the file changed "
+                 "while it was read (shrank, grew or was rewritten): records before the break are kept",
     "unreadable": "the file could not be read (vanished, permission, I/O error)",
     "too_long": "one record (a line, a file, a cell) is longer than --max-record-mb: skipped whole",
     "not_regular": "a FIFO, socket or device in an input folder: never opened (it may block or never end)",
@@ -122,6 +123,12 @@ class Format:
         """The records of ``part`` in order (without its tail)."""
         raise NotImplementedError
 
+    def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
+        """The field (or column) names the first ``records`` records of ``sl`` have,
+        in order of first appearance; None for a format without fields. Used only
+        to say what the records hold when no document was found."""
+        return None
+
     def head(self, sl: Slice, chars: int) -> str | None:
         """The first ``chars`` characters of the slice's first document, where
         that is cheaper than reading a record (else None)."""
@@ -145,6 +152,21 @@ def changed(sl: Slice, now) -> Skip | None:
         what = f"{f.size:,} bytes when found, {size:,} after reading" if size != f.size else "rewritten"
         return Skip("truncated", f"{f.path}: the file changed while it was read ({what})")
     return None
+
+
+def keys_of(objs, records: int) -> list[str]:
+    """The keys of the dicts among the first ``records`` of ``objs`` (one level of nesting shown as a.b)."""
+    seen: dict[str, None] = {}
+    for i, obj in enumerate(objs):
+        if i >= records:
+            break
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                seen[k] = None
+                if isinstance(v, dict):
+                    for k2 in v:
+                        seen[f"{k}.{k2}"] = None
+    return list(seen)
 
 
 def unreadable(sl: Slice, e: OSError) -> Skip:

@@ -1,4 +1,4 @@
-"""JSON Lines (.jsonl, .jsonl.gz, .jsonl.zst): one JSON object per line, the text in ``--text-field``.
+"""JSON Lines (.jsonl, .ndjson, each also .gz, .zst, .bz2, .xz): one JSON object per line, the text in ``--text-field``.
 
 A plain file is cut into byte ranges (a record belongs to the range holding
 its first byte); a compressed one cannot be split and is one slice. Lines
@@ -13,8 +13,8 @@ from typing import Iterator
 
 import orjson
 
-from ..io import open_stream, storage_for, truncation_errors
-from .base import DEFAULT_MAX_RECORD, Document, Format, InputFile, Part, Record, Skip, Slice, changed, unreadable
+from ..io import COMPRESSION_SUFFIXES, open_stream, storage_for, truncation_errors
+from .base import DEFAULT_MAX_RECORD, Document, Format, InputFile, Part, Record, Skip, Slice, changed, keys_of, unreadable
 from .chat import ChatFields, Conversation, conversation_of, dict_getter, paths
 
 _MISSING = object()
@@ -22,7 +22,7 @@ _MISSING = object()
 
 class Jsonl(Format):
     name = "jsonl"
-    suffixes = {".jsonl": None, ".jsonl.gz": "gzip", ".jsonl.zst": "zstd", ".jsonl.zstd": "zstd"}
+    suffixes = {ext + z: comp for ext in (".jsonl", ".ndjson") for z, comp in {"": None, **COMPRESSION_SUFFIXES}.items()}
 
     def plan(self, f: InputFile, target_bytes: int) -> list[tuple[Slice, int]]:
         if f.compression is not None or f.size <= target_bytes:
@@ -117,6 +117,20 @@ class Jsonl(Format):
                     return where(part.sl, line_no, start)
                 record -= 1
         return part.sl.file.path
+
+    def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
+        def objs():
+            for part in self.parts(sl, "", None, 64 << 10):
+                for line in part.items:
+                    try:
+                        yield orjson.loads(line)
+                    except orjson.JSONDecodeError:
+                        continue
+        it = objs()
+        try:
+            return keys_of(it, records)
+        finally:
+            it.close()
 
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         if type(field) is ChatFields:

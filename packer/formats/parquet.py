@@ -12,6 +12,7 @@ from ..errors import PackerError
 from ..io import storage_for
 from .base import DEFAULT_MAX_RECORD, Document, Format, InputFile, Part, Record, Skip, Slice, unreadable
 from .chat import _MISSING, ChatFields, Conversation, conversation_of
+from .columns import missing_rows
 
 BATCH_ROWS = 4096
 
@@ -55,6 +56,11 @@ class Parquet(Format):
         if items:
             yield Part(sl, items, nbytes=n_bytes)
 
+    def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
+        import pyarrow.parquet as pq
+
+        return list(pq.ParquetFile(storage_for(sl.file.path).arrow_file()).schema_arrow.names)
+
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         return iter(part.items)  # parsed as read: Arrow decodes the column
 
@@ -73,8 +79,7 @@ def _rows(sl: Slice, field: str, max_record: int = DEFAULT_MAX_RECORD) -> Iterat
     if column is None:
         # Every row of these row groups lacks the field: count each one.
         rows = sum(pf.metadata.row_group(i).num_rows for i in range(sl.start, sl.end))
-        for i in range(rows):
-            yield Skip("missing_field", f"{f.path}: row {i} (no column {field!r})")
+        yield from missing_rows(f.path, field, 0, rows)
         return
     row = sum(pf.metadata.row_group(i).num_rows for i in range(sl.start))
     for batch in pf.iter_batches(columns=[column], row_groups=range(sl.start, sl.end), batch_size=BATCH_ROWS):

@@ -1,16 +1,20 @@
-"""Plain text (.txt, .md): one document per file, read whole."""
+"""Plain text (.txt, .md, and each compressed: .txt.gz, .md.zst, .txt.bz2, .txt.xz): one document per file, read whole.
+
+A compressed file is decompressed on the core that tokenizes it; a cut or
+corrupt one is skipped whole as ``truncated`` (its one document is broken).
+"""
 
 from __future__ import annotations
 
 from typing import Iterator
 
-from ..io import storage_for
+from ..io import COMPRESSION_SUFFIXES, decompress_all, open_stream, storage_for, truncation_errors
 from .base import DEFAULT_MAX_RECORD, Document, Format, Part, Record, Skip, Slice, unreadable
 
 
 class Text(Format):
     name = "text"
-    suffixes = {".txt": None, ".md": None}
+    suffixes = {ext + z: comp for ext in (".txt", ".md") for z, comp in {"": None, **COMPRESSION_SUFFIXES}.items()}
     whole_file = True
 
     def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int,
@@ -18,12 +22,21 @@ class Text(Format):
         yield read_whole(sl, on_bytes, max_record)
 
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
-        path = part.sl.file.path
+        path, comp = part.sl.file.path, part.sl.file.compression
         if not isinstance(field, tuple):  # a chat build: a text file holds no conversation
             for _ in part.items:
                 yield Skip("not_conversation", path)
             return
         for data in part.items:
+            if comp is not None:
+                try:
+                    data = decompress_all(data, comp, DEFAULT_MAX_RECORD)
+                except truncation_errors(comp):
+                    yield Skip("truncated", path)
+                    continue
+                if data is None:  # bounded by the default record limit: the Part does not carry the flag
+                    yield Skip("too_long", f"{path} (over {DEFAULT_MAX_RECORD >> 20} MB decompressed)")
+                    continue
             try:
                 text = data.decode("utf-8-sig")  # a byte-order mark is encoding, not text
             except UnicodeDecodeError as e:
@@ -34,9 +47,12 @@ class Text(Format):
     def head(self, sl: Slice, chars: int) -> str | None:
         # One document per file: its start is sample enough (reading it would read it all).
         try:
-            with storage_for(sl.file.path).stream() as f:
+            if sl.file.compression is None:
+                with storage_for(sl.file.path).stream() as f:
+                    return f.read(4 * chars).decode("utf-8", "ignore")[:chars]
+            with open_stream(sl.file.path, sl.file.compression) as f:
                 return f.read(4 * chars).decode("utf-8", "ignore")[:chars]
-        except OSError:
+        except (OSError, *truncation_errors(sl.file.compression)):
             return ""
 
 

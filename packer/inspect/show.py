@@ -151,9 +151,12 @@ class Decoder:
 def render(view: RowView, decoder: Decoder | None, ids: bool = False) -> list[str]:
     """Lines to print. With ``ids`` (or no usable decoder) each piece shows its token ids."""
     used = sum(len(p.ids) for p in view.pieces)
+    where = (f"in {view.path}" if view.local_row == view.row and view.shard_rows == view.rows
+             else f"({view.path}, its row {view.local_row:,} of {view.shard_rows:,})")
+    pieces = f"{len(view.pieces)} piece" + ("" if len(view.pieces) == 1 else "s")
     lines = [
-        f"row {view.row:,} of {view.rows:,}: {view.path} row {view.local_row:,} of {view.shard_rows:,}; "
-        f"{len(view.pieces)} piece(s), {used:,} tokens, {view.padding:,} padding of {view.seq_len:,} slots",
+        f"row {view.row:,} of {view.rows:,} {where}; "
+        f"{pieces}, {used:,} tokens, {view.padding:,} padding of {view.seq_len:,} slots",
     ]
     as_ids = ids or decoder is None or decoder.why is not None
     if decoder is not None and decoder.why:

@@ -513,6 +513,17 @@ def check(out: str, deep: bool = True, progress=None) -> Report:
                 got, want = getattr(fig, k), e[k]
                 if got != want:
                     rep.problems.append(Problem(rel, "count", f"{k}: {got:,} in the shard, the manifest says {want:,}"))
+    held = m.get("holdout")
+    if isinstance(held, dict) and isinstance(held.get("path"), str):
+        # The holdout split is a build of its own inside this one: check it as one, name its problems by its folder.
+        sub = held["path"].strip("/")
+        objects = {k: v for k, v in objects.items() if not k.startswith(sub + "/")}
+        try:
+            hrep = check(out.rstrip("/") + "/" + sub, deep, progress)
+            rep.problems.extend(Problem(f"{sub}/{p.path}" if p.path else sub, p.kind, p.message) for p in hrep.problems)
+            rep.bytes_read += hrep.bytes_read
+        except ShardError as e:
+            rep.problems.append(Problem(sub, "missing", f"holdout build: {e}"))
     rep.problems.extend(_extra_files(entries, objects))
     return rep
 
@@ -613,6 +624,7 @@ def figures(rep: Report) -> dict:
             "max": int(dl.values[-1]) if dl.n else None,
         },
         **loss_mask.figures(m, rep.shards),
+        "holdout": m.get("holdout"),
         "skipped": dict(skipped),
         "skipped_total": int(sum(skipped.values())),
         "skipped_examples": t.get("skipped_examples", {}),
@@ -673,6 +685,10 @@ def table_lines(fig: dict) -> list[str]:
     if st:
         lines.append(f"settings         pack {st.get('pack')}, eos {st.get('eos')}, text_field {st.get('text_field')}, "
                      f"unit_bytes {n(st.get('unit_bytes'))}")
+    if fig.get("holdout"):
+        h = fig["holdout"]
+        lines.append(f"holdout          {n(h.get('documents'))} documents, {n(h.get('tokens'))} tokens, {n(h.get('rows'))} rows "
+                     f"in {h.get('path')}/ (fraction {h.get('fraction')})")
     if fig["skipped_total"]:
         lines.append(f"skipped          {fig['skipped_total']:,} record(s):")
         for reason, k in fig["skipped"].items():
@@ -701,6 +717,10 @@ def summary_lines(m: dict) -> list[str]:
         f"shards          {len(m['shards'])}",
         f"tokenizer       {tok['name']} ({tok['kind']}, vocab {tok['vocab_size']}, eos {tok['eos_id']}, pad {tok['pad_id']})",
     ]
+    h = m.get("holdout")
+    if h:
+        lines.append(f"holdout         {h['documents']:,} documents, {h['tokens']:,} tokens, {h['rows']:,} "
+                     f"{'row' if h['rows'] == 1 else 'rows'} in {h['path']}/ (fraction {h['fraction']})")
     skipped = t.get("skipped", {})
     if skipped:
         lines.append(f"skipped         {sum(skipped.values()):,} record(s):")
@@ -751,6 +771,9 @@ def plot(rep: Report, path: str) -> None:
         for p, style in zip(PERCENTILES, (":", "--", "-.")):
             v = dl.percentile(p)
             a.axvline(v, color="k", linestyle=style, linewidth=1, label=f"p{p} = {v:,}")
+        sl = int(rep.manifest.get("seq_len", 0))
+        if sl:  # a document longer than this is split across rows
+            a.axvline(sl, color="#c44e52", linewidth=1.5, label=f"seq_len = {sl:,}")
         a.set_xscale("log")
         a.set_yscale("log")
         a.legend(fontsize=8)
@@ -763,6 +786,8 @@ def plot(rep: Report, path: str) -> None:
         fill = np.arange(seq_len + 1) * 100.0 / max(1, seq_len)
         b.hist(fill, bins=np.linspace(0, 100, 51), weights=rt, color="#55a868")
         b.set_yscale("log")
+        lowest = float(fill[np.nonzero(rt)[0][0]])  # show the fills there are, not an empty 0-60% axis
+        b.set_xlim(max(0.0, np.floor(lowest / 10) * 10 - 2), 101)
     b.set_xlabel(f"row fill (% of {seq_len} slots)")
     b.set_ylabel("rows (log)")
     pad = 100.0 * float(((seq_len - np.arange(seq_len + 1)) * rt).sum()) / max(1, int(rt.sum()) * seq_len)

@@ -7,7 +7,7 @@ keeps local copies of remote shards for training.
 """
 
 from .cache import ShardCache
-from .compression import truncation_errors
+from .compression import SUFFIXES as COMPRESSION_SUFFIXES, decompress_all, truncation_errors
 from .discover import Found, find
 from .readahead import READ_BLOCK, READ_DEPTH, ReadAhead, io_thread, open_stream
 from .storage import (LocalStorage, ObjectStorage, RangedFile, Storage, atomic_write, json_bytes, storage_for,
@@ -16,6 +16,6 @@ from .uri import check_uri, is_uri, redact
 
 __all__ = [
     "Storage", "LocalStorage", "ObjectStorage", "RangedFile", "storage_for", "atomic_write", "json_bytes", "write_json",
-    "find", "Found", "ReadAhead", "open_stream", "io_thread", "READ_BLOCK", "READ_DEPTH", "truncation_errors",
+    "find", "Found", "ReadAhead", "open_stream", "io_thread", "READ_BLOCK", "READ_DEPTH", "truncation_errors", "decompress_all", "COMPRESSION_SUFFIXES",
     "ShardCache", "is_uri", "redact", "check_uri",
 ]

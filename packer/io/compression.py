@@ -8,8 +8,10 @@ reader can keep the records before the break and count a ``truncated`` skip.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
+import lzma
 import zlib
 
 # Compressed bytes fed to zstd per call. zstandard's decompressobj has no
@@ -20,6 +22,9 @@ ZSTD_FEED = 1 << 10
 
 # Errors that mean "the compressed stream is cut or corrupt".
 TRUNCATION_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
+
+# File-name endings of the compressions packer reads, after the format's own (".jsonl.gz", ".txt.xz").
+SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
 
 
 def truncation_errors(compression: str | None) -> tuple[type[BaseException], ...]:
@@ -37,7 +42,72 @@ def decompressing(raw, compression: str | None):
         return io.BufferedReader(_GzipRaw(raw), buffer_size=1 << 20)
     if compression == "zstd":
         return io.BufferedReader(_ZstdRaw(raw), buffer_size=1 << 20)
+    if compression == "bz2":
+        return io.BufferedReader(_StdlibRaw(raw, bz2.BZ2Decompressor, OSError), buffer_size=1 << 20)
+    if compression == "xz":
+        return io.BufferedReader(_StdlibRaw(raw, lzma.LZMADecompressor, lzma.LZMAError), buffer_size=1 << 20)
     return raw
+
+
+def decompress_all(data: bytes, compression: str | None, limit: int | None = None) -> bytes | None:
+    """``data`` decompressed whole (a compressed text file: one document); None if
+    that is over ``limit`` bytes (read no further: a decompression bomb stays
+    bounded); raises one of ``truncation_errors(compression)`` at a cut or corrupt stream."""
+    if compression is None:
+        return data
+    with decompressing(io.BytesIO(data), compression) as f:
+        out = f.read() if limit is None else f.read(limit + 1)
+    return None if limit is not None and len(out) > limit else out
+
+
+class CorruptStream(EOFError):
+    """A compressed stream that is corrupt (rather than cut short); an EOFError so readers treat both alike."""
+
+
+class _StdlibRaw(io.RawIOBase):
+    """Streaming bz2 or xz (multi-stream, as ``bzip2``/``xz`` write when
+    concatenated) that hands out every byte it could decompress before raising
+    EOFError on a cut stream, or ``CorruptStream`` on corrupt data (bz2 raises
+    a bare OSError for that, which would read as an I/O error)."""
+
+    def __init__(self, f, factory, corrupt: type[BaseException]):
+        super().__init__()
+        self._f, self._new, self._corrupt = f, factory, corrupt
+        self._d = factory()
+        self._fresh = True  # no input fed to the current stream yet
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while True:
+            if self._d.eof:
+                rest = self._d.unused_data
+                if not rest:
+                    rest = self._f.read(1 << 20)
+                    if not rest:
+                        return 0  # clean end after a complete stream
+                self._d, self._fresh = self._new(), True
+            elif self._d.needs_input:
+                rest = self._f.read(1 << 20)
+                if not rest:
+                    if self._fresh:
+                        return 0  # an empty file
+                    raise EOFError("compressed stream ends before its end marker")
+            else:
+                rest = b""
+            self._fresh = False
+            try:
+                out = self._d.decompress(rest, len(b))
+            except self._corrupt as e:
+                raise CorruptStream(f"corrupt compressed data: {e}") from None
+            if out:
+                b[: len(out)] = out
+                return len(out)
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
 
 
 class _GzipRaw(io.RawIOBase):

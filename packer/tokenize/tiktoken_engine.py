@@ -588,4 +588,5 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
     _ENCODERS.clear()
     _ENCODERS[fingerprint] = enc
     return Choice("tiktoken", f"byte-level BPE that tiktoken runs exactly ({enc.conv.note}); same ids as HF on "
-                              f"{hard.texts} hard strings and {r.texts} input texts ({hard.tokens + r.tokens:,} tokens)")
+                              f"{hard.texts} hard {'string' if hard.texts == 1 else 'strings'} and {r.texts} input "
+                              f"{'text' if r.texts == 1 else 'texts'} ({hard.tokens + r.tokens:,} tokens)")

@@ -248,3 +248,11 @@ def test_engine_ray_without_ray_says_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails, as where it is not installed
     with pytest.raises(PackerError, match=r"pip install 'packer\[ray\]'"):
         build(BuildConfig.of(inputs=(SAMPLE,), out=str(tmp_path / "o"), engine="ray"))
+
+
+def test_holdout_on_ray_is_byte_identical_to_local(cluster, tmp_path):
+    cfg = dict(inputs=(SAMPLE,), holdout=0.1, **SETTINGS)
+    build(BuildConfig.of(out=str(tmp_path / "local"), workers=1, **cfg))
+    build(BuildConfig.of(out=str(tmp_path / "ray"), workers=2, engine="ray", **cfg))
+    a, b = folder_files(str(tmp_path / "local")), folder_files(str(tmp_path / "ray"))
+    assert any(k.startswith("holdout/shards/") for k in a) and a == b

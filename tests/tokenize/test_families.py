@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from .conftest import REAL_TOKENIZERS, SAMPLE, load_script, write_jsonl
+from tests.conftest import REAL_TOKENIZERS, SAMPLE, load_script, write_jsonl
 
 CORPUS = os.path.join(SAMPLE, "corpus.jsonl")
 SPECIAL_TEXT = "code: print('<s>%s</s>' % x)\n[MASK] and [CLS] in docs; <|endoftext|> on a web page <|begin_of_text|>."

@@ -19,7 +19,7 @@ import sys
 import pytest
 from packer import BuildConfig, PackedDataset, PackedSampler, build
 
-from .conftest import REPO, SAMPLE, load_script
+from tests.conftest import REPO, SAMPLE, load_script
 
 SCRIPT = os.path.join(REPO, "bench", "ddp_train.py")
 TINY = ["--device", "cpu", "--tiny", "--workers", "1"]

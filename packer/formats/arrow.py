@@ -1,0 +1,95 @@
+"""Arrow IPC (.arrow): the files HF datasets' ``save_to_disk`` writes (data-00000-of-00001.arrow), one document per row.
+
+Both IPC layouts are read: the *stream* format (what ``datasets`` writes; read
+as it streams, with read-ahead) and the *file* format (``ARROW1`` magic).
+The text is the ``--text-field`` column. A file is one slice: the stream
+format has no index to cut it by. The folder's dataset_info.json and
+state.json are metadata, named as ignored by discovery (formats/layouts.py).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..io import open_stream, storage_for
+from .base import Document, Format, Part, Record, Skip, Slice, unreadable
+from .columns import column_records, missing_rows
+
+FILE_MAGIC = b"ARROW1"
+
+
+class Arrow(Format):
+    name = "arrow"
+    suffixes = {".arrow": None}
+
+    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int, max_record: int = 0) -> Iterator[Part]:
+        # (max_record is not applied here yet: one JSON element or one Arrow record batch is read whole)
+        import pyarrow as pa
+
+        items: list = []
+        n_bytes = 0
+        try:
+            for rec in _rows(sl, field, on_bytes):
+                items.append(rec)
+                if type(rec) is Document:
+                    n_bytes += len(rec.text)
+                    if n_bytes >= part_bytes:
+                        yield Part(sl, items, nbytes=n_bytes)
+                        items, n_bytes = [], 0
+        except (OSError, pa.ArrowInvalid) as e:
+            # pyarrow reports a cut stream ("Expected to be able to read N bytes") as an OSError with
+            # no errno, and a file that is not Arrow IPC as ArrowInvalid; a real read error has an errno.
+            if isinstance(e, OSError) and e.errno is not None:
+                tail = unreadable(sl, e)
+            else:
+                tail = Skip("truncated", f"{sl.file.path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+            yield Part(sl, items, tail=tail, nbytes=n_bytes)
+            return
+        if items:
+            yield Part(sl, items, nbytes=n_bytes)
+
+    def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
+        import pyarrow as pa
+
+        store = storage_for(sl.file.path)
+        with store.stream() as fh:
+            magic = fh.read(len(FILE_MAGIC))
+        if magic == FILE_MAGIC:
+            return list(pa.ipc.open_file(store.arrow_file()).schema.names)
+        with open_stream(sl.file.path, None) as s:
+            return list(pa.ipc.open_stream(s).schema.names)
+
+    def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
+        return iter(part.items)  # parsed as read: Arrow decodes the column
+
+
+def _rows(sl: Slice, field: str, on_bytes) -> Iterator[Record]:
+    import pyarrow as pa
+
+    path = sl.file.path
+    store = storage_for(path)
+    with store.stream() as fh:
+        magic = fh.read(len(FILE_MAGIC))
+    if magic == FILE_MAGIC:
+        reader = pa.ipc.open_file(store.arrow_file())
+        batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+        schema, stream = reader.schema, None
+    else:
+        stream = open_stream(path, None, on_bytes=on_bytes)
+        reader = pa.ipc.open_stream(stream)
+        batches, schema = iter(reader), reader.schema
+    try:
+        row = 0
+        has = field in schema.names
+        for batch in batches:
+            if has:
+                yield from column_records(batch.column(field), path, row)
+            else:
+                yield from missing_rows(path, field, row, batch.num_rows)
+            row += batch.num_rows
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+FORMAT = Arrow()

@@ -1,0 +1,59 @@
+"""Records from an Arrow column of texts: shared by the columnar formats (parquet, arrow).
+
+Arrow does not check that a string column holds valid UTF-8 when it reads a
+file; ``column_records`` checks each batch once (in C) and only a batch that
+fails is decoded row by row, so a bad row is one ``invalid_utf8`` skip, not a
+crash and not a repair.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pyarrow as pa
+
+from .base import Document, Record, Skip
+
+
+def is_text_type(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+
+
+def column_records(col: pa.Array, path: str, row0: int) -> Iterator[Record]:
+    """A Document or Skip per row of ``col`` (row numbers from ``row0``, 0-based in the file)."""
+    if not is_text_type(col.type):
+        for i in range(len(col)):
+            yield Skip("not_string", f"{path}: row {row0 + i}")
+        return
+    try:
+        col.validate(full=True)
+        values = col.to_pylist()
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        values = [_decode(v) for v in col.cast(pa.large_binary()).to_pylist()]
+    for i, text in enumerate(values):
+        if text is None:
+            yield Skip("not_string", f"{path}: row {row0 + i}")
+        elif text is _BAD:
+            yield Skip("invalid_utf8", f"{path}: row {row0 + i}")
+        elif not text:
+            yield Skip("empty", f"{path}: row {row0 + i}")
+        else:
+            yield Document(text)
+
+
+_BAD = object()
+
+
+def _decode(v: bytes | None):
+    if v is None:
+        return None
+    try:
+        return v.decode("utf-8")
+    except UnicodeDecodeError:
+        return _BAD
+
+
+def missing_rows(path: str, field: str, row0: int, rows: int) -> Iterator[Skip]:
+    """A ``missing_field`` Skip for each of ``rows`` rows of a table without the column ``field``."""
+    for i in range(rows):
+        yield Skip("missing_field", f"{path}: row {row0 + i} (no column {field!r})")
