@@ -14,7 +14,6 @@ one row of tokens are touched.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np

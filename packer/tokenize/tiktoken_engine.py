@@ -50,16 +50,15 @@ import unicodedata
 from array import array
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Iterable
 
 import numpy as np
 
 from . import check_cache
+from .tiktoken_check import _NEVER, CheckResult, check, hard_strings, suspect_strings  # noqa: F401 (re-exported)
 
 # HF's ByteLevel(use_regex=True) pattern: the same string as tiktoken's gpt2/r50k.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
-_NEVER = "\x00packer: not a special token\x00"  # see TiktokenEncoder
 _NOOP_POST = {"ByteLevel", "TemplateProcessing", "RobertaProcessing", "BertProcessing"}  # add nothing without special tokens
 
 
@@ -377,127 +376,6 @@ class TiktokenEncoder:
         step = 3 if len(p) else 2
         lengths = np.fromiter(map(len, parts[step - 2::step]), dtype=np.int64, count=len(texts)) + len(e) + len(p)
         return (np.concatenate(parts) if parts else np.zeros(0, np.uint32)), lengths
-
-
-# --------------------------------------------------------------------------
-# The check against HF.
-
-
-def _sweep(ranges: Iterable[tuple[int, int]], per: int = 64) -> list[str]:
-    """Every code point of ``ranges`` in a letter context and a digit/space context, ``per`` to a string."""
-    cps = [c for lo, hi in ranges for c in range(lo, hi) if not 0xD800 <= c <= 0xDFFF]
-    return ["".join(f"a{chr(c)} {chr(c)}1 " for c in cps[i : i + per]) for i in range(0, len(cps), per)]
-
-
-def suspect_strings(suspects: Iterable[str]) -> list[str]:
-    """Strings built around each token outside the merge conditions (``Conversion.suspects``):
-    alone, after a space, twice, inside words and before punctuation (7 per token)."""
-    out = []
-    for t in suspects:
-        out += [t, " " + t, t + t, "a" + t, t + " a", t + ".", "\n" + t + "x"]
-    return out
-
-
-def hard_strings(added: Iterable[str] = ()) -> list[str]:
-    """Strings where tiktoken and HF are most likely to part, if they ever do (deterministic)."""
-    ws = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u180e\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008" \
-         "\u2009\u200a\u200b\u2028\u2029\u202f\u205f\u3000\ufeff"
-    out = [
-        # whitespace runs, alone and around words, every Unicode space
-        " ", "  ", "   ", "\n", "\n\n\n", "\t\t", " \n", "\n ", " \n \n ", "a  b", "a   b  ", "a \n b", "  a", "a\r\nb\r\n",
-        "x" + ws + "y", *[f"a{c}b {c}{c}c {c} d{c}" for c in ws], "\u3000\u3000日本", "end.   \n\n   ",
-        # digits and numbers
-        "1234567890", "3.14159", "1,000,000.00", "0x1F", "٣٤٥ ۶۷", "①②③", "Ⅻ ⅻ", "x² y³ ½ ¾", "１２３", "𝟙𝟚𝟛",
-        "12345678901234567890", " 2024-01-01T00:00:00Z", "v1.2.3-rc4",
-        # contractions, and their case-folding look-alikes
-        "don't I'm we'll they've she'd it's", "DON'T IT'S WE'LL", "'s 't 're 've 'm 'll 'd", "'S 'T 'RE 'VE 'M 'LL 'D",
-        "’s ’t ’re", "'ſ 'K 'İ 'ı 'ﬅ", "''s ''", "x's's 'sss", " 's", "'", "''''",
-        # emoji, CJK and other scripts, combining marks
-        "👍 👍🏽 👨‍👩‍👧‍👦 🇺🇸 ❤️ 1️⃣", "😀" * 40, "你好，世界！", "日本語のテキスト。カタカナ ｶﾀｶﾅ", "한국어 텍스트",
-        "مرحبا بالعالم", "שָׁלוֹם", "नमस्ते दुनिया", "สวัสดีครับ", "தமிழ்", "e\u0301 a\u0300\u0301\u0302 Z̷̢͔a̸l̶g̵o̴",
-        "Ελληνικά Кириллица Ѐ", "ǅ ǈ ǋ ᾈ", "\u00ad\u200c\u200d\u2060",
-        # byte-level look-alikes, control and odd code points
-        "Ġthe Ċ ĠĠ Ã©", "\x00", "\x01\x02\x7f", "a\x00b", "\ue000\uf8ff", "\uffff\ufffe \U0010ffff", "\u0378\u0379",
-        "\U000e0001\U000e0041", "\ufffd",
-        # code and markup
-        "def f(x):\n    return x**2  # sq\n\n\tpass\n", '{"a": [1, 2.5e-3, null]}', "<div class=\"a\">&amp;</div>",
-        "https://example.com/a_b?c=d&e=%20", "**bold** _it_ `code` # H1\n- [ ] item", "C:\\Users\\a\\b.txt",
-        # long pieces
-        "a" * 3000, " " * 2000, "ab" * 1500, "9" * 1000, "Pneumonoultramicroscopicsilicovolcanoconiosis" * 40,
-        "\n" * 500, "-" * 777, "=" * 129, "_" * 100 + "a", ".\n" * 200,
-        # special-token look-alikes (the real ones are handed to HF, these must not be)
-        "<|endoftext|", "|endoftext|>", "<|endoftext |>", "< |endoftext|>", "<|ENDOFTEXT|>", "<||>", "<|im_start|>",
-        "</s> <s> [SEP] [CLS] <pad> <unk> <|eot_id|>", "<|endoftext|><|endoftext|>", "<|endo<|endoftext|>ftext|>",
-        "a<|endoftext|>b", " <|endoftext|> ", f"a{_NEVER}b",
-        # not encodable as UTF-8 (HF refuses these; so must the backend)
-        "\ud800", "a\udc80b", "\udfff\ud800",
-    ]
-    for a in sorted(added)[:64]:
-        out += [a, f"x{a}y", f" {a} ", a[:-1], a[1:], a + a, a.upper()]
-    # Every code point of the scripts most text uses, and a stride through the rest.
-    out += _sweep([(0x80, 0x800), (0x900, 0xE00), (0x1E00, 0x2C00), (0x3000, 0x3100), (0xFF00, 0xFFF0),
-                   (0x1F300, 0x1FA00)])
-    out += _sweep([(c, c + 1) for c in range(0x800, 0x110000, 331)])
-    return out
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    ok: bool
-    texts: int  # texts compared
-    tokens: int  # HF tokens compared
-    difference: str  # "" when ok: else the first difference, one line
-
-
-def _outcomes(fn, texts: list[str]) -> list:
-    """ids per text, or the exception type's name where encoding fails. Texts
-    that are valid UTF-8 go in one batch, the others one by one."""
-    odd = set()
-    for i, t in enumerate(texts):
-        try:
-            t.encode("utf-8")
-        except UnicodeEncodeError:
-            odd.add(i)
-    out: list = [None] * len(texts)
-    try:
-        good = [i for i in range(len(texts)) if i not in odd]
-        for i, r in zip(good, fn([texts[i] for i in good])):
-            out[i] = r
-    except Exception:
-        odd = set(range(len(texts)))
-    for i in odd:
-        try:
-            out[i] = fn([texts[i]])[0]
-        except Exception as e:
-            out[i] = type(e).__name__
-    return out
-
-
-def check(enc: TiktokenEncoder, hf, texts: list[str], what: str) -> CheckResult:
-    """Compare ``enc`` with the HF tokenizer ``hf`` on ``texts``; ``what`` names them in the message.
-
-    A text HF cannot encode must fail in ``enc`` too (any exception counts as
-    the same outcome: the build stops either way).
-    """
-    ref = _outcomes(lambda ts: [e.ids for e in hf.encode_batch_fast(ts, add_special_tokens=False)], texts)
-    got = _outcomes(lambda ts: [a.tolist() for a in enc.encode_arrays(ts)], texts)
-    tokens = 0
-    for i, (r, g) in enumerate(zip(ref, got)):
-        if isinstance(r, str) or isinstance(g, str):
-            if isinstance(r, str) != isinstance(g, str):
-                return CheckResult(False, i + 1, tokens, f"{what} {i} ({_show(texts[i])}): HF gives "
-                                   f"{r if isinstance(r, str) else 'ids'}, tiktoken {g if isinstance(g, str) else 'ids'}")
-            continue
-        tokens += len(r)
-        if r != g:
-            j = next((k for k, (x, y) in enumerate(zip(r, g)) if x != y), min(len(r), len(g)))
-            return CheckResult(False, i + 1, tokens, f"{what} {i} ({_show(texts[i])}): token {j} differs "
-                               f"(HF {r[j:j + 3]}, tiktoken {g[j:j + 3]})")
-    return CheckResult(True, len(texts), tokens, "")
-
-
-def _show(text: str, n: int = 30) -> str:
-    return repr(text[:n] + ("..." if len(text) > n else ""))
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,121 @@
+"""The values ``packer stats`` produces: problems found, exact distributions, per-shard figures, the report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+STATS_VERSION = 1  # of the --json document, see docs/stats.md
+PERCENTILES = (50, 90, 99)
+MAGIC = b"ARROW1"
+BLOCK = 8 << 20  # reads of the footer tail; batches are read message by message
+MAX_PER_KIND = 3  # per shard and kind of problem: the first few, then a count
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding. ``path`` is relative to the build folder ("" for the manifest as a whole)."""
+
+    path: str
+    kind: str  # see KINDS
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+KINDS = {
+    "missing": "a shard the manifest names does not exist",
+    "size": "the file size differs from the manifest (truncated, grown or replaced)",
+    "checksum": "the xxh3_128 of the file differs from the manifest",
+    "unreadable": "not a readable Arrow IPC file",
+    "schema": "a column is missing or has the wrong type, seq_len or dtype",
+    "nulls": "a column holds nulls",
+    "token_range": "a token id is >= vocab_size",
+    "row_overflow": "a row's doc_lens sum to more than seq_len",
+    "padding": "a slot after a row's pieces does not hold pad_id",
+    "pieces": "doc_lens/doc_index/doc_offset disagree, or a piece is empty",
+    "documents": "a document's pieces do not tile it, or a document index has no piece",
+    "count": "a count measured in a shard differs from its manifest entry",
+    "totals": "the manifest's totals differ from the sum of its shard entries",
+    "manifest": "the manifest contradicts itself (dtype too narrow for the vocabulary, path outside the build)",
+    "extra": "a file in the build folder that the manifest does not account for",
+}
+
+
+class Dist:
+    """An exact distribution of non-negative integers: sorted distinct values and their counts.
+
+    Memory is two int64 per distinct value, so document lengths of any number
+    of documents cost at most a few MB (lengths are bounded by the corpus).
+    """
+
+    def __init__(self):
+        self.values = np.zeros(0, dtype=np.int64)
+        self.counts = np.zeros(0, dtype=np.int64)
+
+    def add(self, samples: np.ndarray) -> None:
+        if not len(samples):
+            return
+        v, c = np.unique(np.asarray(samples, dtype=np.int64), return_counts=True)
+        allv = np.concatenate([self.values, v])
+        allc = np.concatenate([self.counts, c.astype(np.int64)])
+        self.values, inv = np.unique(allv, return_inverse=True)
+        self.counts = np.zeros(len(self.values), dtype=np.int64)
+        np.add.at(self.counts, inv, allc)
+
+    @property
+    def n(self) -> int:
+        return int(self.counts.sum())
+
+    def percentile(self, p: float) -> int | None:
+        """Nearest rank: the smallest value with at least p% of the samples at or below it."""
+        n = self.n
+        if n == 0:
+            return None
+        rank = max(1, int(np.ceil(p / 100.0 * n)))
+        return int(self.values[np.searchsorted(np.cumsum(self.counts), rank)])
+
+    def mean(self) -> float | None:
+        n = self.n
+        return float((self.values * self.counts).sum() / n) if n else None
+
+
+@dataclass
+class ShardFigures:
+    """What was measured in one shard (None where the shard could not be read)."""
+
+    path: str
+    unit: int | None
+    bytes: int | None = None
+    rows: int | None = None
+    tokens: int | None = None
+    pieces: int | None = None
+    documents: int | None = None
+    documents_split: int | None = None
+    padding: int | None = None
+    trained: int | None = None  # slots the loss_mask trains on (chat builds, read in full), else None
+
+
+@dataclass
+class Report:
+    """The outcome of ``check``: problems plus everything measured."""
+
+    out: str
+    manifest: dict
+    deep: bool
+    problems: list[Problem] = field(default_factory=list)
+    shards: list[ShardFigures] = field(default_factory=list)
+    doc_lengths: Dist = field(default_factory=Dist)
+    row_tokens: np.ndarray | None = None  # row_tokens[k] = rows holding k tokens, k = 0..seq_len
+    pieces_per_row: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    bytes_read: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def problem_lines(self) -> list[str]:
+        return [str(p) for p in self.problems]
