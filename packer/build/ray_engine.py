@@ -44,7 +44,7 @@ FORWARD_ENV = ("PACKER_FAULT", "PACKER_FAULT_UNIT")  # fault injection (packer/f
 def unit_chunks(unit: Unit, text_field: str, max_record: int | None = None):
     """The unit's records as the local reader cuts them: lists of Parts of
     about PART_BYTES each, in order. (The output does not depend on the cut;
-    tests/test_throughput_paths.py holds that.)"""
+    tests/formats/test_reading.py holds that.)"""
     parts, size = [], 0
     kw = {} if max_record is None else {"max_record": max_record}
     for _, part in iter_parts_many(((unit, sl) for sl in unit.slices), text_field, **kw):

@@ -1,5 +1,5 @@
 """The formats added after the first three: compressed text, .json, .ndjson, bz2/xz, HF save_to_disk folders and
-hub snapshots. Each gets the awkward-record matrix of tests/test_awkward_inputs.py (bad UTF-8, a broken tail,
+hub snapshots. Each gets the awkward-record matrix of tests/formats/test_awkward_inputs.py (bad UTF-8, a broken tail,
 empty text, a missing field), and every record written is accounted for: a document, or a skip by reason."""
 
 from __future__ import annotations

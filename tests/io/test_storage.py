@@ -1,5 +1,5 @@
 """One Storage interface, two stores: a local folder and an object-store prefix (fsspec's memory://
-here; tests/test_object_storage.py runs a real S3 server). Every operation the rest of packer uses
+here; tests/io/test_object_storage.py runs a real S3 server). Every operation the rest of packer uses
 behaves the same on both."""
 
 from __future__ import annotations

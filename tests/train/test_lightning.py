@@ -27,7 +27,7 @@ def run(build, out, devices, steps, ckpt=None):
     return [torch.load(os.path.join(out, f"rank{r}.pt")) for r in range(devices)]
 
 
-@pytest.mark.parametrize("devices", [2])  # single-device resume: tests/test_sampler.py and the docs recipe
+@pytest.mark.parametrize("devices", [2])  # single-device resume: tests/train/test_sampler.py and the docs recipe
 def test_lightning_defaults_shard_in_order_and_resume_exactly(short_docs_build, tmp_path, devices):
     ds = PackedDataset(short_docs_build)
     steps, B = 6, 2
