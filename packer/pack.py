@@ -222,6 +222,7 @@ def best_fit_decreasing(size: np.ndarray, seq_len: int) -> tuple[np.ndarray, int
     a Python int is a bitset over free spaces 0..seq_len with bit g set while
     bucket g is not empty, so the tightest bucket for s is the lowest set bit
     at or above s: one shift and one bit trick.
+    Longer than 60 lines: one algorithm whose invariants (proved above) span its loop; split, the proof would not read with the code.
     """
     n = len(size)
     if not n:

@@ -205,7 +205,9 @@ def _chunks_at_most(todo: list[Unit]) -> int:
 
 
 def _run(todo, job, workers, encoder, records, units, progress) -> None:
-    """Read, tokenize and assemble the ``todo`` units on ``workers`` cores; fill ``records``."""
+    """Read, tokenize and assemble the ``todo`` units on ``workers`` cores; fill ``records``.
+    Longer than 60 lines: one event loop whose state (tasks in flight, chunks per unit, the window) all its branches share.
+    """
     total_bytes = sum(u.weight for u in units)
     before = sum(u.weight for u in units if u.index in records)
     done_bytes = [before]  # raw bytes read (parquet reports none until its unit is done)

@@ -138,7 +138,9 @@ def finished_records(out: Storage, units) -> dict[int, dict]:
 
 
 def manifest(cfg, tok, job, settings: dict, units, records: dict[int, dict], found) -> dict:
-    """The manifest, assembled from the unit records (key order is part of the bytes)."""
+    """The manifest, assembled from the unit records (key order is part of the bytes).
+    Longer than 60 lines: the manifest's keys in their order (the order is part of the bytes).
+    """
     recs = [records[u.index] for u in units]
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = {}

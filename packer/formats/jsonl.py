@@ -37,6 +37,7 @@ class Jsonl(Format):
 
     def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int,
               max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Part]:
+        """Longer than 60 lines: one read loop whose position, line number and bounded-line state every branch updates."""
         f = sl.file
         ranged = f.compression is None and (sl.start > 0 or sl.end < f.size)
         begin = max(sl.start - 1, 0)

@@ -16,7 +16,9 @@ from .report import STATS_VERSION, PERCENTILES, Report
 
 
 def figures(rep: Report) -> dict:
-    """The statistics as plain JSON types; the schema is docs/stats.md."""
+    """The statistics as plain JSON types; the schema is docs/stats.md.
+    Longer than 60 lines: the --json document's keys in order (docs/stats.md is its schema).
+    """
     m = rep.manifest
     t = m.get("totals", {})
     seq_len = m["seq_len"]

@@ -60,6 +60,7 @@ def check(out: str, deep: bool = True, progress=None) -> Report:
     only the piece columns. ``progress(nbytes)`` is called as shard bytes are
     read. Raises ``ShardError`` only for an unreadable manifest. A remote
     shard is fetched whole into memory to be verified (one GET per shard).
+    Longer than 60 lines: the checks of a build in the order a reader needs them, each a few lines.
     """
     store = storage_for(out)
     m = S.read_manifest(store)

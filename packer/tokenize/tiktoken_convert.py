@@ -128,6 +128,7 @@ def convert(tokenizer_json: str, check_merges: bool = True, hf=None) -> Conversi
     encodes every token once, ~0.2 s per 50k tokens): for a worker rebuilding
     a conversion the main process already checked. ``hf``: the loaded HF
     tokenizer, if at hand (saves loading it again).
+    Longer than 60 lines: the tokenizer.json components checked one after the other, each refusal one line.
     """
     try:
         d = json.loads(tokenizer_json)

@@ -154,6 +154,7 @@ class PackedDataset(Dataset):
     def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], *, verify: bool = False,
                  input_ids_dtype: torch.dtype = torch.int64, cache_dir: str | os.PathLike | None = None,
                  cache_max_bytes: int | None = None):
+        """Longer than 60 lines: every check a build must pass on open, in order, each one line."""
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         paths = [os.fspath(p) for p in paths]
@@ -305,7 +306,9 @@ class PackedDataset(Dataset):
         returns (input_ids, labels, position_ids, document_ids, cu_seqlens,
         max_seqlen), built directly. Also ``_doc_lens`` (P,) int32, the pieces of
         all rows in order, and ``_piece_at`` (B + 1,) int64 NumPy, where each
-        row's pieces begin in it (what ``Row`` reads)."""
+        row's pieces begin in it (what ``Row`` reads).
+        Longer than 60 lines: the vectorised gather of a batch, whose index arrays each step reuses.
+        """
         idx = self._indices(indices)
         B, L = len(idx), self.seq_len
         if self._ids_np is np.int64:

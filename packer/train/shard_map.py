@@ -109,7 +109,9 @@ def check_file(e: ShardEntry, seq_len: int, dtype: str, verify: bool) -> None:
 
 
 def map_shard(e: ShardEntry, path: str, seq_len: int, dt: np.dtype) -> Mapped:
-    """Map one shard (a local file at ``path``) privately and copy out its piece index, checking it."""
+    """Map one shard (a local file at ``path``) privately and copy out its piece index, checking it.
+    Longer than 60 lines: one pass over the shard's batches with a bounds check per step; split, the checks would lose the offsets they guard.
+    """
     try:
         storage = torch.from_file(path, shared=False, size=e.nbytes, dtype=torch.uint8)
     except RuntimeError as err:
