@@ -24,7 +24,8 @@ import orjson
 
 from ..io import COMPRESSION_SUFFIXES, open_stream, storage_for, truncation_errors
 from . import jsonl
-from .base import Document, Format, InputFile, Part, Record, Skip, Slice, keys_of, unreadable
+from .base import Document, Format, InputFile, Part, Record, Skip, Slice, unreadable
+from .jsonl import json_keys
 
 BLOCK = 1 << 20  # bytes read at a time (doubling while one element is longer)
 PEEK = 64 << 10  # bytes read to tell an array from JSON Lines
@@ -73,18 +74,7 @@ class Json(Format):
             yield Part(sl, items, tail=tail, nbytes=n_bytes)
 
     def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
-        def objs():
-            for part in self.parts(sl, "", None, 64 << 10):
-                for _, raw in part.items:
-                    try:
-                        yield orjson.loads(raw)
-                    except orjson.JSONDecodeError:
-                        continue
-        it = objs()
-        try:
-            return keys_of(it, records)
-        finally:
-            it.close()
+        return json_keys((raw for part in self.parts(sl, "", None, 64 << 10) for _, raw in part.items), records)
 
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         path = part.sl.file.path

@@ -105,14 +105,7 @@ class Jsonl(Format):
 
     def where_of(self, part: Part, record: int) -> str:
         # parse() makes one record of every line that is not blank, in order.
-        line_no, pos = part.line0, part.pos0
-        for line in part.items:
-            start = pos
-            pos += len(line)
-            if line_no is not None:
-                line_no += 1
-            if line_no == 1 and line.startswith(b"\xef\xbb\xbf"):
-                line = line[3:]
+        for line, line_no, start in lines_of(part):
             if line.strip():
                 if record == 0:
                     return where(part.sl, line_no, start)
@@ -120,18 +113,7 @@ class Jsonl(Format):
         return part.sl.file.path
 
     def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
-        def objs():
-            for part in self.parts(sl, "", None, 64 << 10):
-                for line in part.items:
-                    try:
-                        yield orjson.loads(line)
-                    except orjson.JSONDecodeError:
-                        continue
-        it = objs()
-        try:
-            return keys_of(it, records)
-        finally:
-            it.close()
+        return json_keys((line for part in self.parts(sl, "", None, 64 << 10) for line in part.items), records)
 
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         if type(field) is ChatFields:
@@ -212,15 +194,8 @@ def _skip_line(s, head: bytes) -> int:
 def _parse_chat(part: Part, fields: ChatFields) -> Iterator[Record]:
     """Conversations (packer/formats/chat.py) of ``part``, in order; a bad line is a Skip naming it."""
     sl = part.sl
-    line_no, pos = part.line0, part.pos0
     path_of = paths(fields)
-    for line in part.items:
-        start = pos
-        pos += len(line)
-        if line_no is not None:
-            line_no += 1
-            if line_no == 1 and line.startswith(b"\xef\xbb\xbf"):
-                line = line[3:]
+    for line, line_no, start in lines_of(part):
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError as e:
@@ -234,6 +209,39 @@ def _parse_chat(part: Part, fields: ChatFields) -> Iterator[Record]:
             yield Skip(got, where(sl, line_no, start))
         else:
             yield Conversation(got[0], got[1], lambda n=line_no, b=start: where(sl, n, b))
+
+
+def lines_of(part: Part) -> Iterator[tuple[bytes, int | None, int]]:
+    """(line, its line number or None, its first byte) for each line of ``part``, a leading
+    byte-order mark dropped. (``Jsonl.parse``, the hot path, inlines this loop.)"""
+    line_no, pos = part.line0, part.pos0
+    for line in part.items:
+        start = pos
+        pos += len(line)
+        if line_no is not None:
+            line_no += 1
+            if line_no == 1 and line.startswith(b"\xef\xbb\xbf"):
+                line = line[3:]
+        yield line, line_no, start
+
+
+def json_keys(raws, records: int) -> list[str]:
+    """The field names of the first ``records`` JSON objects among ``raws`` (bytes; bad ones passed
+    over): what a build that found no document names in its message."""
+    def objs():
+        for raw in raws:
+            try:
+                yield orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+    it = objs()
+    try:
+        return keys_of(it, records)
+    finally:
+        it.close()
+        close = getattr(raws, "close", None)
+        if close is not None:
+            close()
 
 
 def get_field(obj, path: tuple[str, ...]):
