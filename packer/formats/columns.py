@@ -19,8 +19,9 @@ def is_text_type(kind: pa.DataType) -> bool:
     return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
 
 
-def column_records(col: pa.Array, path: str, row0: int) -> Iterator[Record]:
-    """A Document or Skip per row of ``col`` (row numbers from ``row0``, 0-based in the file)."""
+def column_records(col: pa.Array, path: str, row0: int, max_record: int | None = None) -> Iterator[Record]:
+    """A Document or Skip per row of ``col`` (row numbers from ``row0``, 0-based in the file); a text
+    over ``max_record`` bytes (``--max-record-mb``) is a ``too_long`` Skip."""
     if not is_text_type(col.type):
         for i in range(len(col)):
             yield Skip("not_string", f"{path}: row {row0 + i}")
@@ -37,6 +38,8 @@ def column_records(col: pa.Array, path: str, row0: int) -> Iterator[Record]:
             yield Skip("invalid_utf8", f"{path}: row {row0 + i}")
         elif not text:
             yield Skip("empty", f"{path}: row {row0 + i}")
+        elif max_record is not None and len(text) > max_record and len(text.encode("utf-8")) > max_record:
+            yield Skip("too_long", f"{path}: row {row0 + i} (over --max-record-mb {max_record / (1 << 20):g})")
         else:
             yield Document(text)
 

@@ -12,7 +12,7 @@ from ..errors import PackerError
 from ..io import storage_for
 from .base import DEFAULT_MAX_RECORD, Document, Format, InputFile, Part, Record, Skip, Slice, unreadable
 from .chat import _MISSING, ChatFields, Conversation, conversation_of
-from .columns import missing_rows
+from .columns import column_records, missing_rows
 
 BATCH_ROWS = 4096
 
@@ -88,11 +88,7 @@ def _rows(sl: Slice, field: str, max_record: int = DEFAULT_MAX_RECORD) -> Iterat
             col = pc.struct_field(col, name)
         if pa.types.is_dictionary(col.type):
             col = col.dictionary_decode()
-        if not _is_text(col.type):
-            for i in range(len(col)):
-                yield Skip("not_string", f"{f.path}: row {row + i}")
-        else:
-            yield from _texts(col, f.path, row, max_record)
+        yield from column_records(col, f.path, row, max_record)
         row += len(col)
 
 
@@ -111,44 +107,6 @@ def _locate(schema, field: str) -> tuple[str | None, list[str]]:
             return None, []
         t = t.field(t.get_field_index(name)).type
     return parts[0], parts[1:]
-
-
-def _is_text(t) -> bool:
-    import pyarrow as pa
-
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or (
-        hasattr(pa.types, "is_string_view") and pa.types.is_string_view(t))
-
-
-def _texts(col, path: str, row: int, max_record: int) -> Iterator[Record]:
-    """Documents or Skips of one string column's cells (``row``: the first cell's row)."""
-    import pyarrow as pa
-
-    try:
-        values = col.to_pylist()
-    except UnicodeDecodeError:
-        # Arrow does not check UTF-8 as it reads: decode cell by cell, so the bad ones are counted.
-        values = []
-        for v in col.cast(pa.large_binary()).to_pylist() if not pa.types.is_large_string(col.type) else \
-                col.view(pa.large_binary()).to_pylist():
-            try:
-                values.append(v if v is None else v.decode("utf-8"))
-            except UnicodeDecodeError:
-                values.append(_BAD_UTF8)
-    for i, text in enumerate(values):
-        if text is None:
-            yield Skip("not_string", f"{path}: row {row + i}")
-        elif text is _BAD_UTF8:
-            yield Skip("invalid_utf8", f"{path}: row {row + i}")
-        elif not text:
-            yield Skip("empty", f"{path}: row {row + i}")
-        elif len(text) > max_record and len(text.encode("utf-8")) > max_record:
-            yield Skip("too_long", f"{path}: row {row + i} (over --max-record-mb {max_record / (1 << 20):g})")
-        else:
-            yield Document(text)
-
-
-_BAD_UTF8 = object()
 
 
 def _chat_rows(sl: Slice, fields: ChatFields) -> Iterator[Record]:
