@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..io import open_stream, storage_for
-from .base import Document, Format, Part, Record, Skip, Slice, unreadable
+from .base import Format, Part, Record, Skip, Slice, grouped, unreadable
 from .columns import column_records, missing_rows
 
 FILE_MAGIC = b"ARROW1"
@@ -26,27 +26,14 @@ class Arrow(Format):
         # (max_record is not applied here yet: one JSON element or one Arrow record batch is read whole)
         import pyarrow as pa
 
-        items: list = []
-        n_bytes = 0
-        try:
-            for rec in _rows(sl, field, on_bytes):
-                items.append(rec)
-                if type(rec) is Document:
-                    n_bytes += len(rec.text)
-                    if n_bytes >= part_bytes:
-                        yield Part(sl, items, nbytes=n_bytes)
-                        items, n_bytes = [], 0
-        except (OSError, pa.ArrowInvalid) as e:
+        def tail_of(e) -> Skip:
             # pyarrow reports a cut stream ("Expected to be able to read N bytes") as an OSError with
             # no errno, and a file that is not Arrow IPC as ArrowInvalid; a real read error has an errno.
             if isinstance(e, OSError) and e.errno is not None:
-                tail = unreadable(sl, e)
-            else:
-                tail = Skip("truncated", f"{sl.file.path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-            yield Part(sl, items, tail=tail, nbytes=n_bytes)
-            return
-        if items:
-            yield Part(sl, items, nbytes=n_bytes)
+                return unreadable(sl, e)
+            return Skip("truncated", f"{sl.file.path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+
+        return grouped(sl, _rows(sl, field, on_bytes), part_bytes, (OSError, pa.ArrowInvalid), tail_of)
 
     def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
         import pyarrow as pa

@@ -169,6 +169,27 @@ def keys_of(objs, records: int) -> list[str]:
     return list(seen)
 
 
+def grouped(sl: Slice, records: Iterator[Record], part_bytes: int, errors: tuple, tail_of) -> Iterator[Part]:
+    """``records`` (already parsed, as a columnar reader yields them) in Parts of about
+    ``part_bytes`` of text. An exception of ``errors`` ends the slice: the records before it are
+    kept, and ``tail_of(exc)`` is the Skip that says why."""
+    items: list = []
+    n_bytes = 0
+    try:
+        for rec in records:
+            items.append(rec)
+            if type(rec) is Document:
+                n_bytes += len(rec.text)
+                if n_bytes >= part_bytes:
+                    yield Part(sl, items, nbytes=n_bytes)
+                    items, n_bytes = [], 0
+    except errors as e:
+        yield Part(sl, items, tail=tail_of(e), nbytes=n_bytes)
+        return
+    if items:
+        yield Part(sl, items, nbytes=n_bytes)
+
+
 def unreadable(sl: Slice, e: OSError) -> Skip:
     return Skip("unreadable", f"{sl.file.path}: {e.strerror or e}")
 

@@ -10,7 +10,7 @@ from typing import Iterator
 
 from ..errors import PackerError
 from ..io import storage_for
-from .base import DEFAULT_MAX_RECORD, Document, Format, InputFile, Part, Record, Skip, Slice, unreadable
+from .base import DEFAULT_MAX_RECORD, Format, InputFile, Part, Record, Skip, Slice, grouped, unreadable
 from .chat import _MISSING, ChatFields, Conversation, conversation_of
 from .columns import column_records, missing_rows
 
@@ -40,21 +40,8 @@ class Parquet(Format):
 
     def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int,
               max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Part]:
-        items: list = []
-        n_bytes = 0
-        try:
-            for rec in (_chat_rows(sl, field) if type(field) is ChatFields else _rows(sl, field, max_record)):
-                items.append(rec)
-                if type(rec) is Document:
-                    n_bytes += len(rec.text)
-                    if n_bytes >= part_bytes:
-                        yield Part(sl, items, nbytes=n_bytes)
-                        items, n_bytes = [], 0
-        except OSError as e:
-            yield Part(sl, items, tail=unreadable(sl, e), nbytes=n_bytes)
-            return
-        if items:
-            yield Part(sl, items, nbytes=n_bytes)
+        rows = _chat_rows(sl, field) if type(field) is ChatFields else _rows(sl, field, max_record)
+        return grouped(sl, rows, part_bytes, (OSError,), lambda e: unreadable(sl, e))
 
     def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
         import pyarrow.parquet as pq
