@@ -19,9 +19,13 @@ Variants ("useful" tokens: non-padding; tokens/s = useful / median step):
 - ``group``       group_texts rows (the packed rows seen as one stream: positions 0..L-1, no mask,
                   documents attend to each other), sdpa, SDPA's default backend (cuDNN on an H200);
 - ``group_fa2``   the same rows, SDPA forced to its FlashAttention-2 backend;
-- ``packer``      packer rows, ``attn_implementation=packer_attention()`` (torch varlen_attn), the
-                  boundaries found from position_ids in every layer;
+- ``packer``      packer rows, ``attn_implementation=packer_attention()``: rows that are one document
+                  through SDPA's default causal kernel, the others through torch ``varlen_attn``; the
+                  boundaries found from position_ids (once a forward);
 - ``packer_cu``   the same with the batch's ``cu_seq_lens_q``/``max_length_q`` passed to the model;
+- ``packer_sorted`` the same, each batch's rows reordered (one-document rows first: the same batch,
+                  fewer kernel calls);
+- ``packer_varlen`` ``packer_attention("torch_varlen")``: every row through ``varlen_attn``;
 - ``hf_sdpa``     packer rows through sdpa with transformers' packed-sequence detection (a dense
                   document mask built from position_ids every step);
 - ``padded``      one document per row (truncated at L), padded, sdpa with a padding attention_mask.
@@ -48,7 +52,8 @@ from bench.gpu_train import padded_batches, packed_batches, read_documents, webl
 from packer import PackedDataset  # noqa: E402
 from packer.train import hf  # noqa: E402
 
-VARIANTS = ("group", "group_fa2", "packer", "packer_cu", "hf_sdpa", "padded")
+VARIANTS = ("group", "group_fa2", "packer", "packer_cu", "packer_sorted", "packer_varlen", "hf_sdpa", "padded")
+CU_VARIANTS = ("packer_cu", "packer_sorted", "packer_varlen")
 
 
 def parse(argv=None):
@@ -60,6 +65,9 @@ def parse(argv=None):
     p.add_argument("--steps", type=int, default=None, help="timed steps per variant per round")
     p.add_argument("--rounds", type=int, default=None, help="rounds over all variants (spread)")
     p.add_argument("--docs", type=int, default=None, help="documents in the web-like corpus")
+    p.add_argument("--profile", action="store_true",
+                   help="after the table, profile 2 steps of group, group_fa2 and packer_cu: CUDA time by kernel "
+                        "class and the host syncs a step")
     p.add_argument("--out", default=os.environ.get("OUT") or "bench_out/hf_attention")
     a = p.parse_args(argv)
     t = a.tiny
@@ -99,7 +107,20 @@ def make_data(a, tmp):
     for b in padded:
         b["attention_mask"] = (b["labels"] != -100).long()
         b["attention_mask"][:, 0] = 1
-    return ds, packed, group, padded
+    return ds, packed, group, padded, [whole_rows_first(b) for b in packed]
+
+
+def whole_rows_first(b):
+    """The same batch with its one-document rows first (the loss is a mean over the batch's tokens:
+    row order does not change it)."""
+    pos = b["position_ids"]
+    whole = (pos == 0).sum(1) == 1
+    perm = torch.argsort((~whole).to(torch.int8), stable=True)
+    out = dict(b)
+    for k in ("input_ids", "labels", "position_ids"):
+        out[k] = b[k][perm].contiguous()
+    out["cu_seqlens"], out["max_seqlen"] = hf.segments_of(out["position_ids"].clone())
+    return out
 
 
 def inputs_of(var, b):
@@ -108,14 +129,16 @@ def inputs_of(var, b):
     if var == "padded":
         return {k: b[k] for k in ("input_ids", "labels", "attention_mask")}
     x = {k: b[k] for k in ("input_ids", "labels", "position_ids")}
-    if var == "packer_cu":
+    if var in CU_VARIANTS:
         cu, mx = b["cu_seqlens"], int(b["max_seqlen"])
         x.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=mx, max_length_k=mx)
     return x
 
 
 def attn_of(var):
-    return hf.packer_attention() if var in ("packer", "packer_cu") else "sdpa"
+    if var == "packer_varlen":
+        return hf.packer_attention("torch_varlen")
+    return hf.packer_attention() if var.startswith("packer") else "sdpa"
 
 
 def make_model(a, state, var):
@@ -183,13 +206,63 @@ def time_variant(a, state, var, batches, first):
     return float(np.median(times)), loss0
 
 
+def kernel_class(name: str) -> str:
+    n = name.lower()
+    if "flash" in n or "fmha" in n or "cudnn" in n or "attn" in n or "attention" in n:
+        return "attention"
+    if "gemm" in n or "cutlass" in n or "sm90" in n or "nvjet" in n or "matmul" in n:
+        return "matmul"
+    if "copy" in n or "cast" in n or "memcpy" in n:
+        return "copy/cast"
+    return "other"
+
+
+def profile_variant(a, state, var, batches):
+    """CUDA ms a step by kernel class, the top kernels, and the host syncs a step."""
+    from torch.profiler import ProfilerActivity, profile
+    import warnings
+
+    m, opt = make_model(a, state, var)
+    dev = [{k: (v.to(a.device) if isinstance(v, torch.Tensor) else v) for k, v in inputs_of(var, b).items()}
+           for b in batches[:5]]
+    for x in dev[:3]:
+        step(a, m, opt, var, x)
+    sync(a)
+    torch.cuda.set_sync_debug_mode(1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step(a, m, opt, var, dev[3])
+        sync(a)
+    torch.cuda.set_sync_debug_mode(0)
+    syncs = sum("synchroniz" in str(w.message) for w in caught)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for x in dev[3:5]:
+            step(a, m, opt, var, x)
+        sync(a)
+    classes, kernels = {}, []
+    for e in prof.key_averages():
+        t = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+        if t <= 0:
+            continue
+        c = kernel_class(e.key)
+        classes[c] = classes.get(c, 0.0) + t / 2e3  # us over 2 steps -> ms a step
+        kernels.append((t / 2e3, e.count // 2, e.key[:90]))
+    del m, opt
+    torch.cuda.empty_cache()
+    kernels.sort(reverse=True)
+    return {"ms_by_class": classes, "syncs_per_step": syncs, "top": kernels[:12]}
+
+
 def correctness(a, state, ds, kernel="auto"):
-    """Two packed rows through packer's attention vs. each document alone through sdpa."""
+    """Two packed rows and a one-document row through packer's attention vs. each document alone
+    through sdpa."""
     from transformers import LlamaForCausalLM
 
     m = LlamaForCausalLM(model_config(a)).to(a.device)
     m.load_state_dict(state)
-    b = ds.batch(np.argsort([-len(ds[i]["doc_lens"]) for i in range(min(len(ds), 64))])[:2])
+    n_docs = [len(ds[i]["doc_lens"]) for i in range(min(len(ds), 64))]
+    whole = [i for i, n in enumerate(n_docs) if n == 1][:1]  # a one-document row: the dense path
+    b = ds.batch(list(np.argsort([-n for n in n_docs])[:2]) + whole)
     ids, pos, lab = (b[k].to(a.device) for k in ("input_ids", "position_ids", "labels"))
     m.set_attn_implementation(hf.packer_attention(kernel))
     with autocast(a):
@@ -228,14 +301,14 @@ def main(argv=None):
     from transformers import LlamaForCausalLM
     state = {k: v.clone() for k, v in LlamaForCausalLM(model_config(a)).state_dict().items()}
     with tempfile.TemporaryDirectory() as tmp:
-        ds, packed, group, padded = make_data(a, tmp)
-        data = {"group": group, "group_fa2": group, "padded": padded}
+        ds, packed, group, padded, packed_sorted = make_data(a, tmp)
+        data = {"group": group, "group_fa2": group, "padded": padded, "packer_sorted": packed_sorted}
         res = {"correctness": {}}
-        for kernel in ("auto",):
+        for kernel in ("auto", "torch_varlen"):
             try:
                 res["correctness"][kernel] = correctness(a, state, ds, kernel)
             except Exception as e:
-                res["correctness"][kernel] = f"FAILED {type(e).__name__}: {e}"
+                res["correctness"][kernel] = f"FAILED {type(e).__name__}: {str(e)[:300]}"
             print(f"correctness {kernel}:", json.dumps(res["correctness"][kernel]), flush=True)
         times = {v: [] for v in VARIANTS}
         loss0 = {}
@@ -244,7 +317,7 @@ def main(argv=None):
                 try:
                     t, l0 = time_variant(a, state, v, data.get(v, packed), r == 0)
                 except Exception as e:  # one variant failing must not lose the others' figures
-                    print(f"round {r} {v}: FAILED {type(e).__name__}: {e}", flush=True)
+                    print(f"round {r} {v}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
                     t, l0 = float("nan"), None
                     if a.device.startswith("cuda"):
                         torch.cuda.empty_cache()
@@ -266,6 +339,27 @@ def main(argv=None):
         ms = ", ".join(f"{t * 1e3:.1f}" for t in times[v])
         print(f"| {v} | {ms} | {useful[v]:,.0f} | {tps[v]:,.0f} | {tps[v] / base:.3f} | "
               f"{tps[v] / tps['group_fa2']:.3f} | {tps[v] / tps['padded']:.2f} | {loss0.get(v, float('nan')):.4f} |")
+
+    if a.profile and a.device.startswith("cuda"):
+        try:
+            prof = {v: profile_variant(a, state, v, data.get(v, packed)) for v in ("group", "group_fa2", "packer_cu", "packer_sorted")}
+        except Exception as e:  # the table above stands without it
+            print(f"profile FAILED {type(e).__name__}: {e}")
+            return
+        res["profile"] = prof
+        with open(os.path.join(a.out, "hf_attention.json"), "w") as f:
+            json.dump(res, f, indent=1)
+        print("\n| variant | syncs/step | " + " | ".join(f"{c} ms" for c in ("attention", "matmul", "copy/cast", "other"))
+              + " | total ms |")
+        print("|---|---|---|---|---|---|---|")
+        for v, p in prof.items():
+            c = p["ms_by_class"]
+            print(f"| {v} | {p['syncs_per_step']} | " + " | ".join(f"{c.get(k, 0):.1f}" for k in
+                  ("attention", "matmul", "copy/cast", "other")) + f" | {sum(c.values()):.1f} |")
+        for v, p in prof.items():
+            print(f"\n{v}: top kernels (ms a step, calls a step)")
+            for t, n, k in p["top"]:
+                print(f"  {t:7.2f} {n:5d}  {k}")
 
 
 if __name__ == "__main__":

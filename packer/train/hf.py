@@ -39,14 +39,18 @@ eager or flex finding documents in ``position_ids``); ``packed_sampler`` and
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
+import weakref
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
 from ..errors import PackerError
+from .row_groups import Grouped, RowGroups, Ungrouped
 from .batching import MIN_PADDING_FREE, check_padding_free  # noqa: F401 (re-exported)
 
 NAME = "packer_varlen"
@@ -100,6 +104,64 @@ def segments_of(position_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
     return cu, int((cu[1:] - cu[:-1]).max())
 
 
+@dataclass
+class _Segments:
+    """One batch's document boundaries: cu (S+1,) int32 over the B*T slots, the longest segment."""
+
+    cu: torch.Tensor
+    mx: int
+    B: int
+    T: int
+    _groups: Optional[RowGroups] = None
+
+    def groups(self) -> RowGroups:
+        """The rows split into one-document rows and the others (found once a forward)."""
+        if self._groups is None:
+            self._groups = RowGroups.of(self.cu, self.B, self.T)
+        return self._groups
+
+
+class _Memo:
+    """The last batch's boundaries, so that they are found once a forward, not once a layer.
+
+    Every layer of one forward gets the same position_ids (or cu_seq_lens_q)
+    tensor object; a weak reference to it, with its version counter, says the
+    boundaries still hold without looking at the data (a host sync each time:
+    12 layers, 12 syncs, and the GPU waits for the CPU after each).
+    """
+
+    source = None  # weakref to the tensor the boundaries came from
+    version = -1
+    key = None
+    value = None
+
+
+def _boundaries(kwargs, B: int, T: int, device) -> _Segments:
+    """The (B, T) batch's segments, from cu_seq_lens_q/max_length_q or from position_ids."""
+    cu, mx = kwargs.get("cu_seq_lens_q"), kwargs.get("max_length_q")
+    source = cu if cu is not None and mx is not None else kwargs.get("position_ids")
+    if source is None:
+        raise PackerError(f"{NAME} attention needs the batch's position_ids (or cu_seq_lens_q/max_length_q) "
+                          "to find the documents; pass position_ids to the model")
+    key = (B, T, str(device), source is cu)
+    held = _Memo.source() if _Memo.source is not None else None
+    if held is source and _Memo.version == source._version and _Memo.key == key:
+        return _Memo.value
+    if source is cu:
+        cu = cu.to(device=device, dtype=torch.int32)
+        mx = int(mx)
+    else:
+        pos = source.to(device)
+        if pos.shape[0] != B:
+            pos = pos.expand(B, -1)
+        cu, mx = segments_of(pos)
+    if int(cu[-1]) != B * T:  # once a forward
+        raise PackerError(f"{NAME} attention: cu_seq_lens_q ends at {int(cu[-1])}, but the batch has {B * T} slots")
+    seg = _Segments(cu, mx, B, T)
+    _Memo.source, _Memo.version, _Memo.key, _Memo.value = weakref.ref(source), source._version, key, seg
+    return seg
+
+
 def _refuse(module, attention_mask, kwargs, query, key) -> None:
     if key.shape[2] != query.shape[2]:
         raise PackerError(
@@ -122,52 +184,74 @@ def varlen_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
     if dropout and module.training:
         raise PackerError(f"{NAME} attention does not support attention dropout ({dropout}); set it to 0")
     B, H, T, D = query.shape
-    cu, mx = kwargs.get("cu_seq_lens_q"), kwargs.get("max_length_q")
-    if cu is None or mx is None:
-        pos = kwargs.get("position_ids")
-        if pos is None:
-            raise PackerError(f"{NAME} attention needs the batch's position_ids (or cu_seq_lens_q/max_length_q) "
-                              "to find the documents; pass position_ids to the model")
-        pos = pos.to(query.device)
-        if pos.shape[0] != B:
-            pos = pos.expand(B, -1)
-        cu, mx = segments_of(pos)
-    cu = cu.to(device=query.device, dtype=torch.int32)
-    mx = int(mx)
-    if int(cu[-1]) != B * T:
-        raise PackerError(f"{NAME} attention: cu_seq_lens_q ends at {int(cu[-1])}, but the batch has {B * T} slots")
-    # (B, H, T, D) -> (B*T, H, D): the varlen layout
+    seg = _boundaries(kwargs, B, T, query.device)
     kernel = _pick(query)
     if kernel == "sdpa":
+        # (B, H, T, D) -> (B*T, H, D): the varlen layout
         q, k, v = (t.transpose(1, 2).reshape(B * T, t.shape[1], D) for t in (query, key, value))
-        out = _per_segment(q, k, v, cu, scaling)
+        out = _per_segment(q, k, v, seg.cu, scaling)
     else:
         dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else query.dtype
-        # cast and re-lay-out in one copy each (RoPE leaves q, k in fp32 under autocast)
-        q, k, v = (t.transpose(1, 2).to(dtype=dtype, memory_format=torch.contiguous_format)
-                   .view(B * T, t.shape[1], D) for t in (query, key, value))
-        out = _KERNEL_FNS[kernel](q, k, v, cu, mx, scaling)
+        fn = _KERNEL_FNS[kernel]
+        groups = seg.groups() if _kernel == "auto" else None
+        if groups is not None and groups.mixed:  # one-document rows dense, the others varlen
+            (qw, qv), (kw, kv), (vw, vv) = (Grouped.apply(t, dtype, groups) for t in (query, key, value))
+            nw = groups.n_whole
+            o_whole = _dense_causal(qw, kw, vw, nw, T, scaling)
+            o_other = fn(qv, kv, vv, groups.cu, groups.mx, scaling).view(B - nw, T, H, D)
+            out = Ungrouped.apply(o_whole, o_other, groups)
+        else:
+            q, k, v = (_varlen_layout(t, dtype) for t in (query, key, value))
+            if groups is not None and groups.n_whole == B:
+                out = _dense_causal(q, k, v, B, T, scaling)
+            else:
+                out = fn(q, k, v, seg.cu, seg.mx, scaling)
     return out.view(B, T, H, D), None
+
+
+def _varlen_layout(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(B, H, T, D) -> (B*T, H, D) contiguous in ``dtype``: a view where it already is, else one copy
+    (cast and re-layout together; ``.to(memory_format=...)`` would not copy when the dtype matches)."""
+    B, H, T, D = t.shape
+    x = t.transpose(1, 2)
+    if x.dtype == dtype and x.is_contiguous():
+        return x.view(B * T, H, D)
+    return torch.empty((B, T, H, D), dtype=dtype, device=t.device).copy_(x).view(B * T, H, D)
 
 
 def _pick(q: torch.Tensor) -> str:
     if _kernel != "auto":
+        if _kernel != "sdpa" and q.device.type != "cuda":
+            raise PackerError(f"attention kernel {_kernel!r} runs on CUDA only, and the model is on "
+                              f"{q.device.type}: use packer_attention() (the exact per-document SDPA there)")
         return _kernel
     low = q.dtype in (torch.bfloat16, torch.float16) or torch.is_autocast_enabled("cuda")
     if q.device.type != "cuda" or not low:
         return "sdpa"
-    try:
-        import flash_attn  # noqa: F401
+    return _cuda_kernel()
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_kernel() -> str:
+    """flash-attn where installed, else torch's varlen_attn (looked up once: a failed
+    import is retried on every call, in every layer)."""
+    if importlib.util.find_spec("flash_attn") is not None:
         return "flash_attn"
-    except ImportError:
-        pass
     return "torch_varlen" if importlib.util.find_spec("torch.nn.attention.varlen") else "sdpa"
+
+
+@functools.lru_cache(maxsize=None)
+def _varlen_params() -> frozenset:
+    """The keyword arguments this torch's varlen_attn takes (its signature changed in 2.10)."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    return frozenset(inspect.signature(varlen_attn).parameters)
 
 
 def _torch_varlen(q, k, v, cu, mx, scale):
     from torch.nn.attention.varlen import varlen_attn
 
-    params = inspect.signature(varlen_attn).parameters
+    params = _varlen_params()
     kw = {}
     if "scale" in params:
         kw["scale"] = scale
@@ -184,6 +268,16 @@ def _torch_varlen(q, k, v, cu, mx, scale):
             rep = q.shape[1] // k.shape[1]
             k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
     return varlen_attn(q, k, v, cu, cu, mx, mx, **kw)
+
+
+def _dense_causal(q, k, v, rows: int, T: int, scale):
+    """Rows that are one document each: SDPA's default causal kernel (cuDNN on Hopper).
+    q (rows*T, H, D), k/v (rows*T, Hkv, D) -> (rows, T, H, D) (a view of the kernel's output)."""
+    H, Hkv, D = q.shape[1], k.shape[1], q.shape[2]
+    q, k, v = (t.view(rows, T, t.shape[1], D).transpose(1, 2) for t in (q, k, v))
+    if Hkv != H:
+        k, v = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale).transpose(1, 2)
 
 
 def _flash_attn(q, k, v, cu, mx, scale):

@@ -126,3 +126,79 @@ def test_dense_mask_additive_through_eager(ds):
     m = dense_mask(b, dtype=torch.bfloat16)
     assert m.dtype == torch.bfloat16 and m.shape == dense_mask(b).shape
     assert torch.equal(m == 0, dense_mask(b))
+
+
+def test_boundaries_found_once_a_forward_and_renewed_for_new_positions(ds):
+    """The per-forward memo of the boundaries never serves a stale batch: a new position_ids
+    tensor, or the same one changed in place, gives logits equal to documents run alone."""
+    model = tiny(ds, packer_attention())
+    rows = [ds[i] for i in many_docs(ds, 2)]
+    b = collate(rows)
+    ids, pos = b["input_ids"], b["position_ids"].clone()
+    with torch.no_grad():
+        model(input_ids=ids, position_ids=pos)
+        flat = torch.arange(ids.numel()).reshape(ids.shape) % ids.shape[1]  # one document a row
+        for p in (flat, pos.copy_(flat)):  # a new tensor; then the first changed in place
+            got = model(input_ids=ids, position_ids=p).logits
+            want = torch.cat([model.__class__.forward(model, input_ids=ids[r:r + 1], use_cache=False).logits
+                              for r in range(ids.shape[0])])
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_whole_rows_go_dense_and_the_rest_varlen_exactly(ds, monkeypatch):
+    """The CUDA dispatch, run on CPU: rows that are one document each go to the dense causal
+    kernel, runs of the other rows to the varlen kernel (here an exact per-segment stand-in);
+    logits equal documents alone, gradients equal the one-kernel path's, and each kernel got
+    the rows it should."""
+    from packer.train import hf
+
+    model = tiny(ds, packer_attention())
+    b = collate([ds[i] for i in many_docs(ds, 3)] + [ds[many_docs(ds, 1)[0]]])
+    ids, pos, lab = b["input_ids"], b["position_ids"].clone(), b["labels"]
+    T = ids.shape[1]
+    pos[1] = torch.arange(T)  # rows 1 and 2: one document each; rows 0 and 3: several
+    pos[2] = torch.arange(T)
+
+    def run():
+        model.zero_grad()
+        out = model(input_ids=ids, position_ids=pos, labels=lab)
+        out.loss.backward()
+        return out.logits.detach(), [p.grad.clone() for p in model.parameters()]
+
+    want_logits, want_grads = run()  # the exact per-segment path (CPU)
+    calls = []
+
+    def varlen(q, k, v, cu, mx, scale):
+        calls.append(("varlen", q.shape[0]))
+        assert cu[0] == 0 and cu[-1] == q.shape[0] and mx == int((cu[1:] - cu[:-1]).max())
+        return hf._per_segment(q, k, v, cu, scale)
+
+    dense = hf._dense_causal
+
+    def dense_spy(q, k, v, rows, T, scale):
+        calls.append(("dense", rows))
+        return dense(q, k, v, rows, T, scale)
+
+    monkeypatch.setattr(hf, "_pick", lambda q: "torch_varlen")
+    monkeypatch.setitem(hf._KERNEL_FNS, "torch_varlen", varlen)
+    monkeypatch.setattr(hf, "_dense_causal", dense_spy)
+    got_logits, got_grads = run()
+    layers = model.config.num_hidden_layers
+    assert calls == [("dense", 2), ("varlen", 2 * T)] * layers  # rows 1, 2 dense; rows 0, 3 together
+    torch.testing.assert_close(got_logits, want_logits, rtol=1e-4, atol=1e-5)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+    with torch.no_grad():
+        ref = alone(model, ids, pos)
+    torch.testing.assert_close(got_logits.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_row_groups_put_whole_rows_first_and_renumber_the_rest():
+    from packer.train.row_groups import RowGroups
+
+    # 4 rows of 4: [2, 2], [4], [4], [1, 3]
+    g = RowGroups.of(torch.tensor([0, 2, 4, 8, 12, 13, 16], dtype=torch.int32), B=4, T=4)
+    assert (g.n_whole, g.mixed) == (2, True)
+    assert g.runs == [(0, 1, False, 0), (1, 3, True, 0), (3, 4, False, 1)]
+    assert g.cu.tolist() == [0, 2, 4, 5, 8] and g.mx == 3
+    assert not RowGroups.of(torch.tensor([0, 4, 8], dtype=torch.int32), B=2, T=4).mixed  # all whole
