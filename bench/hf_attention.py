@@ -51,6 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.gpu_train import padded_batches, packed_batches, read_documents, weblike_lengths, weblike_tokens, write_build  # noqa: E402
 from packer import PackedDataset  # noqa: E402
 from packer.train import hf  # noqa: E402
+from packer.train.batching import whole_rows_first  # noqa: E402
 
 VARIANTS = ("group", "group_fa2", "packer", "packer_cu", "packer_sorted", "packer_varlen", "hf_sdpa", "padded")
 CU_VARIANTS = ("packer_cu", "packer_sorted", "packer_varlen")
@@ -108,19 +109,6 @@ def make_data(a, tmp):
         b["attention_mask"] = (b["labels"] != -100).long()
         b["attention_mask"][:, 0] = 1
     return ds, packed, group, padded, [whole_rows_first(b) for b in packed]
-
-
-def whole_rows_first(b):
-    """The same batch with its one-document rows first (the loss is a mean over the batch's tokens:
-    row order does not change it)."""
-    pos = b["position_ids"]
-    whole = (pos == 0).sum(1) == 1
-    perm = torch.argsort((~whole).to(torch.int8), stable=True)
-    out = dict(b)
-    for k in ("input_ids", "labels", "position_ids"):
-        out[k] = b[k][perm].contiguous()
-    out["cu_seqlens"], out["max_seqlen"] = hf.segments_of(out["position_ids"].clone())
-    return out
 
 
 def inputs_of(var, b):

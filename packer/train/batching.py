@@ -83,6 +83,30 @@ def collate(rows: Sequence[Mapping[str, torch.Tensor]]) -> dict:
     return batch
 
 
+def whole_rows_first(batch: Mapping) -> dict:
+    """The same (B, L) batch with its one-document rows first (stable order otherwise).
+
+    For ``packer_attention()`` on CUDA: it runs rows that hold one document
+    through the dense causal kernel (cuDNN, as fast as unmasked rows) and the
+    other rows through varlen; with the two kinds side by side each is one
+    kernel call (docs/training.md gives the figures). The loss, a mean over
+    the batch's labelled tokens, does not change. Every (B, L) tensor is
+    reordered; document_ids, cu_seqlens and max_seqlen are found again;
+    other entries pass through, and internal ones (``_...``) are dropped.
+    """
+    pos = batch["position_ids"]
+    B, L = pos.shape
+    whole = (pos == 0).sum(1) == 1
+    perm = torch.argsort((~whole).to(torch.int8), stable=True)
+    out = {}
+    for k, v in batch.items():
+        if k.startswith("_") or k in ("cu_seqlens", "max_seqlen"):
+            continue
+        out[k] = v[perm] if isinstance(v, torch.Tensor) and v.shape[:2] == (B, L) else v
+    out["document_ids"], out["cu_seqlens"], out["max_seqlen"] = boundaries(out["position_ids"])
+    return out
+
+
 def padding_free(batch: Mapping, flash_kwargs: bool = False) -> dict:
     """A collated batch as HF transformers' padding-free input: one row of B*L.
 

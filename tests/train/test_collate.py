@@ -203,3 +203,23 @@ def test_hf_transformers_padding_free(ds):
                 off += n
             s += ds.seq_len
     assert transformers.__version__
+
+
+def test_whole_rows_first_is_the_same_batch_reordered(ds):
+    """One-document rows first, the rest in order; every row intact, boundaries found again."""
+    from packer.train.batching import whole_rows_first
+
+    n = [int((ds[i]["position_ids"] == 0).sum()) for i in range(min(len(ds), 400))]  # segments
+    pick = [i for i in range(len(n)) if n[i] > 1][:2] + [i for i in range(len(n)) if n[i] == 1][:1]
+    pick = pick[:1] + pick[2:] + pick[1:2] if len(pick) == 3 else pick  # several, one, several
+    if len(pick) < 3:
+        pytest.skip("the sample build has no one-document row")
+    b = collate([ds[i] for i in pick])
+    got = whole_rows_first(b)
+    order = [1, 0, 2]
+    for k in ("input_ids", "labels", "position_ids"):
+        assert torch.equal(got[k], b[k][order])
+    want = collate([ds[pick[i]] for i in order])
+    for k in ("document_ids", "cu_seqlens"):
+        assert torch.equal(got[k], want[k])
+    assert got["max_seqlen"] == want["max_seqlen"]
