@@ -223,7 +223,11 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
         passed = check_cache.load(fingerprint, split_special, hard_strings())
         try:
             if passed is not None:  # this tokenizer passed on this machine before: only the input check runs
-                conv = replace(convert(tokenizer_json, check_merges=False), note=passed["note"])
+                conv = check_cache.load_conversion(fingerprint, split_special, hard_strings())
+                if conv is None:
+                    conv = convert(tokenizer_json, check_merges=False)
+                    check_cache.store_conversion(fingerprint, split_special, hard_strings(), conv)
+                conv = replace(conv, note=passed["note"])
                 static = (TiktokenEncoder(tokenizer_json, conv, hf, split_special),
                           CheckResult(True, passed["texts"], passed["tokens"], ""))
             else:
@@ -232,6 +236,7 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
                 static = (enc, check(enc, hf, strings, "hard string"))
                 if static[1].ok:
                     check_cache.store(fingerprint, split_special, hard_strings(), enc.conv.note, static[1].texts, static[1].tokens)
+                    check_cache.store_conversion(fingerprint, split_special, hard_strings(), enc.conv)
         except NotExpressible as e:
             static = f"tiktoken cannot express this tokenizer exactly ({e})"
         _STATIC.clear()

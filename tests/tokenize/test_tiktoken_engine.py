@@ -74,6 +74,21 @@ def test_gpt2_converts_with_its_pattern_and_every_merge(gpt2):
             assert conv.ranks[bytes(b2[c] for c in tok)] == i
 
 
+def test_conversion_recorded_and_loaded_back_equal(gpt2, tmp_path, monkeypatch):
+    """The recorded conversion (check_cache) is the same Conversion; a damaged record is ignored."""
+    from packer.tokenize import check_cache
+
+    monkeypatch.setenv("PACKER_CACHE", str(tmp_path))
+    _, conv, _, _ = gpt2
+    assert check_cache.load_conversion("fp", False, ["x"]) is None
+    check_cache.store_conversion("fp", False, ["x"], conv)
+    assert check_cache.load_conversion("fp", False, ["x"]) == conv
+    assert check_cache.load_conversion("fp", True, ["x"]) is None  # another setting: another record
+    (rec,) = [p for p in tmp_path.rglob("*.ranks.npz")]
+    rec.write_bytes(rec.read_bytes()[:1000])
+    assert check_cache.load_conversion("fp", False, ["x"]) is None
+
+
 def test_gpt2_same_ids_on_hard_strings(gpt2):
     _, conv, enc, hf = gpt2
     hard = T.hard_strings(conv.added)
