@@ -293,7 +293,7 @@ def _report_builds(runs: _Runs, result: dict) -> None:
                 result["build"][f"{backend} x{n} of linear"] = eff
     print("targets, per round from runs side by side: median [min-max] over rounds")
     keys = [("auto_vs_raw_tiktoken", "auto build / raw tiktoken ceiling (target >= 0.9)"),
-            ("auto_vs_hf", "auto build / HF build (target >= 3.5)")]
+            ("auto_vs_hf", "auto build / HF build (target >= 3: issue 21)")]
     for n in runs.args.workers:
         rows = [r for r in runs.ratios if r["workers"] == n]
         for k, label in keys:
