@@ -202,3 +202,26 @@ def test_row_groups_put_whole_rows_first_and_renumber_the_rest():
     assert g.runs == [(0, 1, False, 0), (1, 3, True, 0), (3, 4, False, 1)]
     assert g.cu.tolist() == [0, 2, 4, 5, 8] and g.mx == 3
     assert not RowGroups.of(torch.tensor([0, 4, 8], dtype=torch.int32), B=2, T=4).mixed  # all whole
+
+
+def test_one_document_rows_in_many_runs_go_varlen_with_the_rest(ds, monkeypatch):
+    """More than MAX_RUNS runs of rows (rows in sampler order): one varlen call for the batch,
+    since the copies of many runs cost more than the dense kernel saves (docs/benchmarks.md)."""
+    from packer.train import hf
+
+    calls = []
+    monkeypatch.setattr(hf, "_pick", lambda q: "torch_varlen")
+    monkeypatch.setitem(hf._KERNEL_FNS, "torch_varlen",
+                        lambda q, k, v, cu, mx, s: calls.append(("varlen", q.shape[0])) or hf._per_segment(q, k, v, cu, s))
+    monkeypatch.setattr(hf, "_dense_causal", lambda *a: calls.append(("dense",)) or pytest.fail("dense called"))
+    model = tiny(ds, packer_attention())
+    rows = many_docs(ds, 3)
+    b = collate([ds[rows[i % len(rows)]] for i in range(2 * hf.MAX_RUNS)])
+    ids, pos = b["input_ids"], b["position_ids"].clone()
+    T = ids.shape[1]
+    pos[1::2] = torch.arange(T)  # whole, several, whole, ...: 2 * MAX_RUNS runs
+    with torch.no_grad():
+        got = model(input_ids=ids, position_ids=pos).logits
+        ref = alone(model, ids, pos)
+    assert calls == [("varlen", ids.numel())] * model.config.num_hidden_layers
+    torch.testing.assert_close(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
