@@ -18,7 +18,7 @@ from .pack import Layout, pack
 __all__ = [
     "BuildConfig", "build", "pack", "Layout", "PackerError",
     "PackedDataset", "PackedSampler", "PackedLoader", "collate", "block_mask", "dense_mask",
-    "collate_padding_free", "packer_attention", "hf_dataset",
+    "collate_padding_free", "whole_rows_first", "packer_attention", "hf_dataset",
 ]
 __version__ = "0.1.0"
 
@@ -31,6 +31,7 @@ _LAZY = {
     "block_mask": "train.masks",
     "dense_mask": "train.masks",
     "collate_padding_free": "train.batching",
+    "whole_rows_first": "train.batching",
     "packer_attention": "train.hf",
     "hf_dataset": "shards.hf_datasets",
 }
