@@ -14,11 +14,16 @@ What it does, per attention layer, with q of (B, H, T, D) and k, v of
   ``max_length_q`` when the batch carries them (``collate_padding_free(rows,
   flash_kwargs=True)``), else from ``position_ids`` (a segment starts where
   the position is 0, and at every row start), so (B, L) packer rows and the
-  one row of B*L of the padding-free collator both work;
+  one row of B*L of the padding-free collator both work; they are found once
+  a forward (one host sync), not once a layer;
 - on CUDA in bf16/fp16 (autocast included: q, k, v are cast to the autocast
   dtype, since the varlen ops are not autocast-aware and RoPE leaves them in
-  fp32) it calls flash-attn's ``flash_attn_varlen_func`` where flash-attn is
-  installed, else PyTorch's ``torch.nn.attention.varlen.varlen_attn``;
+  fp32) rows that hold one document go through SDPA's dense causal kernel
+  (cuDNN on Hopper: the fastest there) when they lie in at most ``MAX_RUNS``
+  runs of rows (``whole_rows_first(batch)`` puts them side by side), and the
+  other rows through flash-attn's ``flash_attn_varlen_func`` where flash-attn
+  is installed, else PyTorch's ``torch.nn.attention.varlen.varlen_attn``
+  (row_groups.py regroups them);
 - elsewhere (CPU, fp32, older torch) it runs SDPA with ``is_causal=True`` on
   each segment alone: exact, slower.
 
