@@ -320,8 +320,8 @@ def main(argv=None):
     with open(os.path.join(a.out, "hf_attention.json"), "w") as f:
         json.dump(res, f, indent=1)
     base = tps["group"]
-    print(f"\n| variant | ms/step (rounds) | useful tokens/step | useful tok/s | vs group (cuDNN) | vs group_fa2 | "
-          f"vs padded | first loss |")
+    print("\n| variant | ms/step (rounds) | useful tokens/step | useful tok/s | vs group (cuDNN) | vs group_fa2 | "
+          "vs padded | first loss |")
     print("|---|---|---|---|---|---|---|---|")
     for v in VARIANTS:
         ms = ", ".join(f"{t * 1e3:.1f}" for t in times[v])
