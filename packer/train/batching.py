@@ -35,7 +35,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..errors import PackerError
-from .dataset import Row, Rows
+from .rows import Row, Rows
 
 MIN_PADDING_FREE = (4, 53, 1)  # transformers: the first release that finds documents in position_ids without a cache
 
