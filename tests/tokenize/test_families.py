@@ -234,3 +234,36 @@ def test_gpt2_like_build_adds_nothing_to_the_records(families, tmp_path):
     _, res = _build(tmp_path, "g", [CORPUS], families["gpt2-like"])
     assert "added" not in res.manifest["tokenizer"] and "around_text" not in res.manifest["settings"]
     assert np.all(np.array([s["tokens"] for s in res.manifest["shards"]]) > 0)
+
+
+def test_unigram_unknown_token_is_no_special_in_text_and_each_text_is_searched_once(families):
+    """A Unigram model names its unknown token by id only: it is not a special token found in
+    text (unknown characters emit it, no literal "<unk>" was there); and a text with many hits of
+    a special id is searched once per token, not once per hit."""
+    from tokenizers import Tokenizer
+
+    from packer.tokenize import Encoder, resolve_tokenizer
+    from packer.tokenize.specials import found_in, unknown_token
+
+    path = families["unigram-nfkc"]
+    hf = Tokenizer.from_file(os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path)
+    unk = unknown_token(hf)
+    assert unk is not None and hf.token_to_id(unk) is not None
+    info = resolve_tokenizer(path)
+    assert unk not in dict(info.specials).values()
+    text = "\u2603\u2604 snow \U0001F600" * 50  # characters the small vocabulary does not know
+    ids, lengths = Encoder(info).encode_flat([text])
+    assert hf.token_to_id(unk) in ids.tolist()
+    assert Encoder(info).specials_found([text], ids, lengths) == []
+
+    class Counting(str):
+        searched = 0
+
+        def __contains__(self, s):
+            Counting.searched += 1
+            return str.__contains__(self, s)
+
+    special = {7: "<x>"}
+    hits = np.array([7] * 1000 + [1], dtype=np.uint32)
+    assert found_in([Counting("a <x> b")], hits, np.array([len(hits)]), 0, 0, special) == [(0, "<x>")]
+    assert Counting.searched == 1
