@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..io import open_stream, storage_for
-from .base import Format, Part, Record, Skip, Slice, grouped, unreadable
+from .base import DEFAULT_MAX_RECORD, Format, Part, Record, Skip, Slice, grouped, unreadable
 from .columns import column_records, missing_rows
 
 FILE_MAGIC = b"ARROW1"
@@ -22,8 +22,9 @@ class Arrow(Format):
     name = "arrow"
     suffixes = {".arrow": None}
 
-    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int, max_record: int = 0) -> Iterator[Part]:
-        # (max_record is not applied here yet: one JSON element or one Arrow record batch is read whole)
+    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int,
+              max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Part]:
+        # a text over max_record is a too_long Skip, as in parquet; a record batch itself is read whole
         import pyarrow as pa
 
         def tail_of(e) -> Skip:
@@ -33,7 +34,7 @@ class Arrow(Format):
                 return unreadable(sl, e)
             return Skip("truncated", f"{sl.file.path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
 
-        return grouped(sl, _rows(sl, field, on_bytes), part_bytes, (OSError, pa.ArrowInvalid), tail_of)
+        return grouped(sl, _rows(sl, field, on_bytes, max_record), part_bytes, (OSError, pa.ArrowInvalid), tail_of)
 
     def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
         import pyarrow as pa
@@ -50,7 +51,7 @@ class Arrow(Format):
         return iter(part.items)  # parsed as read: Arrow decodes the column
 
 
-def _rows(sl: Slice, field: str, on_bytes) -> Iterator[Record]:
+def _rows(sl: Slice, field: str, on_bytes, max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Record]:
     import pyarrow as pa
 
     path = sl.file.path
@@ -70,7 +71,7 @@ def _rows(sl: Slice, field: str, on_bytes) -> Iterator[Record]:
         has = field in schema.names
         for batch in batches:
             if has:
-                yield from column_records(batch.column(field), path, row)
+                yield from column_records(batch.column(field), path, row, max_record)
             else:
                 yield from missing_rows(path, field, row, batch.num_rows)
             row += batch.num_rows

@@ -24,7 +24,7 @@ import orjson
 
 from ..io import COMPRESSION_SUFFIXES, open_stream, storage_for, truncation_errors
 from . import jsonl
-from .base import Document, Format, InputFile, Part, Record, Skip, Slice, unreadable
+from .base import DEFAULT_MAX_RECORD, Document, Format, InputFile, Part, Record, Skip, Slice, unreadable
 from .jsonl import json_keys
 
 BLOCK = 1 << 20  # bytes read at a time (doubling while one element is longer)
@@ -43,8 +43,10 @@ class Json(Format):
             return jsonl.FORMAT.plan(replace(f, format="jsonl"), target_bytes)
         return [(Slice(f, 0, f.size), f.size)]
 
-    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int, max_record: int = 0) -> Iterator[Part]:
-        # (max_record is not applied here yet: one JSON element or one Arrow record batch is read whole)
+    def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int,
+              max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Part]:
+        # An element over max_record bytes is a too_long Skip, as a .jsonl line is; unlike a .jsonl
+        # line it is still read whole first (the array splitter holds one element in memory).
         f = sl.file
         try:
             s = open_stream(f.path, f.compression, on_bytes=on_bytes)
@@ -59,6 +61,10 @@ class Json(Format):
                 if type(el) is Skip:
                     tail = el
                     break
+                if len(el[1]) > max_record:
+                    items.append((el[0], Skip("too_long", f"{f.path}:{el[0]} (over --max-record-mb "
+                                                          f"{max_record / (1 << 20):g})")))
+                    continue
                 items.append(el)
                 n_bytes += len(el[1])
                 if n_bytes >= part_bytes:
@@ -74,11 +80,15 @@ class Json(Format):
             yield Part(sl, items, tail=tail, nbytes=n_bytes)
 
     def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
-        return json_keys((raw for part in self.parts(sl, "", None, 64 << 10) for _, raw in part.items), records)
+        return json_keys((raw for part in self.parts(sl, "", None, 64 << 10) for _, raw in part.items
+                          if type(raw) is not Skip), records)
 
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         path = part.sl.file.path
         for line, raw in part.items:
+            if type(raw) is Skip:  # over --max-record-mb, found while splitting
+                yield raw
+                continue
             try:
                 obj = orjson.loads(raw)
             except orjson.JSONDecodeError as e:

@@ -259,3 +259,20 @@ def test_json_string_end_respects_escapes(text):
     start = buf.index(enc) + 1
     assert string_end(buf, start) == start + len(enc) - 1
     assert string_end(enc[:-1], 1) == -1  # not closed within the buffer
+
+
+def test_max_record_applies_to_json_arrays_and_arrow_batches(tmp_path):
+    """--max-record-mb skips and counts an over-long record in a .json array and an .arrow file too,
+    as in .jsonl and parquet; the records around it are kept."""
+    root = tmp_path / "in"
+    root.mkdir()
+    big = "x" * 5000
+    (root / "a.json").write_bytes(json.dumps([{"text": "one"}, {"text": big}, {"text": "two"}], indent=1).encode())
+    _arrow_stream(root / "b.arrow", [pa.record_batch({"text": ["three", big, "four"]})])
+    texts, m = run(tmp_path, {}, max_record_mb=0.002)  # 2,097 bytes
+    assert sorted(texts) == [b"four", b"one", b"three", b"two"]
+    assert skipped(m) == {"too_long": 2}
+    ex = sorted(m["totals"]["skipped_examples"]["too_long"])
+    assert ex[0].startswith(str(root / "a.json") + ":5") and ex[1].startswith(str(root / "b.arrow") + ": row 1")
+    texts, m = run(tmp_path, {}, overwrite=True)  # the default limit keeps them
+    assert len(texts) == 6 and "too_long" not in skipped(m)
