@@ -28,14 +28,15 @@ class Text(Format):
                 yield Skip("not_conversation", path)
             return
         for data in part.items:
-            if comp is not None:
+            if comp is not None:  # (compressed bytes, --max-record-mb in bytes): see read_whole
+                data, limit = data
                 try:
-                    data = decompress_all(data, comp, DEFAULT_MAX_RECORD)
+                    data = decompress_all(data, comp, limit)
                 except truncation_errors(comp):
                     yield Skip("truncated", path)
                     continue
-                if data is None:  # bounded by the default record limit: the Part does not carry the flag
-                    yield Skip("too_long", f"{path} (over {DEFAULT_MAX_RECORD >> 20} MB decompressed)")
+                if data is None:
+                    yield Skip("too_long", f"{path} (over --max-record-mb {limit / (1 << 20):g} decompressed)")
                     continue
             try:
                 text = data.decode("utf-8-sig")  # a byte-order mark is encoding, not text
@@ -75,7 +76,9 @@ def read_whole(sl: Slice, on_bytes=None, max_record: int = DEFAULT_MAX_RECORD) -
     if len(data) != f.size:
         return Part(sl, [], tail=Skip("truncated", f"{f.path}: the file changed while it was read "
                                                    f"({f.size:,} bytes when found, {len(data):,} when read)"))
-    return Part(sl, [data], nbytes=len(data))
+    # A compressed file is decompressed where it is parsed (on the core that tokenizes it), and
+    # the limit travels with it: decompressed, the text is at most max_record bytes too.
+    return Part(sl, [data if f.compression is None else (data, max_record)], nbytes=len(data))
 
 
 FORMAT = Text()

@@ -276,3 +276,12 @@ def test_max_record_applies_to_json_arrays_and_arrow_batches(tmp_path):
     assert ex[0].startswith(str(root / "a.json") + ":5") and ex[1].startswith(str(root / "b.arrow") + ": row 1")
     texts, m = run(tmp_path, {}, overwrite=True)  # the default limit keeps them
     assert len(texts) == 6 and "too_long" not in skipped(m)
+
+
+def test_max_record_bounds_a_compressed_text_file_decompressed(tmp_path):
+    """A .txt.zst whose text is over --max-record-mb once decompressed is skipped as too_long under
+    that flag (not only under the default limit); a small one beside it is kept."""
+    texts, m = run(tmp_path, {"big.txt.zst": zstandard.compress(b"y" * 5000),
+                              "small.txt.zst": zstandard.compress(b"fine")}, max_record_mb=0.002)
+    assert texts == [b"fine"] and skipped(m) == {"too_long": 1}
+    assert "big.txt.zst (over --max-record-mb" in m["totals"]["skipped_examples"]["too_long"][0]
