@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 import time
@@ -59,7 +60,8 @@ def one(name: str, path: str, inputs: list[str], texts: list[str], work: str) ->
         try:
             info = choose_backend(info, engine, lambda: [t[:4096] for t in texts[:SAMPLE_DOCS]])
         except Exception as e:  # tiktoken refused: the one-line reason
-            row["tiktoken"] = f"refused: {str(e).split(':', 2)[-1].split(';')[0].strip()[:60]}"
+            m = re.search(r"exactly \((?:BPE |model )?([^ ;(),]+)", str(e))  # "... exactly (BPE byte_fallback (...))"
+            row["tiktoken"] = f"refused: {m.group(1) if m else str(e).split(';')[0][-60:]}"
             continue
         if engine == "auto":
             row["auto picks"] = info.backend
