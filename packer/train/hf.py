@@ -47,6 +47,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import inspect
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Optional
@@ -129,19 +130,23 @@ class _Segments:
         return self._groups
 
 
-class _Memo:
+class _Memo(threading.local):
     """The last batch's boundaries, so that they are found once a forward, not once a layer.
 
     Every layer of one forward gets the same position_ids (or cu_seq_lens_q)
     tensor object; a weak reference to it, with its version counter, says the
     boundaries still hold without looking at the data (a host sync each time:
-    12 layers, 12 syncs, and the GPU waits for the CPU after each).
+    12 layers, 12 syncs, and the GPU waits for the CPU after each). One per
+    thread (nn.DataParallel runs replicas in threads).
     """
 
     source = None  # weakref to the tensor the boundaries came from
     version = -1
     key = None
     value = None
+
+
+_memo = _Memo()
 
 
 def _boundaries(kwargs, B: int, T: int, device) -> _Segments:
@@ -152,9 +157,10 @@ def _boundaries(kwargs, B: int, T: int, device) -> _Segments:
         raise PackerError(f"{NAME} attention needs the batch's position_ids (or cu_seq_lens_q/max_length_q) "
                           "to find the documents; pass position_ids to the model")
     key = (B, T, str(device), source is cu)
-    held = _Memo.source() if _Memo.source is not None else None
-    if held is source and _Memo.version == source._version and _Memo.key == key:
-        return _Memo.value
+    m = _memo
+    held = m.source() if m.source is not None else None
+    if held is source and m.version == source._version and m.key == key:
+        return m.value
     if source is cu:
         cu = cu.to(device=device, dtype=torch.int32)
         mx = int(mx)
@@ -166,7 +172,7 @@ def _boundaries(kwargs, B: int, T: int, device) -> _Segments:
     if int(cu[-1]) != B * T:  # once a forward
         raise PackerError(f"{NAME} attention: cu_seq_lens_q ends at {int(cu[-1])}, but the batch has {B * T} slots")
     seg = _Segments(cu, mx, B, T)
-    _Memo.source, _Memo.version, _Memo.key, _Memo.value = weakref.ref(source), source._version, key, seg
+    m.source, m.version, m.key, m.value = weakref.ref(source), source._version, key, seg
     return seg
 
 
