@@ -3,7 +3,8 @@
 One run, one GPU, every variant side by side on the same model and batches::
 
     python bench/hf_attention.py                 # H200: Llama-style 124M, 32 x 2048 slots a step
-    python bench/hf_attention.py --tiny          # CPU smoke run of every code path
+    python bench/hf_attention.py --profile       # then CUDA time by kernel class, host syncs a step
+    python bench/hf_attention.py --tiny          # CPU smoke run of every code path (tests/train/test_hf_attention_bench.py)
 
 Model: ``transformers.LlamaForCausalLM`` from a config (no download): 12
 layers, hidden 768, 12 heads, SwiGLU 2048, vocab 50304, RoPE; fp32 master
