@@ -83,8 +83,10 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 @click.option("--no-eos", is_flag=True, help="Do not append the end-of-document token after each document.")
 @click.option("--eos-token", default=None, help="Token to use as end-of-document (default: the tokenizer's, e.g. <|endoftext|>).")
 @click.option("--max-record-mb", default=256.0, show_default=True,
-              help="Longest record read (a jsonl line, a text file, a parquet cell), in MB; a longer one is skipped "
-                   "and counted (too_long). Bounds a reader's memory. Changes the output bytes only when a record is over it.")
+              help="Longest record read (a jsonl line, a text file decompressed, a parquet or arrow cell, a .json "
+                   "array element), in MB; a longer one is skipped and counted (too_long). Bounds a reader's memory "
+                   "(.json elements and arrow batches are read whole first). Changes the output bytes only when "
+                   "a record is over it.")
 @click.option("--bos", "bos_token", default=None, metavar="TOKEN",
               help="Put TOKEN before each document instead of what the tokenizer's template puts there "
                    "(default: as transformers' tokenizer(text) does, e.g. <s> for Llama-2/Mistral, none for GPT-2).")
