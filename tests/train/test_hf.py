@@ -225,3 +225,25 @@ def test_one_document_rows_in_many_runs_go_varlen_with_the_rest(ds, monkeypatch)
         ref = alone(model, ids, pos)
     assert calls == [("varlen", ids.numel())] * model.config.num_hidden_layers
     torch.testing.assert_close(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_whole_rows_first_leaves_the_loss_unchanged(ds):
+    """The documented claim: reordering a batch's rows (one-document rows first) changes neither
+    the loss nor the gradients under packer_attention."""
+    from packer.train.batching import whole_rows_first
+
+    model = tiny(ds, packer_attention())
+    rows = many_docs(ds, 3)
+    b = collate([ds[i] for i in rows] + [ds[rows[0]]])
+    b["position_ids"][1] = torch.arange(b["position_ids"].shape[1])  # a one-document row, second
+    r = whole_rows_first(b)
+    assert not torch.equal(r["input_ids"], b["input_ids"])  # the order did change
+    out = []
+    for batch in (b, r):
+        model.zero_grad()
+        loss = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], labels=batch["labels"]).loss
+        loss.backward()
+        out.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    torch.testing.assert_close(out[0][0], out[1][0], rtol=1e-5, atol=1e-6)
+    for g0, g1 in zip(out[0][1], out[1][1]):
+        torch.testing.assert_close(g0, g1, rtol=1e-4, atol=1e-6)
