@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple, Union
 
 from ..errors import InputError
+from ..io import storage_for
 
 PART_BYTES = 256 << 10  # raw input per Part and per chunk: a tokenizer batch, ~0.1-0.2 s of one core
 # The longest record (a jsonl line, a text file, a parquet cell) read, in
@@ -172,7 +173,9 @@ def keys_of(objs, records: int) -> list[str]:
 def grouped(sl: Slice, records: Iterator[Record], part_bytes: int, errors: tuple, tail_of) -> Iterator[Part]:
     """``records`` (already parsed, as a columnar reader yields them) in Parts of about
     ``part_bytes`` of text. An exception of ``errors`` ends the slice: the records before it are
-    kept, and ``tail_of(exc)`` is the Skip that says why."""
+    kept, and ``tail_of(exc)`` is the Skip that says why. A file that is not as discovered once
+    read (``changed``: rewritten in place, or replaced) ends with a ``truncated`` Skip: its records
+    may mix two versions, and are counted so."""
     items: list = []
     n_bytes = 0
     try:
@@ -186,8 +189,10 @@ def grouped(sl: Slice, records: Iterator[Record], part_bytes: int, errors: tuple
     except errors as e:
         yield Part(sl, items, tail=tail_of(e), nbytes=n_bytes)
         return
-    if items:
-        yield Part(sl, items, nbytes=n_bytes)
+    # (no stamp, as for objects in a store: nothing to compare, and no request made)
+    tail = changed(sl, storage_for(sl.file.path).stamp()) if sl.file.stamp != (0, 0) else None
+    if items or tail is not None:
+        yield Part(sl, items, tail=tail, nbytes=n_bytes)
 
 
 def unreadable(sl: Slice, e: OSError) -> Skip:

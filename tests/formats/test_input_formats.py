@@ -285,3 +285,26 @@ def test_max_record_bounds_a_compressed_text_file_decompressed(tmp_path):
                               "small.txt.zst": zstandard.compress(b"fine")}, max_record_mb=0.002)
     assert texts == [b"fine"] and skipped(m) == {"too_long": 1}
     assert "big.txt.zst (over --max-record-mb" in m["totals"]["skipped_examples"]["too_long"][0]
+
+
+@pytest.mark.parametrize("kind", ["parquet", "arrow"])
+def test_columnar_file_changed_after_discovery_is_counted_truncated(tmp_path, kind):
+    """A parquet or arrow file rewritten between discovery and the end of its read ends its slice
+    with a counted ``truncated`` (its records may mix two versions), as jsonl and text files do."""
+    from packer.formats import discover, plan_slices, read_slice
+
+    root = tmp_path / "in"
+    root.mkdir()
+    p = root / f"a.{kind}"
+    table = pa.table({"text": ["one", "two"]})
+    if kind == "parquet":
+        pq.write_table(table, p)
+    else:
+        _arrow_stream(p, table.to_batches())
+    (sl, _), = plan_slices(discover([str(root)]).files, 1 << 30)
+    assert [r.text for r in read_slice(sl)] == ["one", "two"]  # as discovered: nothing counted
+    st = os.stat(p)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # rewritten in place: a new mtime
+    recs = list(read_slice(sl))
+    assert [r.text for r in recs[:2]] == ["one", "two"]
+    assert recs[2].reason == "truncated" and "changed while it was read" in recs[2].where
