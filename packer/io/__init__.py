@@ -10,8 +10,10 @@ from .cache import ShardCache
 from .compression import SUFFIXES as COMPRESSION_SUFFIXES, decompress_all, truncation_errors
 from .discover import Found, find
 from .readahead import READ_BLOCK, READ_DEPTH, ReadAhead, io_thread, open_stream
-from .storage import (LocalStorage, ObjectStorage, RangedFile, Storage, atomic_write, json_bytes, storage_for,
-                      write_json)
+from .atomic import atomic_write, json_bytes, write_json
+from .object_storage import ObjectStorage
+from .storage import LocalStorage, storage_for
+from .storage_base import RangedFile, Storage
 from .uri import check_uri, is_uri, redact
 
 __all__ = [

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pyarrow.fs as pafs
 
 from ..errors import PackerError
-from .storage import _io_error
+from .storage_base import _io_error
 from .uri import filesystem, is_uri, join, redact
 
 STAT_THREADS = 32  # stats in flight while sizing a local tree

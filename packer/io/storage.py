@@ -25,9 +25,9 @@ import shutil
 import stat
 
 from ..errors import PackerError
-from .atomic import atomic_write, json_bytes, write_json  # noqa: F401 (re-exported: where they always were)
+from .atomic import atomic_write
 from .object_storage import ObjectStorage
-from .storage_base import RangedFile, Storage, _io_error  # noqa: F401 (re-exported)
+from .storage_base import RangedFile, Storage
 from .uri import check_uri, is_uri
 
 

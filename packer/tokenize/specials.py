@@ -89,19 +89,20 @@ def describe_around(tok, pre, pre_src: str, post, post_src: str) -> str:
     return f"{head}; {tail}"
 
 
-def special_ids(tok) -> dict[int, str]:
-    """{id: string} of the special added tokens HF cuts out of text (the unknown token is not one: models emit it)."""
-    unk = unknown_token(tok)
+def special_ids(tok, tokenizer_json: str | None = None) -> dict[int, str]:
+    """{id: string} of the special added tokens HF cuts out of text (the unknown token is not one: models emit it).
+    ``tokenizer_json``: ``tok.to_str()`` where the caller has it already."""
+    unk = unknown_token(tok, tokenizer_json)
     return {i: t.content for i, t in tok.get_added_tokens_decoder().items()
             if t.special and t.content and t.content != unk}
 
 
-def unknown_token(tok) -> str | None:
+def unknown_token(tok, tokenizer_json: str | None = None) -> str | None:
     """The model's unknown token: ``unk_token`` for BPE, WordPiece and WordLevel; a Unigram model
     names it by id (``unk_id``) in tokenizer.json only, not as an attribute."""
     unk = getattr(tok.model, "unk_token", None)
     if unk is None and type(tok.model).__name__ == "Unigram":
-        uid = json.loads(tok.to_str()).get("model", {}).get("unk_id")
+        uid = json.loads(tokenizer_json or tok.to_str()).get("model", {}).get("unk_id")
         unk = tok.id_to_token(uid) if isinstance(uid, int) else None
     return unk
 

@@ -220,13 +220,14 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
     static = _STATIC.get((fingerprint, split_special))
     if static is None:
 
-        passed = check_cache.load(fingerprint, split_special, hard_strings())
+        hard_base = hard_strings()  # what the record is keyed on (built once: ~15 ms)
+        passed = check_cache.load(fingerprint, split_special, hard_base)
         try:
             if passed is not None:  # this tokenizer passed on this machine before: only the input check runs
-                conv = check_cache.load_conversion(fingerprint, split_special, hard_strings())
+                conv = check_cache.load_conversion(fingerprint, split_special, hard_base)
                 if conv is None:
                     conv = convert(tokenizer_json, check_merges=False)
-                    check_cache.store_conversion(fingerprint, split_special, hard_strings(), conv)
+                    check_cache.store_conversion(fingerprint, split_special, hard_base, conv)
                 conv = replace(conv, note=passed["note"])
                 static = (TiktokenEncoder(tokenizer_json, conv, hf, split_special),
                           CheckResult(True, passed["texts"], passed["tokens"], ""))
@@ -235,8 +236,8 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
                 strings = hard_strings(enc.conv.added) + suspect_strings(enc.conv.suspects)
                 static = (enc, check(enc, hf, strings, "hard string"))
                 if static[1].ok:
-                    check_cache.store(fingerprint, split_special, hard_strings(), enc.conv.note, static[1].texts, static[1].tokens)
-                    check_cache.store_conversion(fingerprint, split_special, hard_strings(), enc.conv)
+                    check_cache.store(fingerprint, split_special, hard_base, enc.conv.note, static[1].texts, static[1].tokens)
+                    check_cache.store_conversion(fingerprint, split_special, hard_base, enc.conv)
         except NotExpressible as e:
             static = f"tiktoken cannot express this tokenizer exactly ({e})"
         _STATIC.clear()

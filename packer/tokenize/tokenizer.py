@@ -156,7 +156,7 @@ def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None 
     _LOADED[fp] = tok
     return TokenizerInfo(spec, "hf", vocab_size, eos_id, pad_id, fp, as_json, tuple(notes), prefix=prefix,
                          suffix=suffix, added=added, split_special=split_special,
-                         specials=tuple(sorted(around_text.special_ids(tok).items())))
+                         specials=tuple(sorted(around_text.special_ids(tok, as_json).items())))
 
 
 def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: []) -> TokenizerInfo:

@@ -10,11 +10,9 @@ import sys
 import numpy as np
 import pyarrow as pa
 import pytest
-from click.testing import CliRunner
 
 from packer import shards as S
-from packer.io import atomic_write, write_json
-from packer.cli import main
+from packer.io import write_json
 
 from tests.conftest import invoke as run
 from packer.inspect.stats import Dist, check, figures
@@ -61,6 +59,14 @@ def read_columns(path, seq_len):
         col = t.column(name).chunk(0)
         lists[name] = [np.asarray(col.offsets).copy(), col.values.to_numpy().copy()]
     return ids, lists
+
+
+def copied_columns(sample_build, copy_build, shard):
+    """A copy of the build to damage: (its folder, its manifest, the ids and list columns of ``shard``)."""
+    out = copy_build(sample_build)
+    m = manifest(out)
+    ids, lists = read_columns(shard_path(out, shard), m["seq_len"])
+    return out, m, ids, lists
 
 
 def write_shard(out, i, ids, lists, seq_len, fix_checksum=True):
@@ -272,10 +278,8 @@ def test_manifest_totals_changed(sample_build, copy_build):
 
 
 def test_token_id_at_vocab_size(sample_build, copy_build):
-    out = copy_build(sample_build)
-    m = manifest(out)
+    out, m, ids, lists = copied_columns(sample_build, copy_build, 1)
     seq_len, vocab = m["seq_len"], m["vocab_size"]
-    ids, lists = read_columns(shard_path(out, 1), seq_len)
     ids[7 * seq_len + 3] = vocab  # fits uint16, outside the vocabulary
     write_shard(out, 1, ids, lists, seq_len)
     lines = assert_caught(run("stats", out), "shards/000001.arrow", "row 7 slot 3", f"token id {vocab}", "vocab_size")
@@ -284,10 +288,8 @@ def test_token_id_at_vocab_size(sample_build, copy_build):
 
 
 def test_doc_lens_past_seq_len(sample_build, copy_build):
-    out = copy_build(sample_build)
-    m = manifest(out)
+    out, m, ids, lists = copied_columns(sample_build, copy_build, 0)
     seq_len = m["seq_len"]
-    ids, lists = read_columns(shard_path(out, 0), seq_len)
     off, lens = lists["doc_lens"]
     r = 11
     lens[off[r + 1] - 1] += seq_len  # the row's last piece grows past the end of the row
@@ -297,10 +299,8 @@ def test_doc_lens_past_seq_len(sample_build, copy_build):
 
 
 def test_padding_slot_not_pad(sample_build, copy_build):
-    out = copy_build(sample_build)
-    m = manifest(out)
+    out, m, ids, lists = copied_columns(sample_build, copy_build, 0)
     seq_len = m["seq_len"]
-    ids, lists = read_columns(shard_path(out, 0), seq_len)
     off, lens = lists["doc_lens"]
     fill = np.add.reduceat(lens, off[:-1])
     r = int(np.nonzero(fill < seq_len)[0][0])
@@ -311,10 +311,8 @@ def test_padding_slot_not_pad(sample_build, copy_build):
 
 
 def test_pieces_that_do_not_tile_their_document(sample_build, copy_build):
-    out = copy_build(sample_build)
-    m = manifest(out)
+    out, m, ids, lists = copied_columns(sample_build, copy_build, 0)
     seq_len = m["seq_len"]
-    ids, lists = read_columns(shard_path(out, 0), seq_len)
     docs, offs = lists["doc_index"][1], lists["doc_offset"][1]
     p = int(np.nonzero(offs > 0)[0][0])  # a later piece of a split document
     offs[p] += 1
