@@ -94,7 +94,10 @@ def whole_rows_first(batch: Mapping) -> dict:
     reordered; document_ids, cu_seqlens and max_seqlen are found again;
     other entries pass through, and internal ones (``_...``) are dropped.
     """
-    pos = batch["position_ids"]
+    pos = batch.get("position_ids")
+    if not isinstance(pos, torch.Tensor) or pos.dim() != 2:
+        raise PackerError("whole_rows_first needs a (B, L) batch with position_ids, as collate or "
+                          "PackedLoader gives it")
     B, L = pos.shape
     whole = (pos == 0).sum(1) == 1
     perm = torch.argsort((~whole).to(torch.int8), stable=True)

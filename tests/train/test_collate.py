@@ -223,3 +223,13 @@ def test_whole_rows_first_is_the_same_batch_reordered(ds):
     for k in ("document_ids", "cu_seqlens"):
         assert torch.equal(got[k], want[k])
     assert got["max_seqlen"] == want["max_seqlen"]
+
+
+def test_whole_rows_first_refuses_a_batch_without_rows_of_positions():
+    from packer.errors import PackerError
+    from packer.train.batching import whole_rows_first
+
+    with pytest.raises(PackerError, match="position_ids"):
+        whole_rows_first({"input_ids": torch.zeros(2, 4, dtype=torch.long)})
+    with pytest.raises(PackerError, match="position_ids"):
+        whole_rows_first({"position_ids": torch.arange(8)})  # one flat row
