@@ -1,0 +1,205 @@
+"""Where a many-core build's wall time goes: every task of one build, on a timeline.
+
+Runs ``packer.build`` in this process with ``--workers N`` and records:
+
+- the build's serial steps (``BuildResult.phases``: tokenizer load, discovery,
+  engine check, output, workers, manifest);
+- every task a worker ran (``encode_chunk``: parse and tokenize ~256 KB;
+  ``assemble_unit``: pack and write one shard), with its process and its
+  start and end on the shared monotonic clock;
+- when the reader thread posted each chunk, and the main process's CPU
+  seconds (all its threads: reader, event loop, pickling) while the workers ran.
+
+From those it prints what bounds the speed-up: the time before the first
+task starts (serial start-up), how busy the workers are between the first
+and the last chunk, how long chunks wait for a free worker or workers wait
+for a chunk, and the tail after the last chunk (the last shard's packing
+and writing). Run it for 1 and N workers on the same corpus:
+
+    python bench/build_trace.py bench_out/real/real.jsonl --tokenizer ../shared/data/llama3 --workers 1 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import importlib  # noqa: E402
+
+local = importlib.import_module("packer.build.local")  # (packer.build is also the build function's name)
+
+_TRACE_DIR = None  # set before the build; forked workers inherit it
+_posted: list[float] = []  # monotonic times the reader posted a chunk (this process)
+
+
+def _span(kind, fn):
+    def traced(*args):
+        t0 = time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            with open(os.path.join(_TRACE_DIR, f"{os.getpid()}.jsonl"), "a") as f:
+                f.write(json.dumps([kind, t0, time.monotonic()]) + "\n")
+    traced.__name__ = traced.__qualname__ = f"traced_{kind}"
+    return traced
+
+
+traced_chunk = _span("chunk", local.encode_chunk)
+traced_unit = _span("unit", local.assemble_unit)
+
+
+class _Posted(local.ChunkRead):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _posted.append(time.monotonic())
+
+
+def _install() -> None:
+    local.encode_chunk, local.assemble_unit, local.ChunkRead = traced_chunk, traced_unit, _Posted
+
+
+def trace(inputs: list[str], tokenizer: str | None, workers: int, extra: dict) -> dict:
+    """One build, traced; returns the figures (seconds)."""
+    global _TRACE_DIR
+    from packer import build
+
+    tmp = tempfile.mkdtemp(prefix="trace-")
+    _TRACE_DIR = os.path.join(tmp, "spans")
+    os.makedirs(_TRACE_DIR)
+    _posted.clear()
+    try:
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
+        ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.monotonic()
+        r = build(inputs, os.path.join(tmp, "out"), tokenizer=tokenizer, workers=workers, quiet=True, **extra)
+        wall = time.monotonic() - t0
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        spans = []
+        for name in os.listdir(_TRACE_DIR):
+            pid = int(name.split(".")[0])
+            with open(os.path.join(_TRACE_DIR, name)) as f:
+                spans += [(pid, *json.loads(line)) for line in f]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    ph = r.phases
+    names = list(ph)
+    before = sum(ph[k] for k in names[: names.index("units (workers)")])  # the steps before the engine ran
+    engine_t0 = t0 + before
+    chunks = sorted(s for s in spans if s[1] == "chunk")
+    units = sorted(s for s in spans if s[1] == "unit")
+    first = min(s[2] for s in spans)
+    last_chunk = max(s[3] for s in chunks)
+    end = max(s[3] for s in spans)
+    busy = sum(s[3] - s[2] for s in spans if s[2] < last_chunk)
+    procs = {s[0] for s in spans}
+    n = max(1, min(workers, len(procs)))
+    window = last_chunk - first
+    self_cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
+    child_cpu = (ch1.ru_utime + ch1.ru_stime) - (ch0.ru_utime + ch0.ru_stime)
+    return {
+        "workers": workers, "wall": wall, "tokens": r.manifest["totals"]["tokens"],
+        "backend": r.manifest["tokenizer"]["backend"], "phases": ph,
+        "to_first_task": first - engine_t0, "chunk_window": window,
+        "busy_in_window": busy / (n * window) if window > 0 else 1.0,
+        "chunk_s": sum(s[3] - s[2] for s in chunks), "unit_s": sum(s[3] - s[2] for s in units),
+        "chunks": len(chunks), "units": len(units),
+        "last_post": (max(_posted) - first) if _posted else 0.0,
+        "tail": end - last_chunk, "after_tasks": (t0 + wall) - end,
+        "main_cpu": self_cpu, "workers_cpu": child_cpu,
+    }
+
+
+def _share(args):
+    """One forked process's share of the ceiling: encode every n-th text, from a common start time."""
+    texts, encoder, start_at = _CEILING
+    i, n = args
+    while time.monotonic() < start_at:  # all shares start together
+        time.sleep(0.001)
+    t0, c0 = time.monotonic(), time.process_time()
+    mine = texts[i::n]
+    tokens = 0
+    for b in range(0, len(mine), 64):
+        tokens += len(encoder.encode_flat(mine[b : b + 64])[0])
+    return t0, time.monotonic(), time.process_time() - c0, tokens
+
+
+_CEILING = None
+
+
+def ceiling(inputs: list[str], tokenizer: str | None, n: int) -> dict:
+    """The host's own ceiling for the build's work: n forked processes, each encoding every n-th
+    text (already in memory) with the build's encoder; no reading, packing or writing. Wall = first
+    start to last end."""
+    global _CEILING
+    import multiprocessing as mp
+
+    from common import corpus_texts
+    from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
+
+    texts = corpus_texts(inputs)
+    info = choose_backend(resolve_tokenizer(tokenizer), "auto", lambda: texts[:200])
+    _CEILING = (texts, Encoder(info), time.monotonic() + 0.5)
+    with mp.get_context("fork").Pool(n) as pool:
+        res = pool.map(_share, [(i, n) for i in range(n)])
+    wall = max(r[1] for r in res) - min(r[0] for r in res)
+    return {"workers": n, "wall": wall, "tokens": sum(r[3] for r in res), "cpu": sum(r[2] for r in res),
+            "backend": info.backend}
+
+
+def _row(f: dict) -> str:
+    ph = "  ".join(f"{k} {v:.2f}" for k, v in f["phases"].items())
+    return (f"x{f['workers']:<3} wall {f['wall']:6.2f}s  {f['tokens'] / f['wall'] / 1e6:6.2f} Mtok/s  [{f['backend']}]\n"
+            f"      steps: {ph}\n"
+            f"      engine start -> first task {f['to_first_task']:.2f}s; chunks {f['chunks']} in {f['chunk_window']:.2f}s "
+            f"(workers busy {100 * f['busy_in_window']:.0f}%; reader posted its last chunk at {f['last_post']:.2f}s); "
+            f"tail after the last chunk {f['tail']:.2f}s; after the last task {f['after_tasks']:.2f}s\n"
+            f"      task seconds: chunks {f['chunk_s']:.2f}, units {f['unit_s']:.2f} ({f['units']}); "
+            f"CPU s: main process {f['main_cpu']:.2f}, workers {f['workers_cpu']:.2f}")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("inputs", nargs="+")
+    ap.add_argument("--tokenizer")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--ceiling", action="store_true",
+                    help="also time the host's ceiling: N processes encoding the texts in memory, nothing else")
+    ap.add_argument("--json", help="append the figures as JSON lines to this file")
+    args = ap.parse_args(argv)
+    if args.ceiling:
+        ceil = {n: ceiling(args.inputs, args.tokenizer, n) for n in args.workers}
+        lo = min(ceil)
+        for n, c in sorted(ceil.items()):
+            eff = ceil[lo]["wall"] / c["wall"] / (n / lo)
+            print(f"ceiling x{n}: {c['tokens'] / c['wall'] / 1e6:6.2f} Mtok/s ({c['wall']:.2f}s, cpu {c['cpu']:.2f}s) "
+                  f"[{c['backend']}] = {eff:.2f} of linear", flush=True)
+    _install()
+    runs = {}
+    for rnd in range(args.rounds):
+        for n in args.workers:
+            f = trace(args.inputs, args.tokenizer, n, {})
+            runs.setdefault(n, []).append(f)
+            print(f"round {rnd} " + _row(f), flush=True)
+            if args.json:
+                with open(args.json, "a") as fh:
+                    fh.write(json.dumps(f) + "\n")
+    best = {n: min(fs, key=lambda f: f["wall"]) for n, fs in runs.items()}
+    lo = min(best)
+    print(f"\nscaling over {lo} worker(s), best rounds (wall at {lo} / (N / {lo} x wall at N)):")
+    for n, f in sorted(best.items()):
+        eff = best[lo]["wall"] / f["wall"] / (n / lo)
+        print(f"  x{n}: {best[lo]['wall'] / f['wall']:5.2f}x faster = {eff:.2f} of linear")
+
+
+if __name__ == "__main__":
+    main()
