@@ -40,20 +40,31 @@ _TRACE_DIR = None  # set before the build; forked workers inherit it
 _posted: list[float] = []  # monotonic times the reader posted a chunk (this process)
 
 
-def _span(kind, fn):
+_depth = [0]  # traced calls in progress in this process: only the outermost is recorded
+
+
+def _span(kind, fn, name):
     def traced(*args):
         t0 = time.monotonic()
+        _depth[0] += 1
         try:
             return fn(*args)
         finally:
-            with open(os.path.join(_TRACE_DIR, f"{os.getpid()}.jsonl"), "a") as f:
-                f.write(json.dumps([kind, t0, time.monotonic()]) + "\n")
-    traced.__name__ = traced.__qualname__ = f"traced_{kind}"
+            _depth[0] -= 1
+            if not _depth[0]:
+                with open(os.path.join(_TRACE_DIR, f"{os.getpid()}.jsonl"), "a") as f:
+                    f.write(json.dumps([kind, t0, time.monotonic()]) + "\n")
+    traced.__name__ = traced.__qualname__ = name
     return traced
 
 
-traced_chunk = _span("chunk", local.encode_chunk)
-traced_unit = _span("unit", local.assemble_unit)
+# The task functions of the engine, traced (module-level names: pool tasks pickle them by name).
+# Where chunk tokens go through files (packer/build/spill.py), the tasks that write and map them.
+_TASKS = {"encode_chunk": "chunk", "assemble_unit": "unit", "_encode_here": "chunk", "_encode_to": "chunk",
+          "_assemble_from": "unit"}
+for _name, _kind in _TASKS.items():
+    if hasattr(local, _name):
+        globals()[f"traced_{_name}"] = _span(_kind, getattr(local, _name), f"traced_{_name}")
 
 
 class _Posted(local.ChunkRead):
@@ -62,8 +73,43 @@ class _Posted(local.ChunkRead):
         _posted.append(time.monotonic())
 
 
+_thread_cpu: dict[str, float] = {}  # CPU seconds of the main process's reader thread and event loop
+
+
+def _thread_timed(name, fn):
+    def timed(*args):
+        t0 = time.thread_time()
+        try:
+            return fn(*args)
+        finally:
+            _thread_cpu[name] = _thread_cpu.get(name, 0.0) + time.thread_time() - t0
+    return timed
+
+
+def _timed_pool(fn):
+    def make(*args):
+        t0 = time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            _thread_cpu["pool start s"] = time.monotonic() - t0
+    return make
+
+
 def _install() -> None:
-    local.encode_chunk, local.assemble_unit, local.ChunkRead = traced_chunk, traced_unit, _Posted
+    local._make_pool = _timed_pool(local._make_pool)
+    local._read_units = _thread_timed("reader", local._read_units)
+    local._run = _thread_timed("event loop", local._run)
+    # The outermost task function of each kind is traced (spill writes count as the chunk's work).
+    outer = {"chunk": "_encode_to" if hasattr(local, "_encode_to") else "encode_chunk",
+             "unit": "_assemble_from" if hasattr(local, "_assemble_from") else "assemble_unit"}
+    for name in outer.values():
+        setattr(local, name, globals()[f"traced_{name}"])
+    if hasattr(local, "_encode_here"):
+        local._encode_here = globals()["traced__encode_here"]
+    if hasattr(local, "_encode_to"):  # in-process runs assemble with assemble_unit itself
+        local.assemble_unit = globals()["traced_assemble_unit"]
+    local.ChunkRead = _Posted
 
 
 def trace(inputs: list[str], tokenizer: str | None, workers: int, extra: dict) -> dict:
@@ -75,6 +121,7 @@ def trace(inputs: list[str], tokenizer: str | None, workers: int, extra: dict) -
     _TRACE_DIR = os.path.join(tmp, "spans")
     os.makedirs(_TRACE_DIR)
     _posted.clear()
+    _thread_cpu.clear()
     try:
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -100,11 +147,17 @@ def trace(inputs: list[str], tokenizer: str | None, workers: int, extra: dict) -
     last_chunk = max(s[3] for s in chunks)
     end = max(s[3] for s in spans)
     busy = sum(s[3] - s[2] for s in spans if s[2] < last_chunk)
+    gaps = []  # per process: idle time between its tasks, before the last chunk ended
+    for pid in {s[0] for s in spans}:
+        mine = sorted((s[2], s[3]) for s in spans if s[0] == pid and s[2] < last_chunk)
+        gaps += [b[0] - a[1] for a, b in zip(mine, mine[1:])]
     procs = {s[0] for s in spans}
     n = max(1, min(workers, len(procs)))
     window = last_chunk - first
     self_cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     child_cpu = (ch1.ru_utime + ch1.ru_stime) - (ch0.ru_utime + ch0.ru_stime)
+    child_sys = ch1.ru_stime - ch0.ru_stime
+    self_sys = ru1.ru_stime - ru0.ru_stime
     return {
         "workers": workers, "wall": wall, "tokens": r.manifest["totals"]["tokens"],
         "backend": r.manifest["tokenizer"]["backend"], "phases": ph,
@@ -114,18 +167,21 @@ def trace(inputs: list[str], tokenizer: str | None, workers: int, extra: dict) -
         "chunks": len(chunks), "units": len(units),
         "last_post": (max(_posted) - first) if _posted else 0.0,
         "tail": end - last_chunk, "after_tasks": (t0 + wall) - end,
-        "main_cpu": self_cpu, "workers_cpu": child_cpu,
+        "main_cpu": self_cpu, "workers_cpu": child_cpu, "main_sys": self_sys, "workers_sys": child_sys,
+        "gap_mean_ms": 1e3 * sum(gaps) / len(gaps) if gaps else 0.0, "gap_max_ms": 1e3 * max(gaps, default=0.0),
+        "pool_start": _thread_cpu.get("pool start s", 0.0), "reader_cpu": _thread_cpu.get("reader", 0.0), "loop_cpu": _thread_cpu.get("event loop", 0.0),
+        "minflt": ru1.ru_minflt - ru0.ru_minflt + ch1.ru_minflt - ch0.ru_minflt,
     }
 
 
 def _share(args):
     """One forked process's share of the ceiling: encode every n-th text, from a common start time."""
-    texts, encoder, start_at = _CEILING
+    texts, shares, encoder, start_at = _CEILING
     i, n = args
     while time.monotonic() < start_at:  # all shares start together
         time.sleep(0.001)
     t0, c0 = time.monotonic(), time.process_time()
-    mine = texts[i::n]
+    mine = [texts[j] for j in shares[i]]
     tokens = 0
     for b in range(0, len(mine), 64):
         tokens += len(encoder.encode_flat(mine[b : b + 64])[0])
@@ -136,9 +192,9 @@ _CEILING = None
 
 
 def ceiling(inputs: list[str], tokenizer: str | None, n: int) -> dict:
-    """The host's own ceiling for the build's work: n forked processes, each encoding every n-th
-    text (already in memory) with the build's encoder; no reading, packing or writing. Wall = first
-    start to last end."""
+    """The host's own ceiling for the build's work: n forked processes, each encoding its share of
+    the texts (already in memory; shares balanced by length, longest first to the least loaded)
+    with the build's encoder; no reading, packing or writing. Wall = first start to last end."""
     global _CEILING
     import multiprocessing as mp
 
@@ -147,23 +203,34 @@ def ceiling(inputs: list[str], tokenizer: str | None, n: int) -> dict:
 
     texts = corpus_texts(inputs)
     info = choose_backend(resolve_tokenizer(tokenizer), "auto", lambda: texts[:200])
-    _CEILING = (texts, Encoder(info), time.monotonic() + 0.5)
+    shares: list[list[int]] = [[] for _ in range(n)]
+    load = [0] * n
+    for j in sorted(range(len(texts)), key=lambda j: -len(texts[j])):
+        k = load.index(min(load))
+        shares[k].append(j)
+        load[k] += len(texts[j])
+    _CEILING = (texts, [sorted(s) for s in shares], Encoder(info), time.monotonic() + 0.5)
     with mp.get_context("fork").Pool(n) as pool:
         res = pool.map(_share, [(i, n) for i in range(n)])
     wall = max(r[1] for r in res) - min(r[0] for r in res)
     return {"workers": n, "wall": wall, "tokens": sum(r[3] for r in res), "cpu": sum(r[2] for r in res),
-            "backend": info.backend}
+            "backend": info.backend, "longest_share": max(r[1] - r[0] for r in res),
+            "longest_text_share": max(load) / sum(load)}
 
 
 def _row(f: dict) -> str:
     ph = "  ".join(f"{k} {v:.2f}" for k, v in f["phases"].items())
     return (f"x{f['workers']:<3} wall {f['wall']:6.2f}s  {f['tokens'] / f['wall'] / 1e6:6.2f} Mtok/s  [{f['backend']}]\n"
             f"      steps: {ph}\n"
-            f"      engine start -> first task {f['to_first_task']:.2f}s; chunks {f['chunks']} in {f['chunk_window']:.2f}s "
+            f"      engine start -> first task {f['to_first_task']:.2f}s (starting the pool {f['pool_start']:.2f}s); chunks {f['chunks']} in {f['chunk_window']:.2f}s "
             f"(workers busy {100 * f['busy_in_window']:.0f}%; reader posted its last chunk at {f['last_post']:.2f}s); "
             f"tail after the last chunk {f['tail']:.2f}s; after the last task {f['after_tasks']:.2f}s\n"
             f"      task seconds: chunks {f['chunk_s']:.2f}, units {f['unit_s']:.2f} ({f['units']}); "
-            f"CPU s: main process {f['main_cpu']:.2f}, workers {f['workers_cpu']:.2f}")
+            f"CPU s: main process {f['main_cpu']:.2f} (system {f['main_sys']:.2f}), workers {f['workers_cpu']:.2f} "
+            f"(system {f['workers_sys']:.2f}); page faults {f['minflt']:,}\n"
+            f"      main process threads, CPU s: reader {f['reader_cpu']:.2f}, event loop {f['loop_cpu']:.2f} "
+            f"(the rest of the main process's is the pool's threads: pickling, pipes); a worker's gap between "
+            f"tasks: mean {f['gap_mean_ms']:.1f} ms, max {f['gap_max_ms']:.0f} ms")
 
 
 def main(argv=None) -> None:
@@ -174,15 +241,28 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--ceiling", action="store_true",
                     help="also time the host's ceiling: N processes encoding the texts in memory, nothing else")
+    ap.add_argument("--mmap-threshold-kb", type=int, default=0,
+                    help="an experiment: glibc's mmap threshold in the workers (packer fixes it at 128 KB)")
     ap.add_argument("--json", help="append the figures as JSON lines to this file")
     args = ap.parse_args(argv)
+    if args.mmap_threshold_kb:
+        unit = importlib.import_module("packer.build.unit")
+        kb = args.mmap_threshold_kb
+
+        def threshold() -> None:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6").mallopt(-3, kb << 10)  # M_MMAP_THRESHOLD
+
+        unit.bounded_malloc = threshold  # init_worker calls it in each worker
     if args.ceiling:
         ceil = {n: ceiling(args.inputs, args.tokenizer, n) for n in args.workers}
         lo = min(ceil)
         for n, c in sorted(ceil.items()):
             eff = ceil[lo]["wall"] / c["wall"] / (n / lo)
-            print(f"ceiling x{n}: {c['tokens'] / c['wall'] / 1e6:6.2f} Mtok/s ({c['wall']:.2f}s, cpu {c['cpu']:.2f}s) "
-                  f"[{c['backend']}] = {eff:.2f} of linear", flush=True)
+            print(f"ceiling x{n}: {c['tokens'] / c['wall'] / 1e6:6.2f} Mtok/s ({c['wall']:.2f}s, cpu {c['cpu']:.2f}s; "
+                  f"largest share {100 * c['longest_text_share']:.1f}% of the text) [{c['backend']}] = {eff:.2f} of linear",
+                  flush=True)
     _install()
     runs = {}
     for rnd in range(args.rounds):

@@ -56,13 +56,12 @@ def chat_job(o: OutputSettings, tok):
     """The ChatJob of a chat build: its template (loaded and compiled here, once), fields and rules."""
     from ..formats.chat import ChatFields
     from ..tokenize.chat import load_chat_template
-    from ..tokenize.tokenizer import _LOADED
+    from ..tokenize.tokenizer import loaded_hf
     from .chat_unit import ChatJob
 
     if tok.kind != "hf":
         raise PackerError("--chat needs --tokenizer: a folder with tokenizer.json and a chat template")
-    hf = _LOADED.get(tok.fingerprint)
-    specials = [t.content for t in hf.get_added_tokens_decoder().values() if t.special] if hf is not None else []
+    specials = [t.content for t in loaded_hf(tok).get_added_tokens_decoder().values() if t.special]
     spec = load_chat_template(o.tokenizer, o.chat_template, specials, o.train_on)
     return ChatJob(spec, ChatFields(o.messages_field, o.prompt_field, o.completion_field), o.truncate)
 

@@ -47,11 +47,9 @@ def _get_tokenizer(info):
     """The HF tokenizer of ``info``: the chat path always uses HF, whose offsets map spans to tokens."""
     global _tokenizer
     if _tokenizer is None or _tokenizer[0] != info.fingerprint:
-        from tokenizers import Tokenizer
+        from ..tokenize.tokenizer import loaded_hf
 
-        from ..tokenize.tokenizer import _LOADED
-
-        tok = _LOADED.get(info.fingerprint) or Tokenizer.from_str(info.json)
+        tok = loaded_hf(info)
         _tokenizer = (info.fingerprint, tok)
     return _tokenizer[1]
 

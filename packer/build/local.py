@@ -17,12 +17,13 @@ import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from functools import partial
 
 from ..errors import PackerError
 from ..formats import PART_BYTES, Part, iter_parts_many
 from ..tokenize import Encoder
-from .plan import Unit
-from .plan import ChunkResult
+from . import spill
+from .plan import ChunkResult, Unit
 from .unit import Job, assemble_unit, bounded_malloc, encode_chunk, get_encoder, init_worker
 
 
@@ -199,6 +200,23 @@ def _one_core_tokenizer():
             os.environ["TOKENIZERS_PARALLELISM"] = old
 
 
+def _encode_to(folder: str, job: Job | None, unit_index: int, seq: int, parts: list[Part]) -> ChunkResult:
+    """``encode_chunk`` in a pool worker, its arrays left in ``folder`` for the assembler (spill.py)."""
+    return spill.put(encode_chunk(job, unit_index, parts), os.path.join(folder, f"{unit_index}.{seq}"))
+
+
+def _encode_here(job: Job | None, unit_index: int, seq: int, parts: list[Part]) -> ChunkResult:
+    return encode_chunk(job, unit_index, parts)
+
+
+def _assemble_from(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dict:
+    """``assemble_unit`` on chunks ``_encode_to`` left in files; the files are removed after."""
+    record = assemble_unit(job, unit, [spill.take(c) for c in chunks])
+    for c in chunks:
+        spill.remove(c)
+    return record
+
+
 def _chunks_at_most(todo: list[Unit]) -> int:
     """An upper bound on the chunks the units make: more workers than that would idle."""
     return sum(max(1, -(-u.weight // PART_BYTES)) + len(u.slices) for u in todo)
@@ -232,6 +250,9 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
     # reader, few enough that memory does not grow with the corpus.
     slots = threading.Semaphore(2 * workers + 2)
     window = _Window(max(4 * workers * PART_BYTES, 2 * max(u.weight for u in todo)))
+    # Pool workers hand chunk tokens to the assembler in files: up to 4 bytes of ids per input byte.
+    folder = spill.SpillFolder(4 * window.limit) if pool is not None else None
+    encode, assemble = (partial(_encode_to, folder.path), _assemble_from) if folder else (_encode_here, assemble_unit)
     stop = threading.Event()
     reader = threading.Thread(target=_read_units, args=(todo, job.read_field, events, slots, window, stop, on_bytes, job.max_record),
                               name="packer-reader", daemon=True)
@@ -257,7 +278,7 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
         if n_chunks.get(u) == len(got):
             parts = [got[i] for i in range(len(got))]
             del chunks[u]
-            submit("unit", u, None, assemble_unit, task_job, by_index[u], parts)
+            submit("unit", u, None, assemble, task_job, by_index[u], parts)
 
     reader.start()
     u = None  # the unit the last event was about, for the message if a worker dies
@@ -276,7 +297,7 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
                 continue
             if isinstance(ev, ChunkRead):
                 u = ev.unit.index
-                submit("chunk", u, ev.seq, encode_chunk, task_job, u, ev.parts)
+                submit("chunk", u, ev.seq, encode, task_job, u, ev.seq, ev.parts)
             elif isinstance(ev, UnitRead):
                 u = ev.unit.index
                 n_chunks[u] = ev.chunks
@@ -316,6 +337,8 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
             # its result leaves a half message in the result pipe, and the
             # executor's thread then waits on it forever at interpreter exit.
             pool.shutdown(wait=True, cancel_futures=True)
+        if folder is not None:
+            folder.remove()
         reader.join(timeout=5)
 
 

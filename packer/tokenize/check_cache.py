@@ -28,9 +28,15 @@ import numpy as np
 VERSION = "1"  # bump when what the check covers changes
 
 
-def _folder() -> str | None:
+def cache_root() -> str | None:
+    """packer's record folder (``PACKER_CACHE``, default ~/.cache/packer); None when turned off."""
     root = os.environ.get("PACKER_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "packer")
-    return None if root == "off" else os.path.join(root, "engine-checks")
+    return None if root == "off" else root
+
+
+def _folder() -> str | None:
+    root = cache_root()
+    return None if root is None else os.path.join(root, "engine-checks")
 
 
 def _key(fingerprint: str, split_special: bool, hard: list[str]) -> str:

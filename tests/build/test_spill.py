@@ -1,0 +1,104 @@
+"""Chunk tokens through files (packer/build/spill.py): exact round trips, nothing left behind."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from packer import build
+from packer.build import spill
+from packer.build.plan import ChunkResult
+from packer.formats import Skip
+
+
+def _result(rng, dtype="uint32", mask=False, held=False) -> ChunkResult:
+    lengths = rng.integers(1, 50, size=7).astype(np.int64)
+    tokens = rng.integers(0, 2**16 if dtype == "uint16" else 2**31, size=int(lengths.sum())).astype(dtype)
+    return ChunkResult(tokens, lengths, (Skip("empty", "a.jsonl:3"),), 123,
+                       mask=rng.integers(0, 2, size=len(tokens)).astype(np.uint8) if mask else None,
+                       held=_result(rng, dtype) if held else None)
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32"])
+def test_put_take_round_trip_is_exact(tmp_path, dtype):
+    rng = np.random.default_rng(0)
+    res = _result(rng, dtype, mask=True, held=True)
+    sent = spill.put(res, str(tmp_path / "0.0"))
+    # What crosses between processes holds no array of tokens any more.
+    assert isinstance(sent.tokens, spill.Spilled) and isinstance(sent.mask, spill.Spilled)
+    assert isinstance(sent.held.tokens, spill.Spilled)
+    assert len(sent.tokens) == len(res.tokens)
+    back = spill.take(sent)
+    np.testing.assert_array_equal(back.tokens, res.tokens)
+    assert back.tokens.dtype == res.tokens.dtype
+    np.testing.assert_array_equal(back.mask, res.mask)
+    np.testing.assert_array_equal(back.held.tokens, res.held.tokens)
+    np.testing.assert_array_equal(back.lengths, res.lengths)
+    assert back.skipped == res.skipped and back.nbytes == 123
+    del back
+    spill.remove(sent)
+    assert os.listdir(tmp_path) == []
+    spill.remove(sent)  # twice: no error
+
+
+def test_empty_chunk_round_trip(tmp_path):
+    res = ChunkResult(np.zeros(0, np.uint16), np.zeros(0, np.int64), (), 0)
+    back = spill.take(spill.put(res, str(tmp_path / "e")))
+    assert back.tokens.dtype == np.uint16 and len(back.tokens) == 0
+
+
+def test_folder_is_removed_and_falls_back_without_room(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    big = spill.SpillFolder(1 << 62)  # no /dev/shm has that much room: the temporary folder
+    assert os.path.dirname(big.path) == str(tmp_path)
+    assert os.path.basename(big.path).startswith(f"{spill.PREFIX}{os.getpid()}-")
+    big.remove()
+    assert not os.path.exists(big.path)
+
+
+def test_orphans_of_dead_builds_are_removed(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan = tmp_path / f"{spill.PREFIX}{int(dead.stdout)}-abc"
+    orphan.mkdir()
+    (orphan / "0.0.ids").write_bytes(b"x" * 10)
+    live = tmp_path / f"{spill.PREFIX}{os.getpid()}-keep"  # a build running now (this process)
+    live.mkdir()
+    other = tmp_path / "packer-spill-notapid"  # not ours to judge
+    other.mkdir()
+    f = spill.SpillFolder(1 << 62)
+    assert not orphan.exists()
+    assert live.exists() and other.exists()
+    f.remove()
+
+
+def test_pool_build_leaves_no_spill_files_and_matches_one_worker(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(spill.shutil, "disk_usage", lambda p: type("U", (), {"free": 0})())  # force tmp
+    corpus = tmp_path / "c.jsonl"
+    rng = np.random.default_rng(1)
+    words = ["alpha", "beta", "gamma", "delta", "é", "日本", "\n"]
+    with open(corpus, "w") as fh:
+        for i in range(3000):
+            fh.write('{"text": "%s"}\n' % " ".join(rng.choice(words[:-1], size=int(rng.integers(5, 400)))))
+    real_take, took = spill.take, tmp_path / "took"
+
+    def take(res):  # runs in the assembling worker (forked: it has this patch)
+        with open(took, "a") as fh:
+            fh.write(res.tokens.path + "\n")
+        return real_take(res)
+
+    monkeypatch.setattr(spill, "take", take)
+    a = build(str(corpus), str(tmp_path / "a"), seq_len=128, workers=2, unit_mb=0.25, quiet=True)
+    b = build(str(corpus), str(tmp_path / "b"), seq_len=128, workers=1, unit_mb=0.25, quiet=True)
+    assert a.manifest["totals"] == b.manifest["totals"]
+    sa = sorted(os.listdir(tmp_path / "a" / "shards"))
+    assert len(sa) > 1
+    for name in sa:
+        assert (tmp_path / "a" / "shards" / name).read_bytes() == (tmp_path / "b" / "shards" / name).read_bytes()
+    paths = took.read_text().split()
+    assert len(paths) >= len(sa) and all(p.startswith(str(tmp_path / "tmp" / spill.PREFIX)) for p in paths)
+    assert os.listdir(tmp_path / "tmp") == []  # the spill folder is gone with its files
