@@ -65,6 +65,9 @@ _TASKS = {"encode_chunk": "chunk", "assemble_unit": "unit", "_encode_here": "chu
 for _name, _kind in _TASKS.items():
     if hasattr(local, _name):
         globals()[f"traced_{_name}"] = _span(_kind, getattr(local, _name), f"traced_{_name}")
+_build_pkg = sys.modules["packer.build"]
+if hasattr(_build_pkg, "check_input"):  # the engine check on input texts, run on a worker
+    traced_check_input = _span("check", _build_pkg.check_input, "traced_check_input")
 
 
 class _Posted(local.ChunkRead):
@@ -110,6 +113,19 @@ def _install() -> None:
     if hasattr(local, "_encode_to"):  # in-process runs assemble with assemble_unit itself
         local.assemble_unit = globals()["traced_assemble_unit"]
     local.ChunkRead = _Posted
+    if hasattr(_build_pkg, "check_input"):
+        _build_pkg.check_input = traced_check_input
+
+
+def _fresh_process_state() -> None:
+    """Forget what this process parsed or checked in a previous build, as a new `packer build`
+    process would (its records on disk, PACKER_CACHE, stay)."""
+    tok = importlib.import_module("packer.tokenize.tokenizer")
+    te = importlib.import_module("packer.tokenize.tiktoken_engine")
+    unit = importlib.import_module("packer.build.unit")
+    for d in (tok._LOADED, getattr(tok, "_CUT_RULE", {}), te._STATIC, te._ENCODERS):
+        d.clear()
+    unit._encoder = None
 
 
 def trace(inputs: list[str], tokenizer: str | None, workers: int, extra: dict) -> dict:
@@ -122,6 +138,7 @@ def trace(inputs: list[str], tokenizer: str | None, workers: int, extra: dict) -
     os.makedirs(_TRACE_DIR)
     _posted.clear()
     _thread_cpu.clear()
+    _fresh_process_state()
     try:
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -142,6 +159,7 @@ def trace(inputs: list[str], tokenizer: str | None, workers: int, extra: dict) -
     before = sum(ph[k] for k in names[: names.index("units (workers)")])  # the steps before the engine ran
     engine_t0 = t0 + before
     chunks = sorted(s for s in spans if s[1] == "chunk")
+    checks = [s[3] - s[2] for s in spans if s[1] == "check"]
     units = sorted(s for s in spans if s[1] == "unit")
     first = min(s[2] for s in spans)
     last_chunk = max(s[3] for s in chunks)
@@ -164,7 +182,7 @@ def trace(inputs: list[str], tokenizer: str | None, workers: int, extra: dict) -
         "to_first_task": first - engine_t0, "chunk_window": window,
         "busy_in_window": busy / (n * window) if window > 0 else 1.0,
         "chunk_s": sum(s[3] - s[2] for s in chunks), "unit_s": sum(s[3] - s[2] for s in units),
-        "chunks": len(chunks), "units": len(units),
+        "chunks": len(chunks), "units": len(units), "check_on_worker": sum(checks),
         "last_post": (max(_posted) - first) if _posted else 0.0,
         "tail": end - last_chunk, "after_tasks": (t0 + wall) - end,
         "main_cpu": self_cpu, "workers_cpu": child_cpu, "main_sys": self_sys, "workers_sys": child_sys,
@@ -218,6 +236,26 @@ def ceiling(inputs: list[str], tokenizer: str | None, n: int) -> dict:
             "longest_text_share": max(load) / sum(load)}
 
 
+def cli(inputs: list[str], tokenizer: str | None, n: int) -> dict:
+    """``packer build --workers n`` as a user runs it: a new process, pinned to n cores, end to end."""
+    import subprocess
+
+    from common import pin
+
+    tmp = tempfile.mkdtemp(prefix="trace-cli-")
+    cmd = pin(n) + [sys.executable, "-m", "packer.cli", "build", *inputs, os.path.join(tmp, "out"), "--workers", str(n),
+                    "-q", "--summary-json", os.path.join(tmp, "s.json")] + (["--tokenizer", tokenizer] if tokenizer else [])
+    try:
+        t0 = time.monotonic()
+        subprocess.run(cmd, check=True)
+        wall = time.monotonic() - t0
+        with open(os.path.join(tmp, "s.json")) as f:
+            summary = json.load(f)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"workers": n, "wall": wall, "tokens": summary["totals"]["tokens"] if "totals" in summary else 0}
+
+
 def _row(f: dict) -> str:
     ph = "  ".join(f"{k} {v:.2f}" for k, v in f["phases"].items())
     return (f"x{f['workers']:<3} wall {f['wall']:6.2f}s  {f['tokens'] / f['wall'] / 1e6:6.2f} Mtok/s  [{f['backend']}]\n"
@@ -225,7 +263,8 @@ def _row(f: dict) -> str:
             f"      engine start -> first task {f['to_first_task']:.2f}s (starting the pool {f['pool_start']:.2f}s); chunks {f['chunks']} in {f['chunk_window']:.2f}s "
             f"(workers busy {100 * f['busy_in_window']:.0f}%; reader posted its last chunk at {f['last_post']:.2f}s); "
             f"tail after the last chunk {f['tail']:.2f}s; after the last task {f['after_tasks']:.2f}s\n"
-            f"      task seconds: chunks {f['chunk_s']:.2f}, units {f['unit_s']:.2f} ({f['units']}); "
+            f"      task seconds: chunks {f['chunk_s']:.2f}, units {f['unit_s']:.2f} ({f['units']}), "
+            f"input check on a worker {f['check_on_worker']:.2f}; "
             f"CPU s: main process {f['main_cpu']:.2f} (system {f['main_sys']:.2f}), workers {f['workers_cpu']:.2f} "
             f"(system {f['workers_sys']:.2f}); page faults {f['minflt']:,}\n"
             f"      main process threads, CPU s: reader {f['reader_cpu']:.2f}, event loop {f['loop_cpu']:.2f} "
@@ -241,10 +280,17 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--ceiling", action="store_true",
                     help="also time the host's ceiling: N processes encoding the texts in memory, nothing else")
+    ap.add_argument("--cli", action="store_true",
+                    help="also time `packer build` itself (a new process per build, pinned to N cores), each round")
+    ap.add_argument("--cli-only", action="store_true", help="time `packer build` only (no traced build)")
+    ap.add_argument("--part-kb", type=int, default=0,
+                    help="an experiment: input per chunk in the local engine (packer's PART_BYTES is 256 KB)")
     ap.add_argument("--mmap-threshold-kb", type=int, default=0,
                     help="an experiment: glibc's mmap threshold in the workers (packer fixes it at 128 KB)")
     ap.add_argument("--json", help="append the figures as JSON lines to this file")
     args = ap.parse_args(argv)
+    if args.part_kb:
+        local.PART_BYTES = args.part_kb << 10
     if args.mmap_threshold_kb:
         unit = importlib.import_module("packer.build.unit")
         kb = args.mmap_threshold_kb
@@ -264,21 +310,33 @@ def main(argv=None) -> None:
                   f"largest share {100 * c['longest_text_share']:.1f}% of the text) [{c['backend']}] = {eff:.2f} of linear",
                   flush=True)
     _install()
-    runs = {}
+    runs, clis = {}, {}
     for rnd in range(args.rounds):
         for n in args.workers:
-            f = trace(args.inputs, args.tokenizer, n, {})
-            runs.setdefault(n, []).append(f)
-            print(f"round {rnd} " + _row(f), flush=True)
-            if args.json:
-                with open(args.json, "a") as fh:
-                    fh.write(json.dumps(f) + "\n")
-    best = {n: min(fs, key=lambda f: f["wall"]) for n, fs in runs.items()}
-    lo = min(best)
-    print(f"\nscaling over {lo} worker(s), best rounds (wall at {lo} / (N / {lo} x wall at N)):")
-    for n, f in sorted(best.items()):
-        eff = best[lo]["wall"] / f["wall"] / (n / lo)
-        print(f"  x{n}: {best[lo]['wall'] / f['wall']:5.2f}x faster = {eff:.2f} of linear")
+            if not args.cli_only:
+                f = trace(args.inputs, args.tokenizer, n, {})
+                runs.setdefault(n, []).append(f)
+                print(f"round {rnd} " + _row(f), flush=True)
+                if args.json:
+                    with open(args.json, "a") as fh:
+                        fh.write(json.dumps(f) + "\n")
+            if args.cli or args.cli_only:
+                c = cli(args.inputs, args.tokenizer, n)
+                clis.setdefault(n, []).append(c)
+                print(f"round {rnd} x{n:<3} packer build (CLI): {c['wall']:6.2f}s  "
+                      f"{c['tokens'] / c['wall'] / 1e6:6.2f} Mtok/s", flush=True)
+    for label, got in (("in-process builds", runs), ("packer build (CLI)", clis)):
+        if not got:
+            continue
+        best = {n: min(fs, key=lambda f: f["wall"]) for n, fs in got.items()}
+        lo = min(best)
+        print(f"\n{label}: scaling over {lo} worker(s), best rounds (wall at {lo} / (N / {lo} x wall at N)):")
+        for n, f in sorted(best.items()):
+            eff = best[lo]["wall"] / f["wall"] / (n / lo)
+            # and per round, from the builds run next to each other in time
+            per = sorted(a["wall"] / b["wall"] / (n / lo) for a, b in zip(got[lo], got[n]))
+            print(f"  x{n}: {best[lo]['wall'] / f['wall']:5.2f}x faster = {eff:.2f} of linear; per round "
+                  f"{', '.join(f'{e:.2f}' for e in per)} (median {per[len(per) // 2]:.2f})")
 
 
 if __name__ == "__main__":

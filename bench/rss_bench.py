@@ -47,8 +47,28 @@ def _pss(pid: int) -> int:
     return 0
 
 
+def _spill_bytes(pid: int) -> int:
+    """Bytes of build ``pid``'s chunk files (packer/build/spill.py): memory in /dev/shm that no
+    process's PSS shows while it is not mapped (counted twice while the assembler maps it)."""
+    import tempfile
+
+    total = 0
+    for base in ("/dev/shm", tempfile.gettempdir()):
+        try:
+            names = [n for n in os.listdir(base) if n.startswith(f"packer-spill-{pid}-")]
+        except OSError:
+            continue
+        for n in names:
+            try:
+                for e in os.scandir(os.path.join(base, n)):
+                    total += e.stat().st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
 def _tree_rss(root: int) -> int:
-    """Memory of ``root`` and all its descendants: the sum of their PSS."""
+    """Memory of ``root`` and all its descendants: the sum of their PSS, plus its chunk files."""
     kids: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -59,7 +79,7 @@ def _tree_rss(root: int) -> int:
         except (OSError, IndexError, ValueError):
             continue
         kids.setdefault(int(st[1]), []).append(int(name))
-    total, todo = 0, [root]
+    total, todo = _spill_bytes(root), [root]
     while todo:
         p = todo.pop()
         total += _pss(p)

@@ -26,12 +26,14 @@ from ..errors import PackerError
 from ..formats import discover, no_inputs_error, plan_slices
 from ..io import storage_for
 from ..tokenize import choose_backend, resolve_tokenizer
+from ..tokenize.tokenizer import choose_backend_later, with_choice
 from .config import DEFAULT_UNIT_BYTES, BuildConfig, OutputSettings, RunSettings
 from .local import LocalEngine
 from .output import finished_records, holdout_settings, manifest, out_action, prepare_holdout, prepare_out
-from .plan import Unit, input_stamp, limit_slices, plan_units, recorded_settings, sample_texts
+from .plan import (FirstTask, Unit, input_stamp, limit_slices, plan_units, recorded_settings, sample_slices,
+                   sample_texts)
 from .report import no_documents_error, plan_dict, skipped_warning, summary_dict, write_summary
-from .unit import HOLDOUT_DIR, Job, assemble_unit, encode_chunk, holdout_out
+from .unit import HOLDOUT_DIR, Job, assemble_unit, check_input, encode_chunk, holdout_out
 
 __all__ = [
     "build", "BuildConfig", "OutputSettings", "RunSettings", "BuildResult", "Unit", "Job", "plan_units",
@@ -149,8 +151,11 @@ def _run_build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
         settings = recorded_settings(cfg, tok, units, chat)
         plan = plan_dict(cfg, found, units, settings, tok, _out_state(out, cfg, settings))
         return BuildResult({}, time.perf_counter() - phase.t0, 0, 0, list(tok.notes), plan=plan)
+    later = None  # the engine check on input texts, when left to a worker (_deferred_check)
     if chat is not None:
         tok = replace(tok, backend="hf", backend_reason="chat build: HF tokenizers, whose offsets place the trained spans")
+    elif _defer_check(cfg):
+        tok, later = choose_backend_later(tok, cfg.run.tokenizer_backend)
     else:
         tok = choose_backend(tok, cfg.run.tokenizer_backend,
                              lambda: sample_texts([s for u in units for s in u.slices], o.text_field))
@@ -164,11 +169,37 @@ def _run_build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
         stamp = input_stamp(found.files)
         already = prepare_out(out, cfg, settings, stamp, lock.previous)
         lock.record(stamp)
-        result = _run_units(cfg, tok, job, settings, units, found, out, already, phase, progress)
+        result = _run_units(cfg, tok, job, settings, units, found, out, already, phase, progress, later)
         finished = True
         return result
     finally:
         lock.release(finished)
+
+
+def _defer_check(cfg: BuildConfig) -> bool:
+    """Whether the engine check on input texts runs on a worker while the others start: a local
+    build on more than one core. It needs the HF tokenizer, which a build whose tokenizer and check
+    are on record would otherwise parse in the main process first (0.5 s for Llama 3, serial)."""
+    import os
+
+    return cfg.run.engine == "local" and (cfg.run.workers or os.cpu_count() or 1) > 1
+
+
+class _Fallback(Exception):
+    """The deferred input check found a difference: "auto" builds again with HF (nothing was written)."""
+
+    def __init__(self, choice):
+        self.choice = choice
+
+
+def _deferred_check(later, tok, slices, text_field: str, decided: list):
+    """The FirstTask of a build whose input check was left to a worker (``choose_backend_later``)."""
+    def on_result(r):
+        c = later.outcome(r)  # "tiktoken" refused raises PackerError here
+        if c.backend != "tiktoken":
+            raise _Fallback(c)
+        decided.append(with_choice(tok, c))
+    return FirstTask(check_input, (sample_slices(list(slices)), text_field), on_result)
 
 
 def _notes(tok, found) -> list[str]:
@@ -183,11 +214,13 @@ def _notes(tok, found) -> list[str]:
     return notes
 
 
-def _run_units(cfg, tok, job, settings, units, found, out, already, phase: _Timeline, progress) -> BuildResult:
-    """The units not finished yet, then the manifests (the holdout's first, the build's last)."""
+def _run_units(cfg, tok, job, settings, units, found, out, already, phase: _Timeline, progress,
+               later=None) -> BuildResult:
+    """The units not finished yet, then the manifests (the holdout's first, the build's last).
+    ``later``: the engine check on input texts, still to run (``choose_backend_later``)."""
     t0, o = phase.t0, cfg.output
-    notes = _notes(tok, found)
     if already:
+        notes = _notes(tok, found)
         return BuildResult(S.read_manifest(out), time.perf_counter() - t0, 0, len(units),
                            notes + ["build was already complete: nothing to do"], tok.added)
     held = storage_for(holdout_out(cfg.out)) if o.holdout else None
@@ -196,8 +229,23 @@ def _run_units(cfg, tok, job, settings, units, found, out, already, phase: _Time
     records = finished_records(out, units) if cfg.run.resume else {}
     todo = [u for u in units if u.index not in records]
     phase("prepare output")
-    if todo:
-        notes += engine_for(cfg).run(todo, job, records, units, progress)
+    engine_notes = []
+    if later is not None:
+        decided: list = []
+        first = _deferred_check(later, tok, [s for u in units for s in u.slices], o.text_field, decided)
+        try:
+            if todo:
+                engine_notes = engine_for(cfg).run(todo, job, records, units, progress, first)
+            else:  # nothing left to build (--resume): the check still decides what the manifest says
+                first.on_result(first.fn(job, *first.args))
+            tok = decided[0]
+        except _Fallback as f:  # tiktoken differed on the input: HF encodes everything, from the start
+            tok = with_choice(tok, f.choice)
+            job = replace(job, tokenizer=tok)
+            engine_notes = engine_for(cfg).run(todo, job, records, units, progress) if todo else []
+    elif todo:
+        engine_notes = engine_for(cfg).run(todo, job, records, units, progress)
+    notes = _notes(tok, found) + engine_notes
     phase("units (workers)")
 
     m = manifest(cfg, tok, job, settings, units, records, found)

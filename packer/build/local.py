@@ -23,7 +23,7 @@ from ..errors import PackerError
 from ..formats import PART_BYTES, Part, iter_parts_many
 from ..tokenize import Encoder
 from . import spill
-from .plan import ChunkResult, Unit
+from .plan import ChunkResult, FirstTask, Unit
 from .unit import Job, assemble_unit, bounded_malloc, encode_chunk, get_encoder, init_worker
 
 
@@ -35,13 +35,15 @@ class LocalEngine:
     def __init__(self, workers: int = 0):
         self.workers = workers
 
-    def run(self, todo: list[Unit], job: Job, records: dict, units: list[Unit], progress) -> list[str]:
-        """Build the ``todo`` units; fill ``records`` {unit index: record}; return notes for the summary."""
+    def run(self, todo: list[Unit], job: Job, records: dict, units: list[Unit], progress,
+            first: FirstTask | None = None) -> list[str]:
+        """Build the ``todo`` units; fill ``records`` {unit index: record}; return notes for the summary.
+        ``first``: a task run on a worker before any unit is assembled (plan.FirstTask)."""
         bounded_malloc()
         workers = max(1, min(self.workers or os.cpu_count() or 1, _chunks_at_most(todo)))
         with _one_core_tokenizer():
             encoder = get_encoder(job.tokenizer)  # parsed once here; forked workers inherit it
-            _run(todo, job, workers, encoder, records, units, progress)
+            _run(todo, job, workers, encoder, records, units, progress, first)
         return []
 
 
@@ -222,7 +224,7 @@ def _chunks_at_most(todo: list[Unit]) -> int:
     return sum(max(1, -(-u.weight // PART_BYTES)) + len(u.slices) for u in todo)
 
 
-def _run(todo, job, workers, encoder, records, units, progress) -> None:
+def _run(todo, job, workers, encoder, records, units, progress, first=None) -> None:
     """Read, tokenize and assemble the ``todo`` units on ``workers`` cores; fill ``records``.
     Longer than 60 lines: one event loop whose state (tasks in flight, chunks per unit, the window) all its branches share.
     """
@@ -273,13 +275,21 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
         in_flight += 1
         ex.submit(fn, *args).add_done_callback(deliver(kind, u, seq))
 
+    waiting = first is not None  # no unit is assembled before the first task's result is in
+    held: list[int] = []  # units ready meanwhile
+
     def maybe_assemble(u: int) -> None:
         got = chunks[u]
         if n_chunks.get(u) == len(got):
+            if waiting:
+                held.append(u)
+                return
             parts = [got[i] for i in range(len(got))]
             del chunks[u]
             submit("unit", u, None, assemble, task_job, by_index[u], parts)
 
+    if first is not None:
+        submit("first", -1, None, first.fn, task_job, *first.args)
     reader.start()
     u = None  # the unit the last event was about, for the message if a worker dies
     try:
@@ -306,6 +316,13 @@ def _run(todo, job, workers, encoder, records, units, progress) -> None:
                 u = ev.unit
                 in_flight -= 1
                 res = ev.future.result()
+                if ev.kind == "first":
+                    first.on_result(res)  # may raise: the build stops before any unit is written
+                    waiting = False
+                    for h in held:
+                        maybe_assemble(h)
+                    held.clear()
+                    continue
                 if ev.kind == "chunk":
                     slots.release()
                     chunks[u][ev.seq] = res

@@ -19,6 +19,17 @@ from .config import BuildConfig
 
 
 @dataclass(frozen=True)
+class FirstTask:
+    """A task an engine runs before any unit is assembled: ``fn(job, *args)`` on a worker, its
+    result handed to ``on_result`` in the main process (which may raise: the build then stops,
+    nothing written). The build's deferred engine check is one (packer/build/__init__.py)."""
+
+    fn: object
+    args: tuple
+    on_result: object
+
+
+@dataclass(frozen=True)
 class Unit:
     index: int
     slices: tuple[Slice, ...]
@@ -163,11 +174,25 @@ def sample_texts(slices, text_field: str = "text", max_docs: int = SAMPLE_DOCS, 
     (``packer.formats.Slice``), then of the slices after the first, until
     ``max_docs``, ``max_chars`` or ``max_slices``. Bad records are passed over:
     the build reports them, with file and line."""
+    return read_sample(sample_slices(list(slices), max_slices), text_field, max_docs, max_chars)
+
+
+def sample_slices(slices: list, max_slices: int = 64) -> list:
+    """The slices ``sample_texts`` reads, in the order it reads them: 8 spread over ``slices``, then the others."""
+    n = min(8, len(slices))
+    spread = sorted({round(i * (len(slices) - 1) / max(1, n - 1)) for i in range(n)})
+    order = spread + sorted(set(range(len(slices))) - set(spread))
+    return [slices[i] for i in order[:max_slices]]
+
+
+def read_sample(ordered: list, text_field: str = "text", max_docs: int = SAMPLE_DOCS,
+                max_chars: int = SAMPLE_CHARS) -> list[str]:
+    """``sample_texts`` of the slices ``sample_slices`` chose (``ordered``)."""
     import threading
 
     before = set(threading.enumerate())
     try:
-        return _sample(list(slices), text_field, max_docs, max_chars, max_slices)
+        return _sample(ordered, text_field, max_docs, max_chars)
     finally:
         # Readers stopped early leave their read-ahead threads to finish a
         # last block; wait for them, so the build finds one thread and can
@@ -176,16 +201,12 @@ def sample_texts(slices, text_field: str = "text", max_docs: int = SAMPLE_DOCS, 
             t.join(timeout=2.0)
 
 
-def _sample(slices, text_field: str, max_docs: int, max_chars: int, max_slices: int) -> list[str]:
-    n = min(8, len(slices))
-    spread = sorted({round(i * (len(slices) - 1) / max(1, n - 1)) for i in range(n)})
-    order = spread + sorted(set(range(len(slices))) - set(spread))
-    per = -(-max_docs // max(1, n))
+def _sample(ordered, text_field: str, max_docs: int, max_chars: int) -> list[str]:
+    per = -(-max_docs // max(1, min(8, len(ordered))))
     out: list[str] = []
     chars = 0
-    for i in order[:max_slices]:
+    for sl in ordered:
         got = 0
-        sl = slices[i]
         head = REGISTRY[sl.file.format].head(sl, SAMPLE_TEXT_CHARS)
         if head is not None:
             if head:

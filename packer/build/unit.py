@@ -56,20 +56,26 @@ _job: Job | None = None  # in pool workers: the build's settings, received once
 _in_pool = False  # True in pool worker processes
 
 
+MMAP_THRESHOLD = 4 << 20  # bytes: a larger block is its own mapping (bounded_malloc)
+
+
 def bounded_malloc() -> None:
-    """Fix glibc's mmap threshold at 128 KB in this process.
+    """Fix glibc's mmap threshold at ``MMAP_THRESHOLD`` (4 MB) in this process.
 
     By default glibc raises the threshold each time a large block is freed,
     so after a few units the 0.1-50 MB token buffers come from the heap,
     which fragments and keeps growing (we measured 250-300 MB in the main
-    process against 60-90 MB with the threshold fixed). Fixed, every large
-    buffer is its own mapping and goes back to the OS when freed. No-op
-    where there is no glibc.
+    process against 60-90 MB with the threshold fixed). Fixed, every
+    unit-sized buffer is its own mapping and goes back to the OS when freed,
+    while a chunk's buffers (a few hundred KB) are reused from the heap: at
+    128 KB they were mapped and unmapped for every chunk, and the page faults
+    cost 16 workers 1.1 of their 1.6 system CPU seconds on the GPU host
+    (docs/benchmarks.md). No-op where there is no glibc.
     """
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6").mallopt(-3, 128 << 10)  # M_MMAP_THRESHOLD
+        ctypes.CDLL("libc.so.6").mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
     except (OSError, AttributeError):
         pass
 
@@ -152,6 +158,19 @@ def encode_chunk(job: Job | None, unit_index: int, parts: list[Part]) -> ChunkRe
 
 def _encode(enc: Encoder, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return enc.encode_flat(texts) if texts else (np.zeros(0, np.uint32), np.zeros(0, np.int64))
+
+
+def check_input(job: Job | None, slices: list, text_field: str):
+    """The deferred engine check (``tiktoken_engine.InputCheck``), on a pool worker: tiktoken against
+    HF tokenizers on the sample of input texts read from ``slices`` (``plan.sample_slices``);
+    returns the ``CheckResult``."""
+    from ..tokenize.tiktoken_engine import run_input_check
+    from ..tokenize.tokenizer import loaded_hf
+    from .plan import read_sample
+
+    job = job or _job
+    texts = read_sample(slices, text_field)
+    return run_input_check(get_encoder(job.tokenizer).tiktoken, loaded_hf(job.tokenizer), texts)
 
 
 def holdout_split(texts: list[str], fraction: float) -> list[bool]:

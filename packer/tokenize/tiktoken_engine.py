@@ -176,6 +176,41 @@ class Choice:
     backend: str  # "hf" | "tiktoken"
     reason: str  # one line: why
     fallback: bool = False  # auto wanted tiktoken but had to use HF for a reason worth a notice
+    later: "InputCheck | None" = None  # choose(defer_input=True): the check on input texts still to run
+
+
+@dataclass(frozen=True)
+class InputCheck:
+    """The last step of ``choose``, left to the caller: tiktoken against HF on input texts.
+    A build runs it on one worker while the others start (``run``), then ``outcome``."""
+
+    requested: str  # "auto" | "tiktoken"
+    note: str  # the conversion's note, for the reason
+    hard_texts: int  # hard strings passed
+    hard_tokens: int
+
+    def outcome(self, r: CheckResult) -> Choice:
+        """The Choice once the input check gave ``r``; "tiktoken" refused raises PackerError."""
+        if not r.ok:
+            return _refuse(self.requested, f"tiktoken gave other ids than HF on {r.difference}", True)
+        return Choice("tiktoken", f"byte-level BPE that tiktoken runs exactly ({self.note}); same ids as HF on "
+                                  f"{self.hard_texts} hard {'string' if self.hard_texts == 1 else 'strings'} and "
+                                  f"{r.texts} input {'text' if r.texts == 1 else 'texts'} "
+                                  f"({self.hard_tokens + r.tokens:,} tokens)")
+
+
+def run_input_check(enc: "TiktokenEncoder", hf, texts: list[str]) -> CheckResult:
+    """The input check itself: ``enc`` against the HF tokenizer ``hf`` on ``texts``."""
+    return check(enc, hf, texts, "input text")
+
+
+def _refuse(requested: str, why: str, notice: bool) -> Choice:
+    from ..errors import PackerError
+
+    if requested == "tiktoken":  # the build stops: say so, and what to pass instead
+        raise PackerError(f"--tokenizer-backend tiktoken: {why}; nothing was built (drop the option, or pass "
+                          "--tokenizer-backend hf, to encode with HF tokenizers)")
+    return Choice("hf", why + ", so HF tokenizers encodes", notice)
 
 
 def encoder_for(tokenizer_json: str, fingerprint: str, hf=None, split_special: bool = False) -> TiktokenEncoder:
@@ -189,11 +224,16 @@ def encoder_for(tokenizer_json: str, fingerprint: str, hf=None, split_special: b
     return enc
 
 
-def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=None, split_special: bool = False) -> Choice:
+def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=None, split_special: bool = False,
+           defer_input: bool = False) -> Choice:
     """Pick the engine for a build: ``requested`` is "auto", "hf" or "tiktoken";
     ``sample()`` returns input texts to compare on (called only if needed).
+    ``hf``: the HF tokenizer, or a function that returns it (called only if needed:
+    a check recorded as passed needs none until the input check).
 
     "tiktoken" that cannot be exact raises ``PackerError``; "auto" falls back to HF.
+    ``defer_input``: where tiktoken passed all but the input check, return it with
+    ``later`` set (an ``InputCheck``) instead of running that check.
     """
     from ..errors import PackerError
 
@@ -201,57 +241,63 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
         raise PackerError(f"unknown tokenizer backend {requested!r}: choose from {', '.join(BACKENDS)}")
     if requested == "hf":
         return Choice("hf", "asked for (--tokenizer-backend hf)")
-
-    def refuse(why: str, notice: bool) -> Choice:
-        if requested == "tiktoken":  # the build stops: say so, and what to pass instead
-            raise PackerError(f"--tokenizer-backend tiktoken: {why}; nothing was built (drop the option, or pass "
-                              "--tokenizer-backend hf, to encode with HF tokenizers)")
-        return Choice("hf", why + ", so HF tokenizers encodes", notice)
-
     try:
         import tiktoken  # noqa: F401
     except ImportError:
-        return refuse("tiktoken is not installed (pip install tiktoken)", True)
-    if hf is None:
-        from tokenizers import Tokenizer
+        return _refuse(requested, "tiktoken is not installed (pip install tiktoken)", True)
+    loaded = []
 
-        hf = Tokenizer.from_str(tokenizer_json)
-    hf.encode_special_tokens = split_special  # the reference encodes as the build will
+    def get_hf():
+        if not loaded:
+            h = hf() if callable(hf) else hf
+            if h is None:
+                from tokenizers import Tokenizer
+
+                h = Tokenizer.from_str(tokenizer_json)
+            h.encode_special_tokens = split_special  # the reference encodes as the build will
+            loaded.append(h)
+        return loaded[0]
+
     static = _STATIC.get((fingerprint, split_special))
     if static is None:
-
-        hard_base = hard_strings()  # what the record is keyed on (built once: ~15 ms)
-        passed = check_cache.load(fingerprint, split_special, hard_base)
-        try:
-            if passed is not None:  # this tokenizer passed on this machine before: only the input check runs
-                conv = check_cache.load_conversion(fingerprint, split_special, hard_base)
-                if conv is None:
-                    conv = convert(tokenizer_json, check_merges=False)
-                    check_cache.store_conversion(fingerprint, split_special, hard_base, conv)
-                conv = replace(conv, note=passed["note"])
-                static = (TiktokenEncoder(tokenizer_json, conv, hf, split_special),
-                          CheckResult(True, passed["texts"], passed["tokens"], ""))
-            else:
-                enc = TiktokenEncoder(tokenizer_json, convert(tokenizer_json, hf=hf), hf, split_special)
-                strings = hard_strings(enc.conv.added) + suspect_strings(enc.conv.suspects)
-                static = (enc, check(enc, hf, strings, "hard string"))
-                if static[1].ok:
-                    check_cache.store(fingerprint, split_special, hard_base, enc.conv.note, static[1].texts, static[1].tokens)
-                    check_cache.store_conversion(fingerprint, split_special, hard_base, enc.conv)
-        except NotExpressible as e:
-            static = f"tiktoken cannot express this tokenizer exactly ({e})"
+        static = _static_check(tokenizer_json, fingerprint, split_special, get_hf, hf if not callable(hf) else None)
         _STATIC.clear()
         _STATIC[(fingerprint, split_special)] = static
     if isinstance(static, str):
-        return refuse(static, False)
+        return _refuse(requested, static, False)
     enc, hard = static
     if not hard.ok:
-        return refuse(f"tiktoken gave other ids than HF on {hard.difference}", True)
-    r = check(enc, hf, sample(), "input text")
-    if not r.ok:
-        return refuse(f"tiktoken gave other ids than HF on {r.difference}", True)
+        return _refuse(requested, f"tiktoken gave other ids than HF on {hard.difference}", True)
     _ENCODERS.clear()
     _ENCODERS[fingerprint] = enc
-    return Choice("tiktoken", f"byte-level BPE that tiktoken runs exactly ({enc.conv.note}); same ids as HF on "
-                              f"{hard.texts} hard {'string' if hard.texts == 1 else 'strings'} and {r.texts} input "
-                              f"{'text' if r.texts == 1 else 'texts'} ({hard.tokens + r.tokens:,} tokens)")
+    later = InputCheck(requested, enc.conv.note, hard.texts, hard.tokens)
+    if defer_input:
+        return Choice("tiktoken", "", later=later)
+    return later.outcome(run_input_check(enc, get_hf(), sample()))
+
+
+def _static_check(tokenizer_json: str, fingerprint: str, split_special: bool, get_hf, hf):
+    """(encoder, hard-string CheckResult), from the record of a passed check where there is one;
+    or the reason tiktoken cannot express the tokenizer."""
+    hard_base = hard_strings()  # what the record is keyed on (built once: ~15 ms)
+    passed = check_cache.load(fingerprint, split_special, hard_base)
+    try:
+        if passed is not None:  # this tokenizer passed on this machine before: only the input check runs
+            conv = check_cache.load_conversion(fingerprint, split_special, hard_base)
+            if conv is None:
+                conv = convert(tokenizer_json, check_merges=False)
+                check_cache.store_conversion(fingerprint, split_special, hard_base, conv)
+            conv = replace(conv, note=passed["note"])
+            # The HF tokenizer only if already loaded: the encoder loads it on first need.
+            return (TiktokenEncoder(tokenizer_json, conv, hf, split_special),
+                    CheckResult(True, passed["texts"], passed["tokens"], ""))
+        ref = get_hf()
+        enc = TiktokenEncoder(tokenizer_json, convert(tokenizer_json, hf=ref), ref, split_special)
+        strings = hard_strings(enc.conv.added) + suspect_strings(enc.conv.suspects)
+        result = (enc, check(enc, ref, strings, "hard string"))
+        if result[1].ok:
+            check_cache.store(fingerprint, split_special, hard_base, enc.conv.note, result[1].texts, result[1].tokens)
+            check_cache.store_conversion(fingerprint, split_special, hard_base, enc.conv)
+        return result
+    except NotExpressible as e:
+        return f"tiktoken cannot express this tokenizer exactly ({e})"

@@ -182,6 +182,24 @@ def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: 
     a fallback for a surprising reason (tiktoken missing, a difference found)
     is added to ``notes``. "tiktoken" that cannot be exact raises PackerError.
     """
+    info, later = _choose(info, requested, sample, False)
+    return info
+
+
+def choose_backend_later(info: TokenizerInfo, requested: str = "auto"):
+    """``choose_backend`` up to the check on input texts, which it leaves to the caller:
+    (info, None) when decided, else (info with tiktoken, the ``InputCheck`` to run; then
+    ``with_choice(info, check.outcome(result))``). A build runs it on a worker (packer/build/local.py)."""
+    return _choose(info, requested, lambda: [], True)
+
+
+def with_choice(info: TokenizerInfo, c) -> TokenizerInfo:
+    """``info`` with the engine of ``c`` (a ``tiktoken_engine.Choice``)."""
+    notes = info.notes + ((f"tokenizer backend: {c.reason}",) if c.fallback else ())
+    return replace(info, backend=c.backend, backend_reason=c.reason, notes=notes)
+
+
+def _choose(info: TokenizerInfo, requested: str, sample, defer: bool):
     from .tiktoken_engine import BACKENDS, choose
 
     if requested not in BACKENDS:
@@ -189,10 +207,12 @@ def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: 
     if info.kind != "hf":
         if requested == "tiktoken":
             raise PackerError("--tokenizer-backend tiktoken needs a --tokenizer: the built-in byte tokenizer has no BPE")
-        return info
-    c = choose(info.json, info.fingerprint, requested, sample, loaded_hf(info), info.split_special)
-    notes = info.notes + ((f"tokenizer backend: {c.reason}",) if c.fallback else ())
-    return replace(info, backend=c.backend, backend_reason=c.reason, notes=notes)
+        return info, None
+    hf = _LOADED.get(info.fingerprint)
+    if hf is None:
+        hf = lambda: loaded_hf(info)  # noqa: E731  (parsed only if a check needs it)
+    c = choose(info.json, info.fingerprint, requested, sample, hf, info.split_special, defer_input=defer)
+    return with_choice(info, c), c.later
 
 
 def loaded_hf(info: TokenizerInfo):
@@ -292,6 +312,11 @@ class Encoder:
             if info.fingerprint not in _CUT_RULE:
                 _CUT_RULE[info.fingerprint] = long_texts.cut_rule(self._tok)
             self._cut = _CUT_RULE[info.fingerprint] is None
+
+    @property
+    def tiktoken(self):
+        """The ``TiktokenEncoder`` that encodes (backend "tiktoken"), else None."""
+        return self._tk
 
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Encode ``texts``; return (ids, lengths).
