@@ -102,3 +102,38 @@ def test_pool_build_leaves_no_spill_files_and_matches_one_worker(tmp_path, monke
     paths = took.read_text().split()
     assert len(paths) >= len(sa) and all(p.startswith(str(tmp_path / "tmp" / spill.PREFIX)) for p in paths)
     assert os.listdir(tmp_path / "tmp") == []  # the spill folder is gone with its files
+
+
+def test_parts_round_trip_and_the_file_goes(tmp_path):
+    from packer.formats import Part, discover, plan_slices
+
+    src = tmp_path / "c.jsonl"
+    src.write_text('{"text": "a"}\n{"text": "b"}\n')
+    sl = plan_slices(discover([str(src)]).files, 1 << 20)[0][0]
+    parts = [Part(sl, [b'{"text": "a"}\n', b'{"text": "b"}\n'], 0, 0, Skip("truncated", "c.jsonl:3"), 28)]
+    sent = spill.put_parts(parts, str(tmp_path / "0.0.in"))
+    assert os.path.getsize(sent.path) > 0
+    assert sent.load() == parts
+    assert not os.path.exists(sent.path)  # read once, by the worker that encodes it
+
+
+def test_pool_workers_read_their_input_from_files(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(spill.shutil, "disk_usage", lambda p: type("U", (), {"free": 0})())
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join('{"text": "document %d %s"}\n' % (i, "word " * (i % 50)) for i in range(4000)))
+    real_load, loaded = spill.SpilledParts.load, tmp_path / "loaded"
+
+    def load(self):  # runs in the worker that encodes the chunk
+        with open(loaded, "a") as fh:
+            fh.write(f"{os.getpid()} {self.path}\n")
+        return real_load(self)
+
+    monkeypatch.setattr(spill.SpilledParts, "load", load)
+    a = build(str(corpus), str(tmp_path / "a"), seq_len=128, workers=2, quiet=True)
+    b = build(str(corpus), str(tmp_path / "b"), seq_len=128, workers=1, quiet=True)
+    rows = [line.split() for line in loaded.read_text().splitlines()]
+    assert len(rows) >= 2 and all(int(pid) != os.getpid() for pid, _ in rows)
+    assert a.manifest["totals"] == b.manifest["totals"]
+    assert os.listdir(tmp_path / "tmp") == []

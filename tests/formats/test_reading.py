@@ -140,6 +140,18 @@ def test_unit_window_admits_two_units_or_small_ones():
     assert not w.enter(30, timeout=0.01)
 
 
+def test_unit_window_admits_two_more_while_the_first_task_runs():
+    w = build_module._Window(limit=100, waiting=True)
+    assert all(w.enter(500) for _ in range(4))  # assembly is held back: two more units are read meanwhile
+    assert not w.enter(500, timeout=0.01)
+    w.open()  # the check is back: the usual two
+    for _ in range(2):
+        w.leave(500)
+    assert not w.enter(500, timeout=0.01)  # still two in
+    w.leave(500)
+    assert w.enter(500, timeout=0.01)
+
+
 def test_whole_file_read_matches_the_file_whatever_discovery_saw(tmp_path):
     """Text files are read with one read of the discovered size + 1 byte; a file that
     changed size since discovery (grew, shrank, emptied) still comes back whole."""
