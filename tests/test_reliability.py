@@ -257,6 +257,12 @@ def test_sigterm_stops_cleanly_leaves_no_process_and_says_how_to_resume(tmp_path
         time.sleep(0.1)
     else:
         pytest.fail("processes of the build outlived it")
+    # ... and so is its folder of chunk files (packer/build/spill.py), in /dev/shm or the temporary folder
+    import tempfile
+
+    for base in ("/dev/shm", tempfile.gettempdir()):
+        left = [n for n in (os.listdir(base) if os.path.isdir(base) else []) if n.startswith(f"packer-spill-{p.pid}-")]
+        assert left == [], (base, left)
     build(str(root), out, seq_len=256, unit_mb=0.1, workers=2, resume=True)
     assert run_cli("stats", out).exit_code == 0
 

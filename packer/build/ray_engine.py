@@ -102,7 +102,9 @@ class RayEngine:
     def __init__(self, workers: int = 0, address: str | None = None, quiet: bool = False):
         self.workers, self.address, self.quiet = workers, address, quiet
 
-    def run(self, todo: list[Unit], job: Job, records: dict, units: list[Unit], progress) -> list[str]:
+    def run(self, todo: list[Unit], job: Job, records: dict, units: list[Unit], progress, first=None) -> list[str]:
+        if first is not None:  # (a plan.FirstTask) here, in the driver, before any unit
+            first.on_result(first.fn(job, *first.args))
         return run_ray(self, todo, job, records, units, progress)
 
 
