@@ -259,17 +259,22 @@ def _run(todo, job, workers, encoder, records, units, progress, first=None) -> N
             shown = min(max(done_bytes[0], finished), total_bytes)
             progress(shown, docs, tokens, len(records), len(units), total_bytes)
 
-    pool = _make_pool(workers, encoder, job) if workers > 1 else None
+    window = _Window(max(4 * workers * PART_BYTES, 2 * max(u.weight for u in todo)), waiting=first is not None)
+    # Pool workers hand chunk tokens to the assembler in files: up to 4 bytes of ids per input byte,
+    # for the window's units (two more while the first task runs). Made before the pool: it may refuse.
+    folder = spill.SpillFolder(4 * (window.limit + 2 * max(u.weight for u in todo))) if workers > 1 else None
+    try:
+        pool = _make_pool(workers, encoder, job) if workers > 1 else None
+    except BaseException:
+        if folder is not None:
+            folder.remove()
+        raise
     task_job = None if pool is not None else job  # pool workers got the job once, at start
     ex = pool or _Inline()
     events: queue.Queue = queue.Queue()
     # Chunks read but not yet tokenized: enough that no core waits on the
     # reader, few enough that memory does not grow with the corpus.
     slots = threading.Semaphore(2 * workers + 2)
-    window = _Window(max(4 * workers * PART_BYTES, 2 * max(u.weight for u in todo)), waiting=first is not None)
-    # Pool workers hand chunk tokens to the assembler in files: up to 4 bytes of ids per input byte,
-    # for the window's units (two more while the first task runs).
-    folder = spill.SpillFolder(4 * (window.limit + 2 * max(u.weight for u in todo))) if pool is not None else None
     encode, assemble = (partial(_encode_to, folder.path), _assemble_from) if folder else (_encode_here, assemble_unit)
     stop = threading.Event()
     reader = threading.Thread(target=_read_units, name="packer-reader", daemon=True,

@@ -15,9 +15,9 @@ the reader thread, read back whole by the worker. Through the task pipe it
 came in 64 KB writes, each waiting for the main process's GIL: workers
 waited 3 ms between 256 KB chunks on the GPU host (32 ms with 1 MB chunks).
 
-The folder (``SpillFolder``) lives in /dev/shm where that has room (memory,
-as the results were), else in the temporary folder, and is removed when the
-build ends, however it ends. One left by a process killed outright is
+The folder (``SpillFolder``) lives in ``$PACKER_SPILL_DIR`` if set, else in
+/dev/shm where that has room (memory, as the results were), else in the
+temporary folder, and is removed when the build ends, however it ends. One left by a process killed outright is
 removed by the next build that starts (its name holds the dead pid).
 """
 
@@ -60,11 +60,16 @@ class SpillFolder:
     ``need_bytes``: the most the files can hold at once (the build's window of units)."""
 
     def __init__(self, need_bytes: int):
-        base = "/dev/shm"
-        if not (os.path.isdir(base) and os.access(base, os.W_OK) and shutil.disk_usage(base).free >= 2 * need_bytes):
+        base = os.environ.get("PACKER_SPILL_DIR") or "/dev/shm"
+        if "PACKER_SPILL_DIR" not in os.environ and not (
+                os.path.isdir(base) and os.access(base, os.W_OK) and shutil.disk_usage(base).free >= 2 * need_bytes):
             base = tempfile.gettempdir()
         _remove_orphans(base)
-        self.path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base)
+        try:
+            self.path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base)
+        except OSError as e:
+            raise PackerError(f"cannot make the build's spill folder in {base} ({e.strerror}): "
+                              "set PACKER_SPILL_DIR to a writable folder") from None
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
@@ -117,7 +122,7 @@ def _put_bytes(data, path: str, what: str) -> None:
             f.write(data)
     except OSError as e:
         raise PackerError(f"cannot write a chunk's {what} to {os.path.dirname(path)} ({e.strerror}): free space "
-                          "there (or point TMPDIR elsewhere) and rerun with --resume") from None
+                          "there, or set PACKER_SPILL_DIR to a folder with room, and rerun with --resume") from None
 
 
 def _write(a: np.ndarray, path: str) -> Spilled:

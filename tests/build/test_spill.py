@@ -137,3 +137,26 @@ def test_pool_workers_read_their_input_from_files(tmp_path, monkeypatch):
     assert len(rows) >= 2 and all(int(pid) != os.getpid() for pid, _ in rows)
     assert a.manifest["totals"] == b.manifest["totals"]
     assert os.listdir(tmp_path / "tmp") == []
+
+
+def test_spill_dir_is_the_users_choice_and_a_bad_one_is_one_line(tmp_path, monkeypatch):
+    from packer.errors import PackerError
+
+    monkeypatch.setenv("PACKER_SPILL_DIR", str(tmp_path))
+    f = spill.SpillFolder(1 << 62)  # however little room: the folder asked for
+    assert os.path.dirname(f.path) == str(tmp_path)
+    f.remove()
+    monkeypatch.setenv("PACKER_SPILL_DIR", str(tmp_path / "missing"))
+    with pytest.raises(PackerError, match="spill folder in .*missing.*PACKER_SPILL_DIR"):
+        spill.SpillFolder(1)
+
+
+def test_a_full_spill_folder_is_one_line(tmp_path, monkeypatch):
+    from packer.errors import PackerError
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("builtins.open", full)
+    with pytest.raises(PackerError, match="No space left on device.*PACKER_SPILL_DIR.*--resume"):
+        spill.put_parts([], str(tmp_path / "x.in"))
