@@ -2,9 +2,13 @@
 
 A reader thread cuts the units into chunks in order (``_read_units``); the
 main thread hands chunks to worker processes (``encode_chunk``) and, when a
-unit's chunks are all back, its assembly (``assemble_unit``). Memory is
-bounded by settings, not by the corpus: at most ``2 * workers + 2`` chunks
-are read ahead of the tokenizers, and units are let in by a ``_Window``.
+unit's chunks are all back, its assembly (``assemble_unit``). The data itself
+goes between processes as files in the build's spill folder (spill.py): a
+chunk's input from the reader to its worker, its tokens from that worker to
+the unit's assembler; the main process only schedules. A ``FirstTask`` (the
+build's input check) runs before any unit is assembled. Memory is bounded by
+settings, not by the corpus: at most ``2 * workers + 2`` chunks are read
+ahead of the tokenizers, and units are let in by a ``_Window``.
 """
 
 from __future__ import annotations
