@@ -17,8 +17,9 @@ waited 3 ms between 256 KB chunks on the GPU host (32 ms with 1 MB chunks).
 
 The folder (``SpillFolder``) lives in ``$PACKER_SPILL_DIR`` if set, else in
 /dev/shm where that has room (memory, as the results were), else in the
-temporary folder, and is removed when the build ends, however it ends. One left by a process killed outright is
-removed by the next build that starts (its name holds the dead pid).
+temporary folder, and is removed when the build ends, however it ends. One
+left by a process killed outright is removed by the next build that starts
+(the lock the dead build held is free).
 """
 
 from __future__ import annotations
@@ -57,7 +58,12 @@ class Spilled:
 
 class SpillFolder:
     """The folder one build's chunk files go to (``remove`` when the build ends).
-    ``need_bytes``: the most the files can hold at once (the build's window of units)."""
+    ``need_bytes``: the most the files can hold at once (the build's window of units).
+
+    The build holds an exclusive ``flock`` on ``.lock`` inside it while it runs: the kernel
+    drops it when the process (and its workers) are gone, however they went, so another build
+    can tell an orphan from a live folder even across containers that share /dev/shm but not
+    their process ids."""
 
     def __init__(self, need_bytes: int):
         base = os.environ.get("PACKER_SPILL_DIR") or "/dev/shm"
@@ -67,34 +73,60 @@ class SpillFolder:
         _remove_orphans(base)
         try:
             self.path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base)
+            self._lock = _hold(os.path.join(self.path, LOCK))
         except OSError as e:
             raise PackerError(f"cannot make the build's spill folder in {base} ({e.strerror}): "
                               "set PACKER_SPILL_DIR to a writable folder") from None
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+
+LOCK = ".lock"
+
+
+def _hold(path: str) -> int | None:
+    """An fd holding an exclusive flock on ``path`` (created); None where there is no flock."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def _orphaned(folder: str) -> bool:
+    """True if no live build holds ``folder``'s lock. A folder without one (being made, or
+    where there is no flock) is never judged an orphan."""
+    try:
+        import fcntl
+
+        fd = os.open(os.path.join(folder, LOCK), os.O_RDWR)
+    except (ImportError, OSError):
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:  # held: its build runs
+        return False
+    finally:
+        os.close(fd)
 
 
 def _remove_orphans(base: str) -> None:
-    """Remove spill folders of builds whose process is gone (killed before it could clean up)."""
+    """Remove spill folders of builds that are gone (killed before they could clean up)."""
     try:
         names = os.listdir(base)
     except OSError:
         return
     for name in names:
-        pid = name[len(PREFIX):].split("-", 1)[0]
-        if name.startswith(PREFIX) and pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
+        path = os.path.join(base, name)
+        if name.startswith(PREFIX) and _orphaned(path):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclass(frozen=True)

@@ -58,20 +58,31 @@ def test_folder_is_removed_and_falls_back_without_room(tmp_path, monkeypatch):
     assert not os.path.exists(big.path)
 
 
-def test_orphans_of_dead_builds_are_removed(tmp_path, monkeypatch):
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    orphan = tmp_path / f"{spill.PREFIX}{int(dead.stdout)}-abc"
-    orphan.mkdir()
-    (orphan / "0.0.ids").write_bytes(b"x" * 10)
-    live = tmp_path / f"{spill.PREFIX}{os.getpid()}-keep"  # a build running now (this process)
-    live.mkdir()
-    other = tmp_path / "packer-spill-notapid"  # not ours to judge
-    other.mkdir()
-    f = spill.SpillFolder(1 << 62)
-    assert not orphan.exists()
-    assert live.exists() and other.exists()
-    f.remove()
+def test_orphans_of_dead_builds_are_removed_and_live_ones_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("PACKER_SPILL_DIR", str(tmp_path))
+    code = ("import sys, time; from packer.build import spill; f = spill.SpillFolder(1); "
+            "print(f.path, flush=True); time.sleep(120)")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        theirs = p.stdout.readline().strip()
+        (tmp_path / os.path.basename(theirs) / "0.0.ids").write_bytes(b"x" * 10)
+        unlocked = tmp_path / f"{spill.PREFIX}1-gone"  # a dead build's: its lock file is free
+        unlocked.mkdir()
+        (unlocked / spill.LOCK).write_bytes(b"")
+        bare = tmp_path / f"{spill.PREFIX}2-making"  # no lock yet (being made): not ours to judge
+        bare.mkdir()
+        mine = spill.SpillFolder(1)
+        assert os.path.isdir(theirs)  # its build runs: kept, whatever its pid says
+        assert not unlocked.exists() and bare.exists()
+        p.kill()  # SIGKILL: no clean-up of its own
+        p.wait()
+        again = spill.SpillFolder(1)
+        assert not os.path.exists(theirs)
+        assert os.path.isdir(mine.path)  # this process's own, still held, is kept
+        mine.remove()
+        again.remove()
+    finally:
+        p.kill()
 
 
 def test_pool_build_leaves_no_spill_files_and_matches_one_worker(tmp_path, monkeypatch):
