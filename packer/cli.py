@@ -230,9 +230,22 @@ class _Progress:
         self.sizing = None  # a bar over the input files being sized, shown only if that takes over a second
         self.t0 = time.perf_counter()
 
+    def _new(self, **kw):
+        """A tqdm bar that starts no monitor thread: with a second thread running, the local engine
+        cannot fork its workers (a fork copies other threads' locks) and starts them from a
+        forkserver, where each parses the tokenizer again (Llama 3, 2 workers, 20 MB: 5.6 s against
+        2.65 s with -q). The build's progress calls update the bar; the monitor only nudges bars
+        that nothing updates. (tqdm's setting is put back for the caller's own bars.)"""
+        old = self._tqdm.monitor_interval
+        self._tqdm.monitor_interval = 0
+        try:
+            return self._tqdm(**kw)
+        finally:
+            self._tqdm.monitor_interval = old
+
     def sized(self, done, total):
         if self.sizing is None:
-            self.sizing = self._tqdm(total=total, unit=" files", desc="sizing inputs", file=sys.stderr, delay=1.0,
+            self.sizing = self._new(total=total, unit=" files", desc="sizing inputs", file=sys.stderr, delay=1.0,
                                      leave=False, dynamic_ncols=sys.stderr.isatty())
         elif total != self.sizing.total:  # the next input of several
             self.sizing.reset(total=total)
@@ -243,7 +256,7 @@ class _Progress:
     def update(self, done_bytes, docs, tokens, units_done, units, total_bytes):
         if self.bar is None:
             tty = sys.stderr.isatty()  # in a log file, a line every 15 s rather than a redraw every 0.5 s
-            self.bar = self._tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
+            self.bar = self._new(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
                                   desc="build", file=sys.stderr, dynamic_ncols=tty, mininterval=0.5 if tty else 15)
         dt = max(1e-9, time.perf_counter() - self.t0)
         self.bar.set_postfix_str(f"{docs:,} docs, {tokens / dt / 1e6:.2f}M tok/s, units {units_done}/{units}", refresh=False)

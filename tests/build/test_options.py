@@ -145,6 +145,35 @@ def test_summary_json_is_what_the_summary_prints(corpus, tmp_path, monkeypatch):
     assert "1 unit run" in r.output  # singular
 
 
+def test_the_progress_bar_starts_no_thread_so_workers_are_forked(corpus, tmp_path, monkeypatch):
+    """A second thread at pool start sends the local engine to a forkserver, whose workers parse the
+    tokenizer again (2x slower for Llama 3 at 2 workers): the bar must not start tqdm's monitor."""
+    import importlib
+    import threading
+
+    import tqdm
+    from click.testing import CliRunner
+
+    from packer.cli import main
+
+    local = importlib.import_module("packer.build.local")
+    seen = []
+    real = local._make_pool
+
+    def make_pool(*args):
+        seen.append({t.name for t in threading.enumerate()})
+        return real(*args)
+
+    monkeypatch.setattr(local, "_make_pool", make_pool)
+    before = {t.name for t in threading.enumerate()}
+    r = CliRunner().invoke(main, ["build", corpus, str(tmp_path / "out"), "--seq-len", "128", "--workers", "2",
+                                  "--unit-mb", "0.02"])
+    assert r.exit_code == 0, r.output
+    assert "build:" in r.output or "built " in r.output  # the bar and summary ran (not quiet)
+    assert seen and seen[0] <= before, seen[0] - before  # no thread of the CLI's own (tqdm_monitor was one)
+    assert tqdm.tqdm.monitor_interval == 10  # tqdm's own setting is the caller's again
+
+
 def test_api_takes_the_cli_names_and_a_config_with_one_path(corpus, tmp_path):
     res = build(BuildConfig(inputs=corpus, out=str(tmp_path / "a")))  # a str, not iterated by character
     assert res.manifest["totals"]["documents"] == 3100
