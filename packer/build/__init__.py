@@ -17,6 +17,7 @@ deterministically (unit.py). Everything else follows from that:
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field, replace
 
@@ -180,8 +181,6 @@ def _defer_check(cfg: BuildConfig) -> bool:
     """Whether the engine check on input texts runs on a worker while the others start: a local
     build on more than one core. It needs the HF tokenizer, which a build whose tokenizer and check
     are on record would otherwise parse in the main process first (0.5 s for Llama 3, serial)."""
-    import os
-
     return cfg.run.engine == "local" and (cfg.run.workers or os.cpu_count() or 1) > 1
 
 

@@ -34,9 +34,39 @@ def cache_root() -> str | None:
     return None if root == "off" else root
 
 
-def _folder() -> str | None:
+def folder(name: str) -> str | None:
+    """The record folder ``name`` under ``cache_root()``; None when records are off."""
     root = cache_root()
-    return None if root is None else os.path.join(root, "engine-checks")
+    return None if root is None else os.path.join(root, name)
+
+
+def _folder() -> str | None:
+    return folder("engine-checks")
+
+
+def read_json(where: str | None, name: str):
+    """The JSON record ``name`` in folder ``where``, or None (off, absent, unreadable, not JSON)."""
+    if where is None:
+        return None
+    try:
+        with open(os.path.join(where, name), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(where: str | None, name: str, obj) -> None:
+    """Record ``obj`` as ``name`` in folder ``where``, atomically; silently not where it cannot be written."""
+    if where is None:
+        return
+    try:
+        os.makedirs(where, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=where, prefix=".tmp-")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f)
+        os.replace(tmp, os.path.join(where, name))
+    except OSError:
+        pass
 
 
 def _key(fingerprint: str, split_special: bool, hard: list[str]) -> str:
@@ -51,30 +81,13 @@ def _key(fingerprint: str, split_special: bool, hard: list[str]) -> str:
 
 def load(fingerprint: str, split_special: bool, hard: list[str]) -> dict | None:
     """The record of a passed check ({"note", "texts", "tokens"}), or None."""
-    folder = _folder()
-    if folder is None:
-        return None
-    try:
-        with open(os.path.join(folder, _key(fingerprint, split_special, hard) + ".json"), encoding="utf-8") as f:
-            rec = json.load(f)
-        return rec if isinstance(rec, dict) and {"note", "texts", "tokens"} <= set(rec) else None
-    except (OSError, ValueError):
-        return None
+    rec = read_json(_folder(), _key(fingerprint, split_special, hard) + ".json")
+    return rec if isinstance(rec, dict) and {"note", "texts", "tokens"} <= set(rec) else None
 
 
 def store(fingerprint: str, split_special: bool, hard: list[str], note: str, texts: int, tokens: int) -> None:
     """Record a passed check (atomically; silently not, where the folder cannot be written)."""
-    folder = _folder()
-    if folder is None:
-        return
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"note": note, "texts": texts, "tokens": tokens}, f)
-        os.replace(tmp, os.path.join(folder, _key(fingerprint, split_special, hard) + ".json"))
-    except OSError:
-        pass
+    write_json(_folder(), _key(fingerprint, split_special, hard) + ".json", {"note": note, "texts": texts, "tokens": tokens})
 
 
 def store_conversion(fingerprint: str, split_special: bool, hard: list[str], conv) -> None:

@@ -15,21 +15,13 @@ folder that cannot be written is no error.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import tempfile
 
-from .check_cache import cache_root
+from .check_cache import folder, read_json, write_json
 
 VERSION = "1"  # bump when what resolve_tokenizer derives changes
-_FIELDS = {"kind": str, "vocab_size": int, "eos_id": (int, type(None)), "pad_id": int, "fingerprint": str,
-           "json": str, "notes": list, "prefix": list, "suffix": (list, type(None)), "added": str,
-           "split_special": bool, "specials": list}
-
-
-def _folder() -> str | None:
-    root = cache_root()
-    return None if root is None else os.path.join(root, "tokenizers")
+FIELDS = {"kind": str, "vocab_size": int, "eos_id": (int, type(None)), "pad_id": int, "fingerprint": str,
+          "json": str, "notes": list, "prefix": list, "suffix": (list, type(None)), "added": str,
+          "split_special": bool, "specials": list}  # the TokenizerInfo fields recorded, with their JSON types
 
 
 def key(path: str, options: tuple) -> str | None:
@@ -48,31 +40,15 @@ def key(path: str, options: tuple) -> str | None:
 
 def load(name: str | None) -> dict | None:
     """The recorded fields, or None (no record, or one that is damaged or of another shape)."""
-    folder = _folder()
-    if folder is None or name is None:
+    rec = read_json(folder("tokenizers"), name + ".json") if name is not None else None
+    if not isinstance(rec, dict) or set(rec) != set(FIELDS):
         return None
-    try:
-        with open(os.path.join(folder, name + ".json"), encoding="utf-8") as f:
-            rec = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(rec, dict) or set(rec) != set(_FIELDS):
-        return None
-    if not all(isinstance(rec[k], t) and not (t is int and isinstance(rec[k], bool)) for k, t in _FIELDS.items()):
+    if not all(isinstance(rec[k], t) and not (t is int and isinstance(rec[k], bool)) for k, t in FIELDS.items()):
         return None
     return rec
 
 
 def store(name: str | None, fields: dict) -> None:
     """Record ``fields`` (atomically; silently not where the folder cannot be written)."""
-    folder = _folder()
-    if folder is None or name is None:
-        return
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({k: fields[k] for k in _FIELDS}, f)
-        os.replace(tmp, os.path.join(folder, name + ".json"))
-    except OSError:
-        pass
+    if name is not None:
+        write_json(folder("tokenizers"), name + ".json", {k: fields[k] for k in FIELDS})

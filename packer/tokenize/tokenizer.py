@@ -126,7 +126,7 @@ def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None 
                      specials=tuple((int(i), str(t)) for i, t in known["specials"]))
         return TokenizerInfo(spec, **known)
     info = _resolve_hf(spec, eos, eos_token, bos, bos_token, split_special)
-    info_cache.store(record, {k: getattr(info, k) for k in info_cache._FIELDS})
+    info_cache.store(record, {k: getattr(info, k) for k in info_cache.FIELDS})
     return info
 
 
@@ -238,12 +238,10 @@ def _local_file(spec: str) -> str | None:
 def _load_hf(spec: str):
     from tokenizers import Tokenizer
 
-    path = spec
-    if os.path.isdir(spec):
-        path = os.path.join(spec, "tokenizer.json")
-        if not os.path.exists(path):
-            raise PackerError(f"no tokenizer.json in folder {spec}")
-    if os.path.isfile(path):
+    if os.path.isdir(spec) and not os.path.exists(os.path.join(spec, "tokenizer.json")):
+        raise PackerError(f"no tokenizer.json in folder {spec}")
+    path = _local_file(spec)
+    if path is not None:
         try:
             return Tokenizer.from_file(path)
         except Exception as e:
