@@ -53,7 +53,10 @@ class Spilled:
     def load(self) -> np.ndarray:
         if not self.size:
             return np.zeros(0, self.dtype)
-        return np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.size,))
+        try:
+            return np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.size,))
+        except (OSError, ValueError) as e:  # ValueError: the file is shorter than written
+            raise _gone(self.path, e) from None
 
 
 class SpillFolder:
@@ -139,10 +142,19 @@ class SpilledParts:
     path: str
 
     def load(self) -> list:
-        with open(self.path, "rb") as f:
-            data = f.read()
-        os.unlink(self.path)
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+            os.unlink(self.path)
+        except OSError as e:
+            raise _gone(self.path, e) from None
         return pickle.loads(data)
+
+
+def _gone(path: str, e: Exception) -> PackerError:
+    why = getattr(e, "strerror", None) or str(e)
+    return PackerError(f"chunk file {path} cannot be read back ({why}): was the spill folder cleaned while the "
+                       "build ran? Finished units are kept: rerun with --resume")
 
 
 def put_parts(parts: list, path: str) -> SpilledParts:

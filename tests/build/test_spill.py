@@ -171,3 +171,17 @@ def test_a_full_spill_folder_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr("builtins.open", full)
     with pytest.raises(PackerError, match="No space left on device.*PACKER_SPILL_DIR.*--resume"):
         spill.put_parts([], str(tmp_path / "x.in"))
+
+
+def test_a_chunk_file_removed_under_the_build_is_one_line(tmp_path):
+    from packer.errors import PackerError
+
+    rng = np.random.default_rng(2)
+    sent = spill.put(_result(rng), str(tmp_path / "0.0"))
+    parts = spill.put_parts([], str(tmp_path / "0.0.in"))
+    for p in tmp_path.iterdir():
+        p.unlink()  # a /dev/shm cleaner, mid-build
+    with pytest.raises(PackerError, match=r"chunk file .*0\.0\.ids cannot be read back .*--resume"):
+        spill.take(sent)
+    with pytest.raises(PackerError, match=r"chunk file .*0\.0\.in cannot be read back .*--resume"):
+        parts.load()
