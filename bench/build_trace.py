@@ -236,12 +236,46 @@ def ceiling(inputs: list[str], tokenizer: str | None, n: int) -> dict:
             "longest_text_share": max(load) / sum(load)}
 
 
-def cli(inputs: list[str], tokenizer: str | None, n: int) -> dict:
-    """``packer build --workers n`` as a user runs it: a new process, pinned to n cores, end to end."""
+def _spin(seconds: float) -> tuple[float, float]:
+    """A fixed amount of pure-Python integer work (a few KB of memory): its wall and CPU seconds."""
+    t0, c0 = time.monotonic(), time.process_time()
+    x = 0
+    for i in range(int(seconds * 2e7)):
+        x ^= i * 2654435761 & 0xFFFF
+    return time.monotonic() - t0, time.process_time() - c0
+
+
+def clock(n: int, seconds: float = 1.0) -> dict:
+    """The host's core speed with n cores busy at once: n forked processes run the same pure
+    integer loop, which needs no memory bandwidth and no shared cache. If one core alone runs it
+    faster than each of n cores together, the host lowers its clock under load (turbo), and no
+    program's n-worker run can reach n times its one-worker speed there."""
+    import multiprocessing as mp
+
+    with mp.get_context("fork").Pool(n) as pool:
+        res = pool.map(_spin, [seconds] * n)
+    return {"workers": n, "wall_mean": sum(r[0] for r in res) / n, "cpu_mean": sum(r[1] for r in res) / n}
+
+
+def _spinners(first: int, count: int) -> list:
+    """``count`` busy loops pinned to cores first.. first+count-1 (the load of a busy host)."""
     import subprocess
 
     from common import pin
 
+    return [subprocess.Popen(pin(1, first + i) + [sys.executable, "-c", "while True: pass"]) for i in range(count)]
+
+
+def cli(inputs: list[str], tokenizer: str | None, n: int, loaded: int = 0) -> dict:
+    """``packer build --workers n`` as a user runs it: a new process, pinned to n cores, end to end.
+    ``loaded``: that many other cores run a busy loop meanwhile (so a 1-worker build runs at the
+    clock the host gives when all its cores work, as each worker of a 16-worker build does)."""
+    import subprocess
+
+    from common import pin
+
+    spinners = _spinners(n, loaded) if loaded else []
+    time.sleep(0.3 if loaded else 0)  # let the host settle at its all-core clock
     tmp = tempfile.mkdtemp(prefix="trace-cli-")
     cmd = pin(n) + [sys.executable, "-m", "packer.cli", "build", *inputs, os.path.join(tmp, "out"), "--workers", str(n),
                     "-q", "--summary-json", os.path.join(tmp, "s.json")] + (["--tokenizer", tokenizer] if tokenizer else [])
@@ -252,6 +286,9 @@ def cli(inputs: list[str], tokenizer: str | None, n: int) -> dict:
         with open(os.path.join(tmp, "s.json")) as f:
             summary = json.load(f)
     finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
         shutil.rmtree(tmp, ignore_errors=True)
     return {"workers": n, "wall": wall, "tokens": summary["totals"]["tokens"] if "totals" in summary else 0}
 
@@ -283,6 +320,12 @@ def main(argv=None) -> None:
     ap.add_argument("--cli", action="store_true",
                     help="also time `packer build` itself (a new process per build, pinned to N cores), each round")
     ap.add_argument("--cli-only", action="store_true", help="time `packer build` only (no traced build)")
+    ap.add_argument("--clock", action="store_true",
+                    help="also time a pure integer loop on 1 and on N cores at once (does the host slow its "
+                         "cores down when all of them work?)")
+    ap.add_argument("--loaded", action="store_true",
+                    help="with --cli/--cli-only: also time the 1-worker build while the other N-1 cores run a "
+                         "busy loop, and give the N-worker scaling over that too")
     ap.add_argument("--part-kb", type=int, default=0,
                     help="an experiment: input per chunk in the local engine (packer's PART_BYTES is 256 KB)")
     ap.add_argument("--mmap-threshold-kb", type=int, default=0,
@@ -309,8 +352,14 @@ def main(argv=None) -> None:
             print(f"ceiling x{n}: {c['tokens'] / c['wall'] / 1e6:6.2f} Mtok/s ({c['wall']:.2f}s, cpu {c['cpu']:.2f}s; "
                   f"largest share {100 * c['longest_text_share']:.1f}% of the text) [{c['backend']}] = {eff:.2f} of linear",
                   flush=True)
+    if args.clock:
+        clk = {n: clock(n) for n in sorted(set([1] + args.workers))}
+        for n, c in clk.items():
+            print(f"clock x{n}: the loop took {c['cpu_mean']:.3f} CPU s a process ({c['wall_mean']:.3f} s wall) = "
+                  f"{clk[1]['cpu_mean'] / c['cpu_mean']:.2f} of one core alone's speed", flush=True)
     _install()
-    runs, clis = {}, {}
+    runs, clis, loaded = {}, {}, []
+    top = max(args.workers)
     for rnd in range(args.rounds):
         for n in args.workers:
             if not args.cli_only:
@@ -325,6 +374,11 @@ def main(argv=None) -> None:
                 clis.setdefault(n, []).append(c)
                 print(f"round {rnd} x{n:<3} packer build (CLI): {c['wall']:6.2f}s  "
                       f"{c['tokens'] / c['wall'] / 1e6:6.2f} Mtok/s", flush=True)
+                if args.loaded and n == 1 and top > 1:
+                    c = cli(args.inputs, args.tokenizer, 1, loaded=top - 1)
+                    loaded.append(c)
+                    print(f"round {rnd} x1   packer build (CLI), {top - 1} other cores busy: {c['wall']:6.2f}s  "
+                          f"{c['tokens'] / c['wall'] / 1e6:6.2f} Mtok/s", flush=True)
     for label, got in (("in-process builds", runs), ("packer build (CLI)", clis)):
         if not got:
             continue
@@ -337,6 +391,10 @@ def main(argv=None) -> None:
             per = sorted(a["wall"] / b["wall"] / (n / lo) for a, b in zip(got[lo], got[n]))
             print(f"  x{n}: {best[lo]['wall'] / f['wall']:5.2f}x faster = {eff:.2f} of linear; per round "
                   f"{', '.join(f'{e:.2f}' for e in per)} (median {per[len(per) // 2]:.2f})")
+        if loaded and label.startswith("packer") and top in got:
+            per = sorted(a["wall"] / b["wall"] / top for a, b in zip(loaded, got[top]))
+            print(f"  x{top} over x1 with {top - 1} other cores busy (linear at the all-core clock): per round "
+                  f"{', '.join(f'{e:.2f}' for e in per)}")
 
 
 if __name__ == "__main__":
