@@ -369,5 +369,30 @@ def show(out, row, tokenizer, ids):
         click.echo(line)
 
 
+def run() -> None:
+    """The ``packer`` command as a process: ``main``, then the process ends at once.
+
+    Everything a command writes is closed (and fsynced) before it returns, so the
+    interpreter's teardown only frees memory: the tokenizer's tables, the arrays,
+    the modules. That took 0.1-0.14 s after every build, serial, on the wall
+    clock of a 16-worker build that does its work in 3 s. A Ray driver is left to
+    exit normally (its atexit hook stops the cluster it started).
+    """
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    if "ray" in sys.modules:
+        sys.exit(code)
+    if code is not None and not isinstance(code, int):  # sys.exit("message"): printed, status 1
+        click.echo(code, err=True)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe (| head): what it wanted, it has
+            stream.flush()
+    os._exit(code or 0)
+
+
 if __name__ == "__main__":
-    main()
+    run()

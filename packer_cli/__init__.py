@@ -12,11 +12,11 @@ import sys
 
 def main():
     try:
-        from packer.cli import main as cli_main
+        from packer.cli import run as cli_run
     except KeyboardInterrupt:
         sys.stderr.write("\npacker: interrupted\n")
         sys.exit(130)
-    return cli_main()
+    cli_run()
 
 
 if __name__ == "__main__":

@@ -569,3 +569,26 @@ def test_ctrl_c_while_packer_loads_is_one_line(tmp_path, delay):
     assert "Traceback" not in p.stderr, p.stderr
     # Interrupted while loading: 130; if loading won the race, the command ran (no build here: 2).
     assert p.returncode in (130, 2), (p.returncode, p.stderr)
+
+
+# The command ends without the interpreter's teardown (0.1 s after every build, serial), yet with
+# all its output written and its exit status kept.
+def test_the_command_ends_at_once_with_its_output_and_status(tmp_path, corpus):
+    code = ("import atexit, sys, packer.cli; atexit.register(lambda: sys.stderr.write('TEARDOWN\\n')); "
+            "packer.cli.run()")
+
+    def packer(*args, **kw):
+        return subprocess.run([sys.executable, "-c", code, *args], text=True, timeout=120, start_new_session=True, **kw)
+
+    out = tmp_path / "o"
+    r = packer("build", corpus, str(out), *ARGS, capture_output=True)
+    assert r.returncode == 0, r.stderr
+    assert "TEARDOWN" not in r.stderr  # the process ended at once: no atexit hook ran
+    with open(tmp_path / "stats.txt", "w") as f:  # a file, not a terminal: block-buffered, flushed before the end
+        r = packer("stats", str(out), stdout=f, stderr=subprocess.PIPE)
+    assert r.returncode == 0, r.stderr
+    written = (tmp_path / "stats.txt").read_text()
+    assert "documents" in written and written == run_cli("stats", str(out)).output  # in process: no exit of ours
+    r = packer("stats", str(tmp_path / "nothing"), capture_output=True)
+    assert r.returncode == 2
+    one_line(r, "no such build folder")

@@ -16,8 +16,6 @@ import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import pyarrow.fs as pafs
-
 from ..errors import PackerError
 from .storage_base import _io_error
 from .uri import filesystem, is_uri, join, redact
@@ -141,6 +139,8 @@ def _find_uri(uri: str, accepts, unknown, exclude: str | None, ignored: list[str
     """A URI naming an object is one input file; a URI naming a prefix holds
     every object below it (recursively; names starting with "." skipped).
     Globs are not expanded on object storage."""
+    import pyarrow.fs as pafs  # here, not at the top: its S3/GCS/Azure modules take ~60 ms to load
+
     if any(ch in uri for ch in "*?["):
         raise PackerError(f"input globs are not expanded on object storage: {redact(uri)}; name a prefix instead")
     fs, path = filesystem(uri)
