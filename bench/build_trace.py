@@ -17,6 +17,13 @@ for a chunk, and the tail after the last chunk (the last shard's packing
 and writing). Run it for 1 and N workers on the same corpus:
 
     python bench/build_trace.py bench_out/real/real.jsonl --tokenizer ../shared/data/llama3 --workers 1 16
+
+What the host itself gives, measured in the same call: ``--ceiling`` (N
+processes encoding the texts from memory, nothing else), ``--clock`` (a pure
+integer loop on 1 and on N cores at once: a host that slows its cores when all
+of them work caps every program's N-fold speed-up), and ``--loaded`` with
+``--cli-only`` (the 1-worker build while the other cores spin, for a linear
+baseline at the all-core clock).
 """
 
 from __future__ import annotations
