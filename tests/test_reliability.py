@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from packer import BuildConfig, build
+from packer import build
 from packer import shards as S
 from packer.errors import PackerError, ShardError
 from packer.formats import discover, plan_slices, read_slice
