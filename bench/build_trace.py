@@ -336,21 +336,13 @@ def main(argv=None) -> None:
     ap.add_argument("--part-kb", type=int, default=0,
                     help="an experiment: input per chunk in the local engine (packer's PART_BYTES is 256 KB)")
     ap.add_argument("--mmap-threshold-kb", type=int, default=0,
-                    help="an experiment: glibc's mmap threshold in the workers (packer fixes it at 128 KB)")
+                    help="an experiment: glibc's mmap threshold in the workers (packer fixes it at 4 MB)")
     ap.add_argument("--json", help="append the figures as JSON lines to this file")
     args = ap.parse_args(argv)
     if args.part_kb:
         local.PART_BYTES = args.part_kb << 10
-    if args.mmap_threshold_kb:
-        unit = importlib.import_module("packer.build.unit")
-        kb = args.mmap_threshold_kb
-
-        def threshold() -> None:
-            import ctypes
-
-            ctypes.CDLL("libc.so.6").mallopt(-3, kb << 10)  # M_MMAP_THRESHOLD
-
-        unit.bounded_malloc = threshold  # init_worker calls it in each worker
+    if args.mmap_threshold_kb:  # read by bounded_malloc in each (forked) worker
+        importlib.import_module("packer.build.unit").MMAP_THRESHOLD = args.mmap_threshold_kb << 10
     if args.ceiling:
         ceil = {n: ceiling(args.inputs, args.tokenizer, n) for n in args.workers}
         lo = min(ceil)
