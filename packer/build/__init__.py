@@ -236,7 +236,7 @@ def _run_units(cfg, tok, job, settings, units, found, out, already, phase: _Time
             if todo:
                 engine_notes = engine_for(cfg).run(todo, job, records, units, progress, first)
             else:  # nothing left to build (--resume): the check still decides what the manifest says
-                first.on_result(first.fn(job, *first.args))
+                first.run_here(job)
             tok = decided[0]
         except _Fallback as f:  # tiktoken differed on the input: HF encodes everything, from the start
             tok = with_choice(tok, f.choice)

@@ -28,6 +28,10 @@ class FirstTask:
     args: tuple
     on_result: object
 
+    def run_here(self, job) -> None:
+        """Run it in this process (an engine without a pool of its own, or nothing left to build)."""
+        self.on_result(self.fn(job, *self.args))
+
 
 @dataclass(frozen=True)
 class Unit:

@@ -104,7 +104,7 @@ class RayEngine:
 
     def run(self, todo: list[Unit], job: Job, records: dict, units: list[Unit], progress, first=None) -> list[str]:
         if first is not None:  # (a plan.FirstTask) here, in the driver, before any unit
-            first.on_result(first.fn(job, *first.args))
+            first.run_here(job)
         return run_ray(self, todo, job, records, units, progress)
 
 

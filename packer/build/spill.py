@@ -34,9 +34,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..errors import PackerError
+from ..io.lock import LOCK_NAME, OutLock
 from .plan import ChunkResult
 
 PREFIX = "packer-spill-"
+LOCK = LOCK_NAME  # the lock file a live build holds in its spill folder
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class SpillFolder:
     """The folder one build's chunk files go to (``remove`` when the build ends).
     ``need_bytes``: the most the files can hold at once (the build's window of units).
 
-    The build holds an exclusive ``flock`` on ``.lock`` inside it while it runs: the kernel
+    The build holds an exclusive ``flock`` on its lock file (``io.lock.OutLock``) inside it while it runs: the kernel
     drops it when the process (and its workers) are gone, however they went, so another build
     can tell an orphan from a live folder even across containers that share /dev/shm but not
     their process ids."""
@@ -76,33 +78,14 @@ class SpillFolder:
         _remove_orphans(base)
         try:
             self.path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base)
-            self._lock = _hold(os.path.join(self.path, LOCK))
+            self._lock = OutLock(self.path).acquire()  # OUT's lock: the same flock, its file inside the folder
         except OSError as e:
             raise PackerError(f"cannot make the build's spill folder in {base} ({e.strerror}): "
                               "set PACKER_SPILL_DIR to a writable folder") from None
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
-
-
-LOCK = ".lock"
-
-
-def _hold(path: str) -> int | None:
-    """An fd holding an exclusive flock on ``path`` (created); None where there is no flock."""
-    try:
-        import fcntl
-    except ImportError:
-        return None
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # a filesystem without flock: no lock, and no other build can take it either
-        pass
-    return fd
+        self._lock.release(True)
 
 
 def _orphaned(folder: str) -> bool:
