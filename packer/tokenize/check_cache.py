@@ -55,15 +55,31 @@ def read_json(where: str | None, name: str):
         return None
 
 
+def read_text(where: str | None, name: str) -> str | None:
+    """The text file ``name`` in folder ``where``, or None (off, absent, unreadable, not UTF-8)."""
+    if where is None:
+        return None
+    try:
+        with open(os.path.join(where, name), encoding="utf-8", newline="") as f:  # as written: no newline translation
+            return f.read()
+    except (OSError, ValueError):
+        return None
+
+
 def write_json(where: str | None, name: str, obj) -> None:
     """Record ``obj`` as ``name`` in folder ``where``, atomically; silently not where it cannot be written."""
+    write_text(where, name, json.dumps(obj))
+
+
+def write_text(where: str | None, name: str, text: str) -> None:
+    """Write ``text`` as ``name`` in folder ``where``, atomically; silently not where it cannot be written."""
     if where is None:
         return
     try:
         os.makedirs(where, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=where, prefix=".tmp-")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
         os.replace(tmp, os.path.join(where, name))
     except OSError:
         pass

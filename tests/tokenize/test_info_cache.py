@@ -27,6 +27,14 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache" / "tokenizers"
 
 
+def _records(cache) -> list[str]:
+    """The record files (each has its tokenizer JSON beside it, NAME.tokenizer.json)."""
+    names = os.listdir(cache)
+    recs = sorted(n for n in names if not n.endswith(".tokenizer.json"))
+    assert sorted(n for n in names if n.endswith(".tokenizer.json")) == sorted(n[:-5] + ".tokenizer.json" for n in recs)
+    return recs
+
+
 def _no_parse(monkeypatch):
     def fail(*a, **k):
         raise AssertionError("parsed again")
@@ -36,7 +44,7 @@ def _no_parse(monkeypatch):
 def test_second_resolve_reads_the_record_and_equals_a_fresh_one(tmp_path, cache, monkeypatch):
     path = _tokenizer_file(tmp_path / "tok.json")
     first = resolve_tokenizer(path)
-    assert len(os.listdir(cache)) == 1
+    assert len(_records(cache)) == 1
     fresh = T._resolve_hf(path, True, None, True, None, False)
     _no_parse(monkeypatch)
     again = resolve_tokenizer(path)
@@ -53,11 +61,11 @@ def test_other_bytes_or_options_are_other_records(tmp_path, cache, monkeypatch):
     with_bos = resolve_tokenizer(path)
     no_bos = resolve_tokenizer(path, bos=False)
     assert with_bos.prefix == (0,) and no_bos.prefix == ()
-    assert len(os.listdir(cache)) == 2
+    assert len(_records(cache)) == 2
     _tokenizer_file(tmp_path / "tok.json", bos_template=False)  # the same path, new bytes
     changed = resolve_tokenizer(path)
     assert changed.prefix == () and changed.fingerprint != with_bos.fingerprint
-    assert len(os.listdir(cache)) == 3
+    assert len(_records(cache)) == 3
 
 
 @pytest.mark.parametrize("damage", [
@@ -70,11 +78,28 @@ def test_other_bytes_or_options_are_other_records(tmp_path, cache, monkeypatch):
 def test_a_damaged_record_is_ignored(tmp_path, cache, damage):
     path = _tokenizer_file(tmp_path / "tok.json")
     good = resolve_tokenizer(path)
-    (name,) = os.listdir(cache)
+    (name,) = _records(cache)
     rec = json.loads((cache / name).read_text())
     (cache / name).write_text(damage(rec))
     assert resolve_tokenizer(path) == good  # resolved again, and recorded again
     assert json.loads((cache / name).read_text()) == rec
+
+
+@pytest.mark.parametrize("damage", [
+    lambda p: p.unlink(),
+    lambda p: p.write_text(p.read_text()[:-10]),  # cut short
+    lambda p: p.write_bytes(b"\xff" + p.read_bytes()[1:]),  # not UTF-8
+])
+def test_a_missing_or_damaged_tokenizer_json_beside_the_record_is_resolved_again(tmp_path, cache, damage):
+    path = _tokenizer_file(tmp_path / "tok.json")
+    good = resolve_tokenizer(path)
+    (name,) = _records(cache)
+    beside = cache / (name[:-5] + ".tokenizer.json")
+    assert beside.read_text() == good.json
+    damage(beside)
+    assert info_cache.load(name[:-5]) is None
+    assert resolve_tokenizer(path) == good
+    assert beside.read_text() == good.json  # recorded again
 
 
 def test_off_records_nothing(tmp_path, monkeypatch):

@@ -513,3 +513,21 @@ def test_cli_says_which_backend_ran(tmp_path, gpt2_path):
     assert "backend         hf: asked for (--tokenizer-backend hf)" in r.output
     r = CliRunner().invoke(main, ["build", os.path.join(SAMPLE, "txt"), str(tmp_path / "p"), "--tokenizer-backend", "x"])
     assert r.exit_code == 2 and "--tokenizer-backend" in r.output
+
+
+@pytest.mark.parametrize("added", [
+    tuple(f"<|reserved_special_token_{i}|>" for i in range(40)) + ("<|begin_of_text|>", "<|end_of_text|>"),
+    ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"),
+    ("<s>", "</s>", "[MASK]", "<pad>", "|x|"),  # no common prefix: the regex alone
+])
+def test_the_added_token_scan_finds_exactly_the_texts_that_hold_one(added):
+    from packer.tokenize.tiktoken_engine import _AddedScan
+
+    rng = random.Random(7)
+    scan = _AddedScan(added)
+    pieces = ["a", " ", "<", "|", "<|", "[", "]", "x", "\n", "é"] + [a[: rng.randint(1, len(a))] for a in added]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        if rng.random() < 0.2:
+            text += rng.choice(added)
+        assert scan(text) == any(a in text for a in added), text
