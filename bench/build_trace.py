@@ -348,9 +348,9 @@ def main(argv=None) -> None:
         lo = min(ceil)
         for n, c in sorted(ceil.items()):
             eff = ceil[lo]["wall"] / c["wall"] / (n / lo)
+            of = f" = {eff:.2f} of linear over x{lo}" if n != lo else ""
             print(f"ceiling x{n}: {c['tokens'] / c['wall'] / 1e6:6.2f} Mtok/s ({c['wall']:.2f}s, cpu {c['cpu']:.2f}s; "
-                  f"largest share {100 * c['longest_text_share']:.1f}% of the text) [{c['backend']}] = {eff:.2f} of linear",
-                  flush=True)
+                  f"largest share {100 * c['longest_text_share']:.1f}% of the text) [{c['backend']}]{of}", flush=True)
     if args.clock:
         clk = {n: clock(n) for n in sorted(set([1] + args.workers))}
         for n, c in clk.items():
