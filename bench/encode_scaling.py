@@ -18,13 +18,13 @@ is the clock's share. Rounds alternate the orders, so drift in the host's speed 
     python bench/encode_scaling.py bench_out/real/real.jsonl --tokenizer ../shared/data/llama3 --workers 16
 
 Printed per run: each process's CPU seconds (mean, max) and wall, and at N the inflation
-(CPU at N over CPU at 1, same texts) and the efficiency (wall at 1 over the slowest process at N).
+(CPU at N over CPU at 1, same texts) and the efficiency (wall at 1 over the slowest process at N),
+then a JSON line per mode (also appended to ``--json``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import sys
@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from common import corpus_texts  # noqa: E402
+from common import corpus_texts, emit_json  # noqa: E402
 
 _STATE: dict = {}
 
@@ -133,15 +133,9 @@ def main(argv=None) -> None:
         eff = [o["wall_max"] / m["wall_max"] for o, m in zip(one, many)]
         print(f"{mode:8} {min(o['cpu_mean'] for o in one):9.2f} {min(m['cpu_mean'] for m in many):9.2f} "
               f"{' '.join(f'{x:.2f}' for x in infl):>9} {' '.join(f'{x:.2f}' for x in eff):>10}")
-        record({"bench": "encode_scaling", "tokenizer": args.tokenizer, "mode": mode, "n": n, "mb": args.mb,
-                "inflation": infl, "efficiency": eff, "cpu_1": [o["cpu_mean"] for o in one],
-                "cpu_n": [m["cpu_mean"] for m in many]}, args.json)
-
-
-def record(result: dict, path: str | None) -> None:
-    if path:
-        with open(path, "a") as f:
-            f.write(json.dumps(result) + "\n")
+        emit_json({"bench": "encode_scaling", "tokenizer": args.tokenizer, "mode": mode, "n": n, "mb": args.mb,
+                   "inflation": infl, "efficiency": eff, "cpu_1": [o["cpu_mean"] for o in one],
+                   "cpu_n": [m["cpu_mean"] for m in many]}, args.json)
 
 
 if __name__ == "__main__":

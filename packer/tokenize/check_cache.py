@@ -18,6 +18,7 @@ folder that cannot be written is no error: the check simply runs each time.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import tempfile
@@ -73,13 +74,19 @@ def write_json(where: str | None, name: str, obj) -> None:
 
 def write_text(where: str | None, name: str, text: str) -> None:
     """Write ``text`` as ``name`` in folder ``where``, atomically; silently not where it cannot be written."""
+    write_bytes(where, name, text.encode("utf-8"))
+
+
+def write_bytes(where: str | None, name: str, data: bytes) -> None:
+    """Write ``data`` as ``name`` in folder ``where``, atomically; silently not where it cannot be written.
+    (Not ``io.atomic.atomic_write``: a record is best effort, and its fault points are the build's.)"""
     if where is None:
         return
     try:
         os.makedirs(where, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=where, prefix=".tmp-")
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, os.path.join(where, name))
     except OSError:
         pass
@@ -108,24 +115,18 @@ def store(fingerprint: str, split_special: bool, hard: list[str], note: str, tex
 
 def store_conversion(fingerprint: str, split_special: bool, hard: list[str], conv) -> None:
     """Record the ``Conversion`` of a passed check (atomically; silently not where it cannot be written)."""
-    folder = _folder()
-    if folder is None:
+    if _folder() is None:
         return
     items = sorted(conv.ranks.items(), key=lambda kv: kv[1])
     blob = b"".join(k for k, _ in items)
     meta = {"pat_str": conv.pat_str, "added": list(conv.added), "vocab_size": conv.vocab_size, "note": conv.note,
             "normalize": conv.normalize, "suspects": list(conv.suspects)}
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".npz")
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, ids=np.array([i for _, i in items], dtype=np.uint32),
-                     lens=np.array([len(k) for k, _ in items], dtype=np.uint32),
-                     blob=np.frombuffer(blob, dtype=np.uint8),
-                     meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
-        os.replace(tmp, os.path.join(folder, _key(fingerprint, split_special, hard) + ".ranks.npz"))
-    except OSError:
-        pass
+    buf = io.BytesIO()
+    np.savez(buf, ids=np.array([i for _, i in items], dtype=np.uint32),
+             lens=np.array([len(k) for k, _ in items], dtype=np.uint32),
+             blob=np.frombuffer(blob, dtype=np.uint8),
+             meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
+    write_bytes(_folder(), _key(fingerprint, split_special, hard) + ".ranks.npz", buf.getvalue())
 
 
 def load_conversion(fingerprint: str, split_special: bool, hard: list[str]):

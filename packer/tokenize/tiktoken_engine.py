@@ -114,12 +114,7 @@ class TiktokenEncoder:
         self._allowed: frozenset = frozenset()
         self.to_hf = 0  # texts handed to HF so far
         added = self.conv.added
-        if not added:
-            self._needs_hf = lambda text: False
-        elif len(added) <= 4:
-            self._needs_hf = lambda text: any(a in text for a in added)
-        else:
-            self._needs_hf = _AddedScan(added)
+        self._needs_hf = _AddedScan(added) if added else (lambda text: False)
 
     def _hf_encode(self, texts: list[str]) -> list[list[int]]:
         if self._hf is None:
