@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import importlib  # noqa: E402
 
-local = importlib.import_module("packer.build.local")  # (packer.build is also the build function's name)
+local = importlib.import_module("packer.pipeline.local")  # (packer.build is also the build function's name)
 
 _TRACE_DIR = None  # set before the build; forked workers inherit it
 _posted: list[float] = []  # monotonic times the reader posted a chunk (this process)
@@ -66,13 +66,13 @@ def _span(kind, fn, name):
 
 
 # The task functions of the engine, traced (module-level names: pool tasks pickle them by name).
-# Where chunk tokens go through files (packer/build/spill.py), the tasks that write and map them.
+# Where chunk tokens go through files (packer/pipeline/spill.py), the tasks that write and map them.
 _TASKS = {"encode_chunk": "chunk", "assemble_unit": "unit", "_encode_here": "chunk", "_encode_to": "chunk",
           "_assemble_from": "unit"}
 for _name, _kind in _TASKS.items():
     if hasattr(local, _name):
         globals()[f"traced_{_name}"] = _span(_kind, getattr(local, _name), f"traced_{_name}")
-_build_pkg = sys.modules["packer.build"]
+_build_pkg = sys.modules["packer.pipeline"]
 if hasattr(_build_pkg, "check_input"):  # the engine check on input texts, run on a worker
     traced_check_input = _span("check", _build_pkg.check_input, "traced_check_input")
 
@@ -128,8 +128,8 @@ def _fresh_process_state() -> None:
     """Forget what this process parsed or checked in a previous build, as a new `packer build`
     process would (its records on disk, PACKER_CACHE, stay)."""
     tok = importlib.import_module("packer.tokenize.tokenizer")
-    te = importlib.import_module("packer.tokenize.tiktoken_engine")
-    unit = importlib.import_module("packer.build.unit")
+    te = importlib.import_module("packer.tokenize.tiktoken_backend")
+    unit = importlib.import_module("packer.pipeline.unit")
     for d in (tok._LOADED, getattr(tok, "_CUT_RULE", {}), te._STATIC, te._ENCODERS):
         d.clear()
     unit._encoder = None
@@ -342,7 +342,7 @@ def main(argv=None) -> None:
     if args.part_kb:
         local.PART_BYTES = args.part_kb << 10
     if args.mmap_threshold_kb:  # read by bounded_malloc in each (forked) worker
-        importlib.import_module("packer.build.unit").MMAP_THRESHOLD = args.mmap_threshold_kb << 10
+        importlib.import_module("packer.pipeline.unit").MMAP_THRESHOLD = args.mmap_threshold_kb << 10
     if args.ceiling:
         ceil = {n: ceiling(args.inputs, args.tokenizer, n) for n in args.workers}
         lo = min(ceil)

@@ -57,7 +57,7 @@ def _work(args):
         return time.process_time() - c0, time.monotonic() - t0, 0
     enc = _STATE["encoder"]
     if mode == "private":
-        from packer.tokenize.tiktoken_engine import TiktokenEncoder
+        from packer.tokenize.tiktoken_backend import TiktokenEncoder
 
         tk = enc.tiktoken
         enc._tk = TiktokenEncoder(tk._json, tk.conv, None, tk.split_special)  # new Rust tables, this child's pages

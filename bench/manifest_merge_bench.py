@@ -41,7 +41,7 @@ from packer.formats import Discovery, InputFile, Slice
 from packer.io import json_bytes
 from packer.tokenize import resolve_tokenizer
 
-B = importlib.import_module("packer.build")  # packer.build is also the function
+B = importlib.import_module("packer.pipeline")  # packer.build is also the function
 
 
 def synthetic(n: int):

@@ -48,7 +48,7 @@ def _pss(pid: int) -> int:
 
 
 def _spill_bytes(pid: int) -> int:
-    """Bytes of build ``pid``'s chunk files (packer/build/spill.py): memory in /dev/shm that no
+    """Bytes of build ``pid``'s chunk files (packer/pipeline/spill.py): memory in /dev/shm that no
     process's PSS shows while it is not mapped (counted twice while the assembler maps it)."""
     import tempfile
 

@@ -11,7 +11,7 @@ Training side (imports torch on first use)::
     ds = PackedDataset("out/")
 """
 
-from .build import BuildConfig, build
+from .pipeline import BuildConfig, build
 from .errors import PackerError
 from .pack import Layout, pack
 

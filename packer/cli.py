@@ -153,8 +153,8 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
     """
     # (Longer than 60 lines: one command's options passed on and the summary it prints, in order;
     # the docstring above is the command's --help, so the reason is here.)
-    from .build import build as run_build
-    from .build.report import plan_lines, plural
+    from .pipeline import build as run_build
+    from .pipeline.report import plan_lines, plural
     from .inspect.stats import summary_lines
 
     if len(inputs) < 2:

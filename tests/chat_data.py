@@ -2,7 +2,7 @@
 
 Deterministic (sorted files, a seeded generator): several turns, system
 prompts on some, short and long assistant replies, odd whitespace and
-words that also occur in the templates' headers. Used by tests/build/test_chat.py
+words that also occur in the templates' headers. Used by tests/pipeline/test_chat.py
 and bench/chat_bench.py.
 """
 

@@ -20,11 +20,11 @@ ALLOWED = {
     "tokenize": set(),
     "pack": set(),
     "shards": {"io"},
-    "build": {"io", "formats", "tokenize", "pack", "shards"},
+    "pipeline": {"io", "formats", "tokenize", "pack", "shards"},
     "train": {"io", "shards"},
     "inspect": {"io", "shards", "tokenize", "formats"},
-    "cli": {"io", "formats", "tokenize", "pack", "shards", "build", "inspect"},
-    "__init__": {"build", "pack", "train"},
+    "cli": {"io", "formats", "tokenize", "pack", "shards", "pipeline", "inspect"},
+    "__init__": {"pipeline", "pack", "train"},
 }
 LEAVES = {"errors", "faults"}
 

@@ -108,7 +108,7 @@ def test_file_changed_while_read_is_counted(tmp_path, change):
 
 
 def test_build_counts_a_file_that_shrank_after_discovery(tmp_path, monkeypatch):
-    B = sys.modules["packer.build"]  # the package (``packer.build`` names the function)
+    B = sys.modules["packer.pipeline"]  # the package (``packer.build`` names the function)
 
     root = tmp_path / "in"
     root.mkdir()
@@ -257,7 +257,7 @@ def test_sigterm_stops_cleanly_leaves_no_process_and_says_how_to_resume(tmp_path
         time.sleep(0.1)
     else:
         pytest.fail("processes of the build outlived it")
-    # ... and so is its folder of chunk files (packer/build/spill.py), in /dev/shm or the temporary folder
+    # ... and so is its folder of chunk files (packer/pipeline/spill.py), in /dev/shm or the temporary folder
     import tempfile
 
     for base in ("/dev/shm", tempfile.gettempdir()):

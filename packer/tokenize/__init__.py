@@ -2,7 +2,7 @@
 
 ``tokenizer`` loads HF tokenizers (or the built-in byte tokenizer) into a
 picklable ``TokenizerInfo`` and encodes with an ``Encoder``;
-``tiktoken_engine`` runs byte-level BPE through tiktoken where it gives HF's
+``tiktoken_backend`` runs byte-level BPE through tiktoken where it gives HF's
 ids exactly; ``long_texts`` cuts very long texts where that provably leaves
 the ids unchanged.
 """

@@ -1,6 +1,6 @@
 """A record of engine checks already passed, so a build does not pay for them again.
 
-``choose`` (tiktoken_engine.py) proves or checks a tokenizer before a build
+``choose`` (tiktoken_backend.py) proves or checks a tokenizer before a build
 uses tiktoken: the merge conditions over the whole vocabulary and the hard
 strings (5.6 s of a 16-worker Llama 3 build's start, serial; docs/benchmarks.md).
 Their outcome depends only on the tokenizer definition, the split-special

@@ -104,7 +104,7 @@ def _outcomes(fn, texts: list[str]) -> list:
 
 
 def check(enc, hf, texts: list[str], what: str) -> CheckResult:
-    """Compare ``enc`` (a ``tiktoken_engine.TiktokenEncoder``) with the HF tokenizer ``hf`` on ``texts``;
+    """Compare ``enc`` (a ``tiktoken_backend.TiktokenEncoder``) with the HF tokenizer ``hf`` on ``texts``;
     ``what`` names them in the message.
 
     A text HF cannot encode must fail in ``enc`` too (any exception counts as

@@ -10,7 +10,7 @@ no files at all.
 
 The engine that encodes an HF tokenizer (``TokenizerInfo.backend``) is HF
 ``tokenizers`` or, where it gives the same ids, tiktoken (about 4x faster):
-``choose_backend`` decides, see packer/tokenize/tiktoken_engine.py and docs/tokenizers.md.
+``choose_backend`` decides, see packer/tokenize/tiktoken_backend.py and docs/tokenizers.md.
 The ids, and so the shards, are the same whichever runs.
 """
 
@@ -189,18 +189,18 @@ def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: 
 def choose_backend_later(info: TokenizerInfo, requested: str = "auto"):
     """``choose_backend`` up to the check on input texts, which it leaves to the caller:
     (info, None) when decided, else (info with tiktoken, the ``InputCheck`` to run; then
-    ``with_choice(info, check.outcome(result))``). A build runs it on a worker (packer/build/local.py)."""
+    ``with_choice(info, check.outcome(result))``). A build runs it on a worker (packer/pipeline/local.py)."""
     return _choose(info, requested, lambda: [], True)
 
 
 def with_choice(info: TokenizerInfo, c) -> TokenizerInfo:
-    """``info`` with the engine of ``c`` (a ``tiktoken_engine.Choice``)."""
+    """``info`` with the engine of ``c`` (a ``tiktoken_backend.Choice``)."""
     notes = info.notes + ((f"tokenizer backend: {c.reason}",) if c.fallback else ())
     return replace(info, backend=c.backend, backend_reason=c.reason, notes=notes)
 
 
 def _choose(info: TokenizerInfo, requested: str, sample, defer: bool):
-    from .tiktoken_engine import BACKENDS, choose
+    from .tiktoken_backend import BACKENDS, choose
 
     if requested not in BACKENDS:
         raise PackerError(f"unknown --tokenizer-backend {requested!r}: choose from {', '.join(BACKENDS)}")
@@ -301,7 +301,7 @@ class Encoder:
         self._specials = dict(info.specials) if not info.split_special else {}
         self._tk = None
         if info.kind == "hf" and info.backend == "tiktoken":
-            from .tiktoken_engine import encoder_for
+            from .tiktoken_backend import encoder_for
 
             self._tk = encoder_for(info.json, info.fingerprint, _LOADED.get(info.fingerprint), info.split_special)
         elif info.kind == "hf":

@@ -19,7 +19,7 @@ from tests._services import folder_files
 
 from tests.conftest import SAMPLE
 
-build_module = importlib.import_module("packer.build.local")  # the local engine
+build_module = importlib.import_module("packer.pipeline.local")  # the local engine
 
 
 def _records(sl, part_bytes):

@@ -263,7 +263,7 @@ def test_out_inside_input_is_not_read(tmp_path):
 
 def test_build_path_does_not_import_torch(tmp_path):
     code = (
-        "import sys, packer, packer.cli, packer.build, packer.inspect.stats\n"
+        "import sys, packer, packer.cli, packer.pipeline, packer.inspect.stats\n"
         f"packer.build(packer.BuildConfig.of(inputs=('sample_data',), out={str(tmp_path / 'o')!r}, workers=1))\n"
         "assert 'torch' not in sys.modules, 'torch imported by the build path'\n"
     )

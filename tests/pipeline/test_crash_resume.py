@@ -189,7 +189,7 @@ def test_a_stalled_build_fails_instead_of_hanging(tmp_path, corpus, monkeypatch)
     from packer.errors import PackerError
 
     from packer import BuildConfig, build
-    B = importlib.import_module("packer.build.local")  # the local engine (packer.build is also the function's name)
+    B = importlib.import_module("packer.pipeline.local")  # the local engine (packer.build is also the function's name)
 
     monkeypatch.setattr(B, "_read_units", lambda *a, **k: None)  # a reader that dies without a word
     t = time.perf_counter()

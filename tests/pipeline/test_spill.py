@@ -1,4 +1,4 @@
-"""Chunk tokens through files (packer/build/spill.py): exact round trips, nothing left behind."""
+"""Chunk tokens through files (packer/pipeline/spill.py): exact round trips, nothing left behind."""
 
 import os
 import subprocess
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from packer import build
-from packer.build import spill
-from packer.build.plan import ChunkResult
+from packer.pipeline import spill
+from packer.pipeline.plan import ChunkResult
 from packer.formats import Skip
 
 
@@ -60,7 +60,7 @@ def test_folder_is_removed_and_falls_back_without_room(tmp_path, monkeypatch):
 
 def test_orphans_of_dead_builds_are_removed_and_live_ones_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("PACKER_SPILL_DIR", str(tmp_path))
-    code = ("import sys, time; from packer.build import spill; f = spill.SpillFolder(1); "
+    code = ("import sys, time; from packer.pipeline import spill; f = spill.SpillFolder(1); "
             "print(f.path, flush=True); time.sleep(120)")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:

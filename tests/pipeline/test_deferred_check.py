@@ -1,4 +1,4 @@
-"""The engine check on input texts, run on a pool worker while the others start (packer/build/__init__.py).
+"""The engine check on input texts, run on a pool worker while the others start (packer/pipeline/__init__.py).
 
 No unit may be written before it passed; a difference it finds makes "auto" build again with HF
 (same shards) and makes "tiktoken" stop with one line, nothing built."""
@@ -13,7 +13,7 @@ import packer.tokenize.tokenizer as T  # noqa: E402
 from packer import build  # noqa: E402
 from packer.errors import PackerError  # noqa: E402
 from packer.tokenize import resolve_tokenizer  # noqa: E402
-from packer.tokenize import tiktoken_engine as TE  # noqa: E402
+from packer.tokenize import tiktoken_backend as TE  # noqa: E402
 from packer.tokenize.tiktoken_check import CheckResult  # noqa: E402
 from tests.conftest import write_jsonl  # noqa: E402
 

@@ -42,7 +42,7 @@ class Job:
     tokenizer: TokenizerInfo
     dtype: str
     max_record: int = DEFAULT_MAX_RECORD  # bytes: a longer record is skipped (too_long)
-    chat: object = None  # a ChatJob (packer/build/chat_unit.py) for a chat build, else None
+    chat: object = None  # a ChatJob (packer/pipeline/chat_unit.py) for a chat build, else None
     holdout: float = 0.0  # --holdout: this fraction of documents (by the hash of their text) go to OUT/holdout/
 
     @property
@@ -161,10 +161,10 @@ def _encode(enc: Encoder, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def check_input(job: Job | None, slices: list, text_field: str):
-    """The deferred engine check (``tiktoken_engine.InputCheck``), on a pool worker: tiktoken against
+    """The deferred engine check (``tiktoken_backend.InputCheck``), on a pool worker: tiktoken against
     HF tokenizers on the sample of input texts read from ``slices`` (``plan.sample_slices``);
     returns the ``CheckResult``."""
-    from ..tokenize.tiktoken_engine import run_input_check
+    from ..tokenize.tiktoken_backend import run_input_check
     from ..tokenize.tokenizer import loaded_hf
     from .plan import read_sample
 

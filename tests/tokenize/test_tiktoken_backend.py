@@ -16,7 +16,7 @@ pytest.importorskip("tiktoken")
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
 
-from packer.tokenize import tiktoken_engine as T  # noqa: E402
+from packer.tokenize import tiktoken_backend as T  # noqa: E402
 from packer.formats import Skip, discover, plan_slices, read_slice  # noqa: E402
 from packer.tokenize import resolve_tokenizer  # noqa: E402
 
@@ -521,7 +521,7 @@ def test_cli_says_which_backend_ran(tmp_path, gpt2_path):
     ("<s>", "</s>", "[MASK]", "<pad>", "|x|"),  # no common prefix: the regex alone
 ])
 def test_the_added_token_scan_finds_exactly_the_texts_that_hold_one(added):
-    from packer.tokenize.tiktoken_engine import _AddedScan
+    from packer.tokenize.tiktoken_backend import _AddedScan
 
     rng = random.Random(7)
     scan = _AddedScan(added)

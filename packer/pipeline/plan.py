@@ -14,7 +14,7 @@ import numpy as np
 
 from ..formats import DEFAULT_MAX_RECORD, REGISTRY, Document, Skip, Slice, iter_parts, parse_part, read_slice
 from ..tokenize import TokenizerInfo
-from ..tokenize.tiktoken_engine import SAMPLE_CHARS, SAMPLE_DOCS, SAMPLE_TEXT_CHARS
+from ..tokenize.tiktoken_backend import SAMPLE_CHARS, SAMPLE_DOCS, SAMPLE_TEXT_CHARS
 from .config import BuildConfig
 
 
@@ -22,7 +22,7 @@ from .config import BuildConfig
 class FirstTask:
     """A task an engine runs before any unit is assembled: ``fn(job, *args)`` on a worker, its
     result handed to ``on_result`` in the main process (which may raise: the build then stops,
-    nothing written). The build's deferred engine check is one (packer/build/__init__.py)."""
+    nothing written). The build's deferred engine check is one (packer/pipeline/__init__.py)."""
 
     fn: object
     args: tuple
@@ -200,7 +200,7 @@ def read_sample(ordered: list, text_field: str = "text", max_docs: int = SAMPLE_
     finally:
         # Readers stopped early leave their read-ahead threads to finish a
         # last block; wait for them, so the build finds one thread and can
-        # fork its workers (see packer.build.local._make_pool).
+        # fork its workers (see packer.pipeline.local._make_pool).
         for t in set(threading.enumerate()) - before:
             t.join(timeout=2.0)
 

@@ -52,7 +52,7 @@ class BuildResult:
     added: str = ""  # what each document gets around its text, by string and id ("bos <s> (1) ...; eos </s> (2)")
     phases: dict = field(default_factory=dict)  # seconds per step of the build, in order (bench/tokenizer_bench.py --timeline)
     warnings: list[str] = field(default_factory=list)  # said loudly at the end (most records skipped)
-    plan: dict | None = None  # --dry-run: what would be built (packer.build.report.plan_dict); nothing was written
+    plan: dict | None = None  # --dry-run: what would be built (packer.pipeline.report.plan_dict); nothing was written
 
 
 def chat_job(o: OutputSettings, tok):
