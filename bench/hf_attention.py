@@ -277,8 +277,7 @@ def correctness(a, state, ds, kernel="auto"):
     g_alone = torch.cat([p.grad.flatten() for p in m.parameters()])
     rel = float((g_packed - g_alone).norm() / g_alone.norm())
     return {"segments": len(cu) - 1, "max_abs_logit_diff": diff, "max_abs_logit": total, "grad_rel_diff": rel,
-            "kernel": hf._pick(torch.empty(1, device=a.device, dtype=torch.bfloat16))}
-    # (hf._pick gives the forced kernel when one is set)
+            "kernel": hf._pick(torch.empty(1, device=a.device, dtype=torch.bfloat16), kernel)}
 
 
 def main(argv=None):

@@ -26,9 +26,8 @@ batch into one row of B*L (``collate_padding_free`` does both steps).
 
 from __future__ import annotations
 
-from typing import Optional
-
-from typing import Mapping, Sequence
+import functools
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -136,14 +135,14 @@ def collate_padding_free(rows: Sequence[Mapping[str, torch.Tensor]], flash_kwarg
 
     Raises PackerError under transformers < 4.53.1 (see ``packer.train.hf``),
     whose sdpa/eager attention would mix the documents of the row."""
-    global _checked
-    if not _checked:
-        check_padding_free()
-        _checked = True
+    _padding_free_checked()
     return padding_free(collate(rows), flash_kwargs)
 
 
-_checked = False
+@functools.cache
+def _padding_free_checked() -> None:
+    """``check_padding_free()`` once a process (a failure raises, and is checked again next time)."""
+    check_padding_free()
 
 
 def _built_batch(rows):

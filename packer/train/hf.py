@@ -64,7 +64,6 @@ KERNELS = ("auto", "flash_attn", "torch_varlen", "sdpa")
 # transformers detects packed sequences from position_ids (sdpa, eager, flex)
 # from 4.53.1 on; before, a padding-free batch attends across documents.
 
-_kernel = "auto"
 # one-document rows go dense only when they lie in few runs: each run costs its own copies
 # (measured: 32 rows in sampler order, ~16 runs, ran slower than all rows through varlen)
 MAX_RUNS = 4
@@ -74,22 +73,43 @@ def packer_attention(kernel: str = "auto") -> str:
     """Register packer's attention with transformers; returns the name to pass
     as ``attn_implementation``. ``kernel``: ``"auto"`` (flash-attn, else
     torch varlen_attn, on CUDA; the exact per-segment SDPA elsewhere), or one
-    of ``"flash_attn"``, ``"torch_varlen"``, ``"sdpa"`` to force one."""
-    global _kernel
+    of ``"flash_attn"``, ``"torch_varlen"``, ``"sdpa"`` to force one.
+
+    Each kernel has a name of its own (``packer_varlen`` for ``"auto"``,
+    ``packer_varlen_<kernel>`` otherwise) whose function carries the kernel,
+    so two models in one process can use two kernels."""
     if kernel not in KERNELS:
         raise PackerError(f"unknown attention kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
     try:
         from transformers import AttentionInterface
     except ImportError as e:
         raise PackerError(f"packer_attention needs transformers >= 4.48 (AttentionInterface): {e}") from None
-    _kernel = kernel
-    AttentionInterface.register(NAME, varlen_attention_forward)
+    name = name_of(kernel)
+    AttentionInterface.register(name, _forward_for(kernel))
     try:  # transformers >= 4.53: without a mask function of our own it would drop a 2D mask silently
         from transformers.masking_utils import AttentionMaskInterface
-        AttentionMaskInterface.register(NAME, _no_mask)
+        AttentionMaskInterface.register(name, _no_mask)
     except ImportError:
         pass
-    return NAME
+    return name
+
+
+def name_of(kernel: str) -> str:
+    """The ``attn_implementation`` name ``packer_attention(kernel)`` registers."""
+    return NAME if kernel == "auto" else f"{NAME}_{kernel}"
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_for(kernel: str):
+    """The attention function of one kernel (one object per kernel: registering twice changes nothing)."""
+
+    def forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        return varlen_attention_forward(module, query, key, value, attention_mask, scaling, dropout,
+                                        kernel=kernel, **kwargs)
+
+    forward.__name__ = forward.__qualname__ = f"packer_attention_{kernel}"
+    forward.__doc__ = f"varlen_attention_forward with kernel={kernel!r}."
+    return forward
 
 
 def _no_mask(*args, attention_mask=None, **kwargs):
@@ -191,15 +211,17 @@ def _refuse(module, attention_mask, kwargs, query, key) -> None:
 
 def varlen_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                              value: torch.Tensor, attention_mask: Optional[torch.Tensor],
-                             scaling: Optional[float] = None, dropout: float = 0.0, **kwargs):
+                             scaling: Optional[float] = None, dropout: float = 0.0, *, kernel: str = "auto",
+                             **kwargs):
     """transformers' attention-function contract: q (B, H, T, D), k/v (B, Hkv, T, D)
-    -> (output (B, T, H, D), None). See the module docstring."""
+    -> (output (B, T, H, D), None). ``kernel`` as ``packer_attention`` takes it. See the module docstring."""
     _refuse(module, attention_mask, kwargs, query, key)
     if dropout and module.training:
         raise PackerError(f"{NAME} attention does not support attention dropout ({dropout}); set it to 0")
     B, H, T, D = query.shape
     seg = _boundaries(kwargs, B, T, query.device)
-    kernel = _pick(query)
+    chosen = kernel
+    kernel = _pick(query, chosen)
     if kernel == "sdpa":
         # (B, H, T, D) -> (B*T, H, D): the varlen layout
         q, k, v = (t.transpose(1, 2).reshape(B * T, t.shape[1], D) for t in (query, key, value))
@@ -207,7 +229,7 @@ def varlen_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
     else:
         dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else query.dtype
         fn = _KERNEL_FNS[kernel]
-        groups = seg.groups() if _kernel == "auto" else None
+        groups = seg.groups() if chosen == "auto" else None
         if groups is not None and groups.mixed and len(groups.runs) <= MAX_RUNS:  # dense + varlen
             (qw, qv), (kw, kv), (vw, vv) = (Grouped.apply(t, dtype, groups) for t in (query, key, value))
             nw = groups.n_whole
@@ -233,12 +255,13 @@ def _varlen_layout(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty((B, T, H, D), dtype=dtype, device=t.device).copy_(x).view(B * T, H, D)
 
 
-def _pick(q: torch.Tensor) -> str:
-    if _kernel != "auto":
-        if _kernel != "sdpa" and q.device.type != "cuda":
-            raise PackerError(f"attention kernel {_kernel!r} runs on CUDA only, and the model is on "
+def _pick(q: torch.Tensor, kernel: str) -> str:
+    """The kernel to run: ``kernel`` when forced, else the best for q's device and dtype."""
+    if kernel != "auto":
+        if kernel != "sdpa" and q.device.type != "cuda":
+            raise PackerError(f"attention kernel {kernel!r} runs on CUDA only, and the model is on "
                               f"{q.device.type}: use packer_attention() (the exact per-document SDPA there)")
-        return _kernel
+        return kernel
     low = q.dtype in (torch.bfloat16, torch.float16) or torch.is_autocast_enabled("cuda")
     if q.device.type != "cuda" or not low:
         return "sdpa"

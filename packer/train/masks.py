@@ -19,11 +19,18 @@ apply that, fastest first on a GPU:
 
 from __future__ import annotations
 
+import functools
 from typing import Mapping
 
 import torch
 
-_compiled_create_block_mask = None
+
+@functools.cache
+def _compiled_create_block_mask():
+    """``torch.compile(create_block_mask)``, compiled once a process."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return torch.compile(create_block_mask)
 
 
 def _document_ids(batch_or_ids) -> torch.Tensor:
@@ -57,10 +64,7 @@ def block_mask(batch_or_ids, *, block_size: int = 128, compile: bool = False):
     B, L = ids.shape
     fn = create_block_mask
     if compile:
-        global _compiled_create_block_mask
-        if _compiled_create_block_mask is None:
-            _compiled_create_block_mask = torch.compile(create_block_mask)
-        fn = _compiled_create_block_mask
+        fn = _compiled_create_block_mask()
     return fn(document_causal(ids), B, None, L, L, device=ids.device, BLOCK_SIZE=block_size)
 
 

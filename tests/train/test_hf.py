@@ -103,6 +103,27 @@ def test_packer_attention_refuses_what_it_cannot_do(ds):
         packer_attention("cudnn")
 
 
+def test_two_models_two_kernels_in_one_process(ds):
+    """Each kernel registers a name whose function carries it: registering a second kernel does not
+    change the first model's (issue 28: a process-wide kernel did)."""
+    from packer.train import hf
+
+    exact = tiny(ds, packer_attention("sdpa"))
+    forced = tiny(ds, packer_attention("torch_varlen"))  # registered after: must not leak into `exact`
+    auto = tiny(ds, packer_attention())
+    names = {m.config._attn_implementation for m in (exact, forced, auto)}
+    assert names == {"packer_varlen_sdpa", "packer_varlen_torch_varlen", hf.NAME}
+    b = collate([ds[i] for i in many_docs(ds, 2)])
+    with torch.no_grad():
+        for m in (exact, auto):
+            got = m(input_ids=b["input_ids"], position_ids=b["position_ids"]).logits
+            ref = alone(m, b["input_ids"], b["position_ids"])
+            torch.testing.assert_close(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+        with pytest.raises(PackerError, match="'torch_varlen' runs on CUDA only"):  # its own kernel, on CPU
+            forced(input_ids=b["input_ids"], position_ids=b["position_ids"])
+    assert packer_attention("sdpa") == "packer_varlen_sdpa" and hf._forward_for("sdpa") is hf._forward_for("sdpa")
+
+
 def test_padding_free_refuses_old_transformers():
     with pytest.raises(PackerError, match="4.53.1"):
         check_padding_free("4.53.0")
@@ -179,7 +200,7 @@ def test_whole_rows_go_dense_and_the_rest_varlen_exactly(ds, monkeypatch):
         calls.append(("dense", rows))
         return dense(q, k, v, rows, T, scale)
 
-    monkeypatch.setattr(hf, "_pick", lambda q: "torch_varlen")
+    monkeypatch.setattr(hf, "_pick", lambda q, kernel: "torch_varlen")
     monkeypatch.setitem(hf._KERNEL_FNS, "torch_varlen", varlen)
     monkeypatch.setattr(hf, "_dense_causal", dense_spy)
     got_logits, got_grads = run()
@@ -210,7 +231,7 @@ def test_one_document_rows_in_many_runs_go_varlen_with_the_rest(ds, monkeypatch)
     from packer.train import hf
 
     calls = []
-    monkeypatch.setattr(hf, "_pick", lambda q: "torch_varlen")
+    monkeypatch.setattr(hf, "_pick", lambda q, kernel: "torch_varlen")
     monkeypatch.setitem(hf._KERNEL_FNS, "torch_varlen",
                         lambda q, k, v, cu, mx, s: calls.append(("varlen", q.shape[0])) or hf._per_segment(q, k, v, cu, s))
     monkeypatch.setattr(hf, "_dense_causal", lambda *a: calls.append(("dense",)) or pytest.fail("dense called"))
