@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
 
 import pytest
 
 from ..conftest import write_jsonl
+
+
+@pytest.fixture(scope="session", autouse=True)
+def datasets_cache(tmp_path_factory):
+    """datasets' cache folder (where hf_dataset keeps its columns, and map/filter theirs) in a scratch folder."""
+    try:
+        import datasets.config
+    except ImportError:
+        yield None
+        return
+    old = datasets.config.HF_DATASETS_CACHE
+    datasets.config.HF_DATASETS_CACHE = tmp_path_factory.mktemp("hf_datasets_cache")
+    yield datasets.config.HF_DATASETS_CACHE
+    datasets.config.HF_DATASETS_CACHE = old
 
 
 @pytest.fixture(scope="session")
@@ -22,3 +38,29 @@ def short_docs_build(tmp_path_factory) -> str:
     out = str(d / "out")
     build(BuildConfig.of(inputs=(src,), out=out, seq_len=128, workers=1))
     return out
+
+
+@pytest.fixture(scope="session")
+def chat_build(tmp_path_factory):
+    """(out, tokenizer.json) of a --chat build (ChatML template, a small byte-level BPE trained here): several conversations a row."""
+    from tokenizers import AddedToken, Tokenizer
+
+    from packer import build
+
+    from ..chat_data import CHATML_GEN, conversations, plain
+    from ..conftest import load_script
+
+    root = tmp_path_factory.mktemp("trl_chat")
+    folder = load_script("bench/families.py").build_all(str(root), names=["gpt2-like"])["gpt2-like"]
+    path = os.path.join(folder, "tokenizer.json")
+    tok = Tokenizer.from_file(path)
+    tok.add_special_tokens([AddedToken("<|im_start|>", special=True), AddedToken("<|im_end|>", special=True)])
+    tok.save(path)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": plain(CHATML_GEN), "eos_token": "<|im_end|>", "pad_token": "<|im_end|>"}, f)
+    with open(root / "c.jsonl", "w") as f:
+        for r in conversations(60, seed=1, max_reply=1, max_turns=2):
+            f.write(json.dumps(r) + "\n")
+    out = str(root / "out")
+    build([str(root / "c.jsonl")], out, seq_len=512, tokenizer=folder, chat=True, workers=1)
+    return out, path

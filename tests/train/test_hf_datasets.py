@@ -1,10 +1,16 @@
-"""A build as an HF datasets.Dataset: the same rows as pyarrow reads, memory-mapped (no copy,
-no cache files), and picklable as paths."""
+"""A build as an HF datasets.Dataset: the same rows as pyarrow reads, memory-mapped (no copy),
+picklable as paths; packer's labels/seq_lengths beside them; nothing done through the dataset
+writes into the build folder; verify=True catches damaged bytes, and a chat shard without its
+loss_mask is refused."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import pickle
+
+import numpy as np
 
 import pyarrow as pa
 import pytest
@@ -16,7 +22,7 @@ from packer.shards.hf_datasets import hf_dataset
 datasets = pytest.importorskip("datasets")
 
 
-def test_hf_dataset_is_the_build_memory_mapped(short_docs_build, tmp_path):
+def test_hf_dataset_is_the_build_memory_mapped(short_docs_build, datasets_cache):
     m = read_manifest(short_docs_build)
     want = pa.concat_tables([pa.ipc.open_file(os.path.join(short_docs_build, s["path"])).read_all()
                              for s in m["shards"]])
@@ -24,11 +30,14 @@ def test_hf_dataset_is_the_build_memory_mapped(short_docs_build, tmp_path):
     ds = hf_dataset(short_docs_build)
     assert pa.total_allocated_bytes() - before < want.nbytes // 10  # mapped, not read into memory
     assert len(ds) == m["totals"]["rows"] == want.num_rows
-    assert ds.column_names[:4] == ["input_ids", "doc_lens", "doc_index", "doc_offset"]
+    assert set(ds.column_names) == {"input_ids", "doc_lens", "doc_index", "doc_offset", "labels", "seq_lengths"}
     for i in (0, len(ds) // 2, len(ds) - 1):
         assert ds[i]["input_ids"] == want.column("input_ids")[i].as_py()
         assert ds[i]["doc_lens"] == want.column("doc_lens")[i].as_py()
-    assert ds.cache_files == [] or all(f["filename"].startswith(short_docs_build) for f in ds.cache_files)
+    files = [f["filename"] for f in ds.cache_files]
+    # the shards in place; packer's own columns (and so every later cache) in datasets' cache folder
+    assert files[0].startswith(str(datasets_cache)) and len(files) == 2 * len(m["shards"])
+    assert files[1::2] == [os.path.join(short_docs_build, s["path"]) for s in m["shards"]]
     # pickled (map(num_proc), DataLoader workers): the paths travel, not the rows
     blob = pickle.dumps(ds)
     assert len(blob) < want.nbytes // 10
@@ -54,3 +63,94 @@ def test_hf_dataset_errors(short_docs_build, tmp_path):
         hf_dataset(str(tmp_path))
     with pytest.raises(PackerError, match="local builds"):
         hf_dataset("s3://bucket/out")
+
+
+def test_labels_and_seq_lengths_are_packed_datasets(short_docs_build):
+    from packer import PackedDataset
+
+    ds, pd = hf_dataset(short_docs_build), PackedDataset(short_docs_build)
+    L = pd.seq_len
+    for i in range(len(ds)):
+        row, want = ds[i], pd[i]
+        assert row["labels"] == want["labels"].tolist()
+        lens = want["doc_lens"].tolist()
+        assert row["seq_lengths"] == lens + ([L - sum(lens)] if sum(lens) < L else [])
+    assert "labels" not in hf_dataset(short_docs_build, labels=False).column_names
+
+
+def _tree(path):
+    """{relative path: sha256} of every file under ``path``."""
+    out = {}
+    for root, _, names in os.walk(path):
+        for n in names:
+            f = os.path.join(root, n)
+            out[os.path.relpath(f, path)] = hashlib.sha256(open(f, "rb").read()).hexdigest()
+    return out
+
+
+def test_nothing_done_through_the_dataset_writes_into_the_build(short_docs_build, copy_build, datasets_cache):
+    """issue 30.2: map (with and without num_proc), filter, shuffle().flatten_indices(), select and
+    train_test_split put their cache files in datasets' cache folder; OUT stays byte-identical."""
+    from click.testing import CliRunner
+
+    from packer.cli import main
+
+    out = copy_build(short_docs_build)
+    before = _tree(out)
+    ds = hf_dataset(out)
+    results = [
+        ds.map(lambda r: {"n": len(r["doc_lens"])}),
+        ds.map(lambda r: {"n": len(r["doc_lens"]), "two": 2}, num_proc=2),  # another function: not a cache hit
+        ds.filter(lambda r: len(r["doc_lens"]) > 2),
+        ds.shuffle(seed=0).flatten_indices(),
+        ds.select(range(3, 40)),
+        ds.select([5, 1, 9]),
+    ]
+    split = ds.train_test_split(test_size=0.25, seed=0)
+    results += [split["train"], split["test"], split["train"].map(lambda r: {"m": 1})]
+    assert results[0]["n"] == results[1]["n"] == [len(x) for x in ds["doc_lens"]]
+    assert results[4][0]["input_ids"] == ds[3]["input_ids"] and len(results[3]) == len(ds)
+    assert _tree(out) == before  # no file added, none changed
+    for r in results:
+        for f in r.cache_files:
+            assert not f["filename"].startswith(out) or f["filename"] in {os.path.join(out, p) for p in before}
+    made = [f for r in results for f in (x["filename"] for x in r.cache_files) if os.path.basename(f).startswith("cache-")]
+    assert made and all(f.startswith(str(datasets_cache)) for f in made)
+    assert CliRunner().invoke(main, ["stats", out]).exit_code == 0
+
+
+def test_verify_catches_flipped_token_bytes(short_docs_build, copy_build):
+    """issue 33.17: the dataset view gets PackedDataset's verify option."""
+    out = copy_build(short_docs_build)
+    m = read_manifest(out)
+    shard = os.path.join(out, m["shards"][0]["path"])
+    t = pa.ipc.open_file(shard).read_all()
+    first = bytes(np.asarray(t.column("input_ids").chunk(0).flatten())[:4].tobytes())
+    data = bytearray(open(shard, "rb").read())
+    at = data.index(first)
+    data[at] ^= 0x01  # a token id changes; the file stays a valid Arrow file of the same size
+    open(shard, "wb").write(bytes(data))
+    assert hf_dataset(out)[0]["input_ids"] != hf_dataset(short_docs_build)[0]["input_ids"]  # served unchecked
+    with pytest.raises(ShardError, match="checksum mismatch"):
+        hf_dataset(out, verify=True)
+    assert len(hf_dataset(short_docs_build, verify=True)) == m["totals"]["rows"]
+
+
+def test_a_chat_shard_without_its_loss_mask_is_refused(chat_build, copy_build):
+    from packer.shards.schema import file_checksum
+
+    out = copy_build(chat_build[0])
+    m = read_manifest(out)
+    ds = hf_dataset(out, verify=True)
+    assert sum(int((np.array(r) != -100).sum()) for r in ds["labels"]) == m["totals"]["trained_tokens"]
+    sh = m["shards"][0]
+    path = os.path.join(out, sh["path"])
+    t = pa.ipc.open_file(path).read_all().drop(["loss_mask"])
+    with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, t.schema) as w:
+        w.write_table(t)
+    sh["bytes"], sh["xxh3_128"] = os.path.getsize(path), file_checksum(path)  # the checksum fixed
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(m, f)
+    for verify in (False, True):
+        with pytest.raises(ShardError, match="without its loss_mask"):
+            hf_dataset(out, verify=verify)
