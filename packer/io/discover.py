@@ -3,8 +3,10 @@
 ``find`` turns the user's paths into the files to read, with their sizes, in
 a deterministic order; what counts as an input is the caller's ``accepts``
 (the format registry). Local trees are walked with one ``scandir`` per
-folder and one ``stat`` per file, many at once (on a network mount each is a
-round trip); a prefix on an object store is one recursive listing.
+folder, and one ``stat`` and one to three reads per file (its content stamp,
+packer/io/stamp.py), many at once (on a network mount each is a round trip);
+a prefix on an object store is one recursive listing (two at once on S3:
+pyarrow's, and boto3's for the ETags).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..errors import PackerError
+from . import s3
+from .stamp import file_content
 from .storage_base import _io_error
 from .uri import filesystem, is_uri, join, redact
 
@@ -28,9 +32,10 @@ class Found:
     files: tuple[tuple[str, int], ...]  # (path as given or found, bytes), in reading order
     ignored: tuple[str, ...]  # files inside folders that ``accepts`` refused
     duplicates: tuple[str, ...]  # paths given more than once (read once)
-    # (modification time in ns, inode) of each of ``files``, from the same stat
-    # (an object: its mtime, inode 0): what ``--resume`` compares to see an edit.
-    stamps: tuple[tuple[int, int], ...] = ()
+    # (modification time in ns, inode, content) of each of ``files``: from the same stat, and the
+    # xxh3 of its bytes (an object: its mtime, 0, its ETag); what ``--resume`` compares to see an
+    # edit (packer/io/stamp.py says what it can and cannot see).
+    stamps: tuple[tuple[int, int, str], ...] = ()
     special: tuple[str, ...] = ()  # names in folders that are not regular files (FIFOs, devices, sockets): not read
 
 
@@ -151,13 +156,16 @@ def _find_uri(uri: str, accepts, unknown, exclude: str | None, ignored: list[str
     if info.type == pafs.FileType.File:
         if not accepts(uri):
             raise unknown(uri)
-        return [(uri, (info.size, (info.mtime_ns or 0, 0)))]
+        return [(uri, (info.size, (info.mtime_ns or 0, 0, s3.head_etag(uri))))]
     if info.type != pafs.FileType.Directory:
         raise PackerError(f"input not found: {uri}")
-    try:
-        listing = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-    except OSError as e:
-        raise _io_error("list", uri, e) from None
+    with ThreadPoolExecutor(1, thread_name_prefix="packer-etags") as pool:
+        tags = pool.submit(s3.etags, uri)  # S3's listing has the ETags pyarrow's drops: asked at the same time
+        try:
+            listing = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+        except OSError as e:
+            raise _io_error("list", uri, e) from None
+        etags = tags.result() or {}
     base = path.rstrip("/")
     ex = exclude.rstrip("/") + "/" if exclude else None
     out = []
@@ -171,15 +179,16 @@ def _find_uri(uri: str, accepts, unknown, exclude: str | None, ignored: list[str
         if ex is not None and (full + "/").startswith(ex):
             continue
         if accepts(full):
-            out.append((full, (i.size, (i.mtime_ns or 0, 0))))
+            out.append((full, (i.size, (i.mtime_ns or 0, 0, etags.get(full, "")))))
         else:
             ignored.append(full)
     return sorted(out, key=lambda f: f[0].split("/"))  # as a local tree is sorted: a/sub/x before b
 
 
-def _file_facts(item: tuple[str, str | None]) -> tuple[str, int, OSError | None, bool, tuple[int, int], bool]:
-    """(real path, size, error getting the size, readable, (mtime_ns, inode), regular file)
-    of one input file, from one ``stat`` (and a ``realpath`` only where the walk did not know it)."""
+def _file_facts(item: tuple[str, str | None]) -> tuple[str, int, OSError | None, bool, tuple[int, int, str], bool]:
+    """(real path, size, error getting the size, readable, (mtime_ns, inode, content), regular file)
+    of one input file, from one ``stat`` and the reads of ``stamp.file_content`` (and a ``realpath``
+    only where the walk did not know it)."""
     path, real = item
     try:
         st = os.stat(path)
@@ -189,8 +198,9 @@ def _file_facts(item: tuple[str, str | None]) -> tuple[str, int, OSError | None,
     # The mode bits answer for the usual case; os.access (a call to the file
     # server on a network mount) only confirms a file they say is unreadable.
     readable = err is None and (_mode_readable(st) or os.access(path, os.R_OK))
-    stamp = (st.st_mtime_ns, st.st_ino) if st is not None else (0, 0)
     regular = st is not None and stat.S_ISREG(st.st_mode)
+    content = file_content(path, size) if regular and readable else ""
+    stamp = (st.st_mtime_ns, st.st_ino, content) if st is not None else (0, 0, "")
     try:
         real = real or os.path.realpath(path)
     except (OSError, ValueError):

@@ -13,8 +13,13 @@ file when it completes, so the one a killed build leaves tells ``--resume``
 whether the inputs changed in between. A build that never finishes keeps it.
 The bytes of a finished build folder are the same as without a lock.
 
-Object stores have no lock (no flock over a bucket); there the input plan
-alone is compared on resume.
+A build is also refused where it would write into another build: into a
+folder inside the OUT of a build running now (any folder above holds a held
+lock), into OUT/holdout of another build (finished or not: that build's
+holdout split is its own), or into a folder whose holdout a running build
+writes (``check_nesting``).
+
+Object stores have a lease instead (packer/io/object_lock.py).
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ import socket
 from ..errors import PackerError
 
 LOCK_NAME = ".packer.lock"
+# packer/io imports nothing else in packer: these are packer.shards.BUILD_JSON and
+# packer.pipeline.unit.HOLDOUT_DIR (tests/io/test_locks.py checks that they agree).
+BUILD_MARK = "build.json"
+HOLDOUT = "holdout"
 
 
 class NoLock:
@@ -118,3 +127,56 @@ def _describe(info: dict | None) -> str:
     if not info:
         return "holder unknown"
     return f"pid {info.get('pid')} on {info.get('host')}, started {info.get('started')}"
+
+
+def lock_folder(root: str) -> OutLock:
+    """The build lock on local folder ``root`` (made if missing), after ``check_nesting``."""
+    if os.path.lexists(root) and not os.path.isdir(root):
+        raise PackerError(f"output {root} exists and is not a folder")
+    check_nesting(root)
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as e:
+        raise PackerError(f"cannot write to output folder {root}: {e.strerror}") from None
+    return OutLock(root).acquire()
+
+
+def held_by(folder: str) -> dict | None:
+    """What the holder wrote (``{}`` if nothing) if a build holds ``folder``'s lock now; None if none does."""
+    import fcntl
+
+    try:
+        fd = os.open(os.path.join(folder, LOCK_NAME), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a moment's shared lock: refused while a build holds it
+    except BlockingIOError:
+        return _read(fd) or {}
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # drops the shared lock
+    return None
+
+
+def check_nesting(root: str) -> None:
+    """Refuse (``PackerError``, naming the build) a build into ``root`` that would write into another build."""
+    real = os.path.realpath(root)
+    parent = os.path.dirname(real)
+    if os.path.basename(real) == HOLDOUT and os.path.isfile(os.path.join(parent, BUILD_MARK)):
+        raise PackerError(f"{root} is the holdout split of the packer build in {parent}, written by that build "
+                          "alone (rebuild it with --overwrite to replace both); write to another folder")
+    p = parent
+    while True:
+        holder = held_by(p)
+        if holder is not None:
+            raise PackerError(f"{root} is inside {p}, the output of a packer build running now ({_describe(holder)}); "
+                              "write to another folder")
+        if os.path.dirname(p) == p:
+            break
+        p = os.path.dirname(p)
+    holder = held_by(os.path.join(real, HOLDOUT))
+    if holder is not None:
+        raise PackerError(f"{root} holds {os.path.join(real, HOLDOUT)}, the output of a packer build running now "
+                          f"({_describe(holder)}); wait for it to finish, or write to another folder")

@@ -137,10 +137,16 @@ class ObjectStorage(Storage):
         pass  # a store's permissions show only when a delete is tried; the manifest goes first
 
     def lock(self):
-        """No lock on an object store (nothing like flock over a bucket)."""
-        from .lock import NoLock
+        """Take the build lock on this prefix: a lease object (packer/io/object_lock.py); on file://, the flock."""
+        if urlsplit(self.root).scheme.lower() == "file":
+            from .lock import lock_folder
 
-        return NoLock()
+            return lock_folder(unquote(urlsplit(self.root).path))
+        from .object_lock import ObjectLock, check_nesting
+
+        lock = ObjectLock(self)
+        check_nesting(self, lock.store)
+        return lock.acquire()
 
     def stamp(self, rel: str = "") -> tuple[int, int, int] | None:
         """(size, mtime_ns, 0) of the object now, or None."""

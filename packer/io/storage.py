@@ -193,15 +193,9 @@ class LocalStorage(Storage):
 
     def lock(self):
         """Take the build lock on this folder (made if missing); see packer/io/lock.py."""
-        from .lock import OutLock
+        from .lock import lock_folder
 
-        if os.path.lexists(self.root) and not os.path.isdir(self.root):
-            raise PackerError(f"output {self.root} exists and is not a folder")
-        try:
-            os.makedirs(self.root, exist_ok=True)
-        except OSError as e:
-            raise PackerError(f"cannot write to output folder {self.root}: {e.strerror}") from None
-        return OutLock(self.root).acquire()
+        return lock_folder(self.root)
 
     def stamp(self, rel: str = "") -> tuple[int, int, int] | None:
         """(size, mtime_ns, inode) of ``rel`` now, or None if it cannot be stat'ed."""

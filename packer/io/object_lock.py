@@ -1,0 +1,284 @@
+"""The build lock on an object-store OUT: a lease object at ``OUT/.packer.lock``.
+
+There is no ``flock`` over a bucket, and no kernel to drop a lock when its
+holder dies, so the lock is an object holding who holds it (pid, host, start
+time, a random token) and for how long (``lease_s``), taken and renewed with
+conditional writes (packer/io/s3.py):
+
+- **take**: ``PutObject`` with ``If-None-Match: *``: of two builds starting
+  at once, exactly one creates it; the other reads it and is refused, naming
+  the holder, as on a local folder;
+- **renew**: every ``lease_s / 4`` a thread rewrites it with ``If-Match``:
+  its Last-Modified (the store's clock) moves on;
+- **stale**: a lock not renewed for ``lease_s`` by the store's clock (its
+  holder died, or lost the network), one its holder released without
+  finishing (Ctrl-C, a refused start: ``released``), or one held by a pid that
+  no longer runs on this very host, is taken over with ``If-Match`` on the
+  ETag read: of two builds taking over at once, one wins;
+- **record / release**: as ``OutLock`` (packer/io/lock.py): the input stamp
+  of the build is written into it, a finished build deletes it (``If-Match``),
+  an unfinished one leaves it (``released``, with its stamps) for ``--resume``.
+
+A holder whose renewal finds another holder (it was stopped, or cut off, for
+longer than the lease) has lost the lock: it says so on stderr, interrupts
+its main thread (the build stops as on Ctrl-C) and ``check()`` raises.
+
+Without boto3, or on a store other than S3, the same protocol runs over plain
+reads and writes (``_Unconditional``): it names the holder of a running build,
+but two builds starting within the same moment can both win. ``file://`` has
+the local flock.
+"""
+
+from __future__ import annotations
+
+import _thread
+import contextlib
+import datetime
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+
+from ..errors import PackerError
+from . import s3
+from .lock import BUILD_MARK, HOLDOUT, LOCK_NAME, _describe
+from .s3 import Conflict, Got
+from .uri import filesystem, first_line, redact
+
+LEASE_S = 60.0  # a holder that has not renewed its lock for this long (the store's clock) counts as gone
+TRIES = 8  # rounds of take / look / take over before giving up on a contended lock
+
+
+class ObjectLock:
+    """The lease at ``storage``'s ``.packer.lock``; ``previous``: what the last holder wrote (a dict, or None)."""
+
+    def __init__(self, storage, backend=None):
+        self.root = storage.root
+        self.uri = storage.path(LOCK_NAME)
+        self.store = backend or (s3 if s3.client(self.uri) is not None else _Unconditional())
+        self.info = {"pid": os.getpid(), "host": socket.gethostname(),
+                     "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                     "token": uuid.uuid4().hex, "lease_s": LEASE_S, "inputs": None}
+        self.previous: dict | None = None
+        self.etag: str | None = None
+        self.created = False  # the lock object is ours: deleted again if this build refuses to start
+        self.recorded = False
+        self.lost: str | None = None
+        self._mutex = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._main = False
+
+    def acquire(self) -> "ObjectLock":
+        for _ in range(TRIES):
+            try:
+                self.etag = self.store.create(self.uri, self._body())
+                self.created = True
+                break
+            except Conflict:
+                pass
+            cur = self.store.get(self.uri)
+            if cur is None:
+                continue  # removed in between (its build finished): take it afresh
+            info = _parse(cur.body)
+            if _live(info, cur):
+                left = max(0, round(_lease(info) - (cur.now - cur.modified)))
+                raise PackerError(f"{self.root} is in use by another packer build ({_describe(info)}; its lease "
+                                  f"runs {left} s more unless renewed); wait for it to finish, or write to another "
+                                  "folder") from None
+            self.info["inputs"] = info.get("inputs") if info else None  # kept for --resume until we record ours
+            try:
+                self.etag = self.store.replace(self.uri, self._body(), cur.etag)
+                self.previous = info
+                break
+            except Conflict:
+                continue  # another build took it over first: look again
+        else:
+            raise PackerError(f"cannot take the lock {self.uri}: other builds keep taking it; try again")
+        self._main = threading.current_thread() is threading.main_thread()
+        self._thread = threading.Thread(target=self._renew, name="packer-lock-lease", daemon=True)
+        self._thread.start()
+        return self
+
+    def record(self, inputs: str) -> None:
+        """Write the stamp of the inputs (a hex digest) into the lock."""
+        with self._mutex:
+            self.check()
+            self.info["inputs"] = inputs
+            self._write()
+        self.recorded = True
+
+    def check(self) -> None:
+        """Raise ``PackerError`` if another build has taken the lock from this one."""
+        if self.lost:
+            raise PackerError(f"lost the lock on {self.root}: {self.lost}; this build stopped, "
+                              "its output there may be mixed: rerun with --overwrite")
+
+    def release(self, finished: bool) -> None:
+        """Stop renewing; delete the lock (finished, or never recorded in a lock we made), else mark it released."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._mutex:
+            if self.lost or self.etag is None:
+                return
+            with contextlib.suppress(Conflict, PackerError):  # the lease runs out by itself if this fails
+                if finished or (self.created and not self.recorded):
+                    self.store.delete(self.uri, self.etag)
+                else:
+                    self.info["released"] = True
+                    self._write()
+            self.etag = None
+
+    def _body(self) -> bytes:
+        self.info["renewed"] = round(time.time(), 3)  # this host's clock: read only where the store keeps no time
+        return json.dumps(self.info).encode()
+
+    def _write(self) -> None:
+        self.etag = self.store.replace(self.uri, self._body(), self.etag)
+
+    def _renew(self) -> None:
+        renewed = time.monotonic()
+        while not self._stop.wait(self.info["lease_s"] / 4):
+            with self._mutex:
+                if self._stop.is_set():
+                    return
+                try:
+                    self._write()
+                    renewed = time.monotonic()
+                except Conflict:
+                    return self._lose("another build took it over after this one had not renewed it in time")
+                except PackerError as e:
+                    if time.monotonic() - renewed > self.info["lease_s"]:
+                        return self._lose(f"it could not be renewed for over {self.info['lease_s']:.0f} s ({e})")
+
+    def _lose(self, why: str) -> None:
+        self.lost = why
+        print(f"packer: error: lost the lock on {self.root}: {why}; stopping", file=sys.stderr, flush=True)
+        if self._main:
+            _thread.interrupt_main()
+
+
+def check_nesting(storage, store) -> None:
+    """``lock.check_nesting`` on a store: refuse a build into another build's holdout, into a prefix inside the
+    OUT of a build running now, or into a prefix whose holdout a running build writes (a GET per level above)."""
+    root = storage.root.rstrip("/")
+    scheme, _, rest = root.partition("://")
+    parts = rest.split("/")
+    parent = f"{scheme}://" + "/".join(parts[:-1]) if len(parts) > 1 else None
+    if parent and parts[-1] == HOLDOUT and type(storage)(parent).size(BUILD_MARK) is not None:
+        raise PackerError(f"{root} is the holdout split of the packer build in {parent}, written by that build "
+                          "alone (rebuild it with --overwrite to replace both); write to another folder")
+    for k in range(len(parts) - 1, 0, -1):
+        above = f"{scheme}://" + "/".join(parts[:k])
+        _refuse_live(store, above, f"{root} is inside {above}, the output of a packer build running now", "")
+    _refuse_live(store, f"{root}/{HOLDOUT}", f"{root} holds {root}/{HOLDOUT}, the output of a packer build running now",
+                 "wait for it to finish, or ")
+
+
+def _refuse_live(store, prefix: str, what: str, advice: str) -> None:
+    try:
+        cur = store.get(f"{prefix}/{LOCK_NAME}")
+    except PackerError:  # a level this build may not read (or a bucket that is not there): no build known there
+        return
+    if cur is not None:
+        info = _parse(cur.body)
+        if _live(info, cur):
+            raise PackerError(f"{what} ({_describe(info)}); {advice}write to another folder")
+
+
+def _parse(body: bytes) -> dict | None:
+    try:
+        info = json.loads(body)
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def _lease(info: dict | None) -> float:
+    v = info.get("lease_s") if info else None
+    return float(v) if isinstance(v, (int, float)) and 0 < v < 10**7 else LEASE_S
+
+
+def _live(info: dict | None, cur: Got) -> bool:
+    """Whether the lock read (``info``: its JSON) still holds: not released, renewed within its lease, and not
+    held by a process that is gone from this very host."""
+    if info and info.get("released"):
+        return False
+    if cur.now - cur.modified > _lease(info):
+        return False
+    if info and info.get("host") == socket.gethostname() and isinstance(info.get("pid"), int):
+        return _alive(info["pid"])
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+class _Unconditional:
+    """The lock's four calls over plain reads and writes (a store without conditional writes): each
+    checks what is there first, so it is a lock against a build already running, not a race-free one."""
+
+    def get(self, uri: str) -> Got | None:
+        import pyarrow.fs as pafs
+
+        fs, path = filesystem(uri)
+        try:
+            fi = fs.get_file_info(path)
+            if fi.type != pafs.FileType.File:
+                return None
+            with fs.open_input_stream(path) as f:
+                body = f.read()
+        except OSError:
+            return None
+        info = _parse(body) or {}
+        renewed = info.get("renewed") if isinstance(info.get("renewed"), (int, float)) else None
+        modified = fi.mtime.timestamp() if fi.mtime is not None else renewed if renewed is not None else 0.0
+        return Got(body, _etag(body), modified, time.time())
+
+    def create(self, uri: str, body: bytes) -> str:
+        if self.get(uri) is not None:
+            raise Conflict("exists")
+        return self._put(uri, body)
+
+    def replace(self, uri: str, body: bytes, etag: str) -> str:
+        cur = self.get(uri)
+        if cur is None or cur.etag != etag:
+            raise Conflict("changed")
+        return self._put(uri, body)
+
+    def delete(self, uri: str, etag: str) -> None:
+        cur = self.get(uri)
+        if cur is None or cur.etag != etag:
+            raise Conflict("changed")
+        fs, path = filesystem(uri)
+        try:
+            fs.delete_file(path)
+        except OSError as e:
+            raise PackerError(f"cannot delete {redact(uri)}: {first_line(e)}") from None
+
+    def _put(self, uri: str, body: bytes) -> str:
+        fs, path = filesystem(uri)
+        try:
+            with fs.open_output_stream(path) as f:
+                f.write(body)
+        except OSError as e:
+            raise PackerError(f"cannot write {redact(uri)}: {first_line(e)}") from None
+        return _etag(body)
+
+
+def _etag(body: bytes) -> str:
+    import xxhash
+
+    return xxhash.xxh3_64_hexdigest(body)
