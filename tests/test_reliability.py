@@ -223,7 +223,7 @@ def test_stats_and_dataset_both_refuse_unmappable_shards(sample_build, copy_buil
     res = run_cli("stats", out)
     assert res.exit_code == 1 and any(word in ln for ln in problems(res)), res.stderr
     with pytest.raises(ShardError, match=word):
-        PackedDataset(out)
+        PackedDataset(out)[0]  # checked at first use of the shard (opening reads no shard)
     assert run_cli("show", out, "0").exit_code == 1
 
 

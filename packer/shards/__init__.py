@@ -4,12 +4,15 @@ A build folder holds ``manifest.json`` (written last), ``shards/*.arrow``
 (Arrow IPC files, uncompressed, one row per packed sequence) and
 ``units/*.json`` (one record per finished work unit, which is what
 ``--resume`` trusts). Every file is written atomically (packer/io).
-``schema`` defines a shard, ``manifest`` reads the manifest, ``reader``
+``schema`` defines a shard, ``manifest`` reads the manifest, ``index``
+writes and reads ``index.arrow`` (the shard list as columns, beside the
+manifest: what opening a build of a million shards reads), ``reader``
 opens a shard.
 
 The columns of a shard are listed in schema.py and docs/format.md.
 """
 
+from .index import INDEX, ShardIndex, index_table, open_index, write_manifest
 from .manifest import read_manifest
 from .reader import open_shard, open_shard_buffer
 from .schema import (BUILD_JSON, CHECKSUM, FORMAT_NAME, FORMAT_VERSION, LOSS_MASK, MANIFEST, REQUIRED, SHARD_DIR, UNIT_DIR,
@@ -17,7 +20,7 @@ from .schema import (BUILD_JSON, CHECKSUM, FORMAT_NAME, FORMAT_VERSION, LOSS_MAS
                      shard_table, table_bytes)
 
 __all__ = [
-    "read_manifest", "open_shard", "open_shard_buffer", "BUILD_JSON", "CHECKSUM", "LOSS_MASK", "FORMAT_NAME", "FORMAT_VERSION",
+    "read_manifest", "write_manifest", "open_index", "index_table", "ShardIndex", "INDEX", "open_shard", "open_shard_buffer", "BUILD_JSON", "CHECKSUM", "LOSS_MASK", "FORMAT_NAME", "FORMAT_VERSION",
     "MANIFEST", "REQUIRED", "SHARD_DIR", "UNIT_DIR", "checksum", "dtype_for_vocab", "file_checksum", "ipc_problems",
     "loss_mask_type", "schema",
     "schema_problems", "shard_table", "table_bytes",

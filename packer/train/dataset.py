@@ -13,21 +13,13 @@ the order given). ``ds[i]`` is one packed row of ``L = seq_len`` slots::
                                 padding tail counts as one more piece
     doc_lens      (P,)  int32   the piece lengths of the row, as in the shard
 
-What is copied, and why (docs/dataset.md has the long form):
-
-- Shards are memory-mapped, privately and copy-on-write
-  (``torch.from_file(shared=False)``), lazily, by each process on first
-  touch: nothing is read until a row is, no file descriptor stays open, and
-  a tensor that views the map can be written to without touching the file.
-- The token data is copied once per row read, into the output tensor: torch
-  can neither embed nor index with uint16, so uint16 ids are widened. The
-  one exception is ``input_ids_dtype=torch.int32`` over a uint32 build: then
-  ``ds[i]["input_ids"]`` is a view of the map (uint32 ids are < 2**31).
-- The piece index (``doc_lens``) is copied from the map into small NumPy
-  arrays per shard when the shard is first touched: 32 bytes per row plus 8
-  per piece, about 1% of the token bytes at seq_len 2048.
-- ``labels`` is a second copy (it differs from input_ids); ``position_ids``
-  is computed.
+What is copied, and why (docs/dataset.md has the long form): shards are
+memory-mapped privately (copy-on-write) by each process on first touch; the
+token data is copied once per row read (widened: torch cannot index with
+uint16), except for ``input_ids_dtype=torch.int32`` over a uint32 build, a
+view of the map; a shard's piece index is copied into small NumPy arrays when
+it is mapped (32 bytes per row plus 8 per piece); ``labels`` is a second
+copy, ``position_ids`` is computed.
 
 The DataLoader path: ``__getitems__`` (which DataLoader calls with a whole
 batch of indices) builds the batch's (B, L) tensors in a few vectorised
@@ -36,21 +28,28 @@ sees that and returns those tensors without stacking again (in a worker
 process it copies the whole batch into one shared-memory block instead:
 see packer/train/batching.py).
 
-Validation on open: every manifest (format version known), the builds agree
-on seq_len, dtype, pad id and tokenizer fingerprint, every shard exists with
-the manifest's byte size and a readable Arrow schema with the manifest's
-row count. ``verify=True`` also hashes every shard (xxh3_128, against the
-manifest) and checks every piece index: a full read of the build, off by
-default. A shard's piece index is checked anyway when a process first maps
-it, and every batch is checked for ids >= vocab_size; either failure raises
-``ShardError`` naming the shard.
+Opening a build reads two files whatever its number of shards: manifest.json
+(hashed, in blocks) and index.arrow beside it, memory-mapped (the shard list
+as columns: packer/shards/index.py); a build without an index (older packer,
+or a manifest edited since) is read from the manifest's list. Checked on
+open: every manifest (format version known), the builds agree on seq_len,
+dtype, pad id and tokenizer fingerprint, no shard path leaves its build.
+A shard is checked when a process first maps it: a regular file with the
+manifest's byte size, a readable Arrow schema with the manifest's row count,
+its piece index, its ``loss_mask`` column in a chat build; every batch is
+checked for ids >= vocab_size; each failure raises ``ShardError`` naming the
+shard. ``verify=True`` does all of that for every shard on open, in parallel
+threads, and hashes every shard (xxh3_128, against the manifest): a full read
+of the build, off by default. A process keeps at most ``max_open_shards``
+shards mapped (least recently used go first), so its memory and its count of
+memory maps do not grow with the build.
 """
 
 from __future__ import annotations
 
 import operator
 import os
-from bisect import bisect_right
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -62,23 +61,28 @@ from .. import shards as S
 from ..errors import PackerError, ShardError
 from ..io import ShardCache, storage_for
 from .rows import Row, Rows  # noqa: F401 (Row re-exported: where it always was)
-from .shard_map import Mapped, ShardEntry, check_compatible, check_file, check_listed, map_shard
+from .shard_map import (Mapped, ShardEntry, ShardTable, check_checksum, check_compatible, check_listed, check_size,  # noqa: F401
+                        map_shard, verify_all)
 
 IGNORE_INDEX = -100  # what torch's cross_entropy and HF models skip
 
-# Counts forks of this process: a dataset whose maps were made under another
-# count drops them and maps afresh (a DataLoader worker maps its own shards).
-# Cheaper than os.getpid() on every read.
-_forks = 0
+MAX_OPEN_SHARDS = 128  # shards a process keeps mapped (each one memory map and its piece index)
 
 
-def _after_fork() -> None:
-    global _forks
-    _forks += 1
+class _Forks:
+    """Counts forks of this process: a dataset whose maps were made under another
+    count drops them and maps afresh (a DataLoader worker maps its own shards).
+    Cheaper than os.getpid() on every read."""
+
+    count = 0
+
+    @classmethod
+    def after(cls) -> None:
+        cls.count += 1
 
 
 if hasattr(os, "register_at_fork"):  # POSIX; elsewhere workers are spawned and unpickle a map-free copy
-    os.register_at_fork(after_in_child=_after_fork)
+    os.register_at_fork(after_in_child=_Forks.after)
 
 
 @dataclass(frozen=True)
@@ -103,11 +107,12 @@ class PackedDataset(Dataset):
     manifest as it arrives, then mapped (packer/shard_cache.py).
     ``cache_dir``: the cache folder (default ``~/.cache/packer/shards``);
     ``cache_max_bytes``: its bound, least recently used shards go first (None: no bound).
+    ``max_open_shards``: shards this process keeps mapped at once (least recently used are unmapped).
     """
 
     def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], *, verify: bool = False,
                  input_ids_dtype: torch.dtype = torch.int64, cache_dir: str | os.PathLike | None = None,
-                 cache_max_bytes: int | None = None):
+                 cache_max_bytes: int | None = None, max_open_shards: int = MAX_OPEN_SHARDS):
         """Longer than 60 lines: every check a build must pass on open, in order, each one line."""
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
@@ -124,28 +129,26 @@ class PackedDataset(Dataset):
                 raise PackerError(f"{p}: build named twice (as {seen[real]}); to weight it, use PackedSampler(weights=...)")
             seen[real] = p
 
-        builds, entries, first = [], [], None
+        builds, stores, indexes, first = [], [], [], None
         for p in paths:
             store = storage_for(p)
-            m = S.read_manifest(store)
+            x = S.open_index(store)  # two files: the manifest (hashed) and its index (mapped)
+            m = x.head
             if first is None:
                 first = (p, m)
             else:
                 check_compatible(first, (p, m))
-            start = sum(b.rows for b in builds)
-            rows = 0
-            for sh in m["shards"]:
-                try:
-                    e = ShardEntry(store, sh["path"], int(sh["rows"]), int(sh["bytes"]), sh.get(S.CHECKSUM, ""))
-                    if not store.inside(e.rel):
-                        raise ShardError(f"{store.path(S.MANIFEST)}: shard path {e.rel!r} points outside the build folder")
-                except (KeyError, TypeError, ValueError):
-                    raise ShardError(f"{os.path.join(p, S.MANIFEST)}: malformed shard entry {sh!r}") from None
-                entries.append(e)
-                rows += e.rows
-            builds.append(BuildInfo(p, rows, start, m))
+            bad = x.outside()
+            if bad is not None:
+                raise ShardError(f"{store.path(S.MANIFEST)}: shard path {bad!r} points outside the build folder")
+            builds.append(BuildInfo(p, x.total_rows, sum(b.rows for b in builds), m))
+            stores.append(store)
+            indexes.append(x)
+        self._shards = ShardTable(stores, indexes, [S.LOSS_MASK in b.manifest.get("columns", []) for b in builds])
+        for k, store in enumerate(stores):
             if not store.local:  # shards are fetched on first use; here one listing checks their sizes
-                check_listed(store, entries[len(entries) - len(m["shards"]):])
+                first_shard = self._shards.shard0[k]
+                check_listed(store, [self._shards.entry(first_shard + s) for s in range(indexes[k].n)])
 
         m = first[1]
         self.builds: tuple[BuildInfo, ...] = tuple(builds)
@@ -157,15 +160,12 @@ class PackedDataset(Dataset):
         self.tokenizer_fingerprint: str = m["tokenizer"].get("fingerprint")
         self.input_ids_dtype = input_ids_dtype
         self._np_dtype = np.dtype(self.dtype)
-        self._entries = tuple(entries)
-        self._starts = np.cumsum([0] + [e.rows for e in entries], dtype=np.int64)
-        self._len = int(self._starts[-1])
+        self._len = sum(b.rows for b in builds)
         self._cache = ShardCache(cache_dir, cache_max_bytes)  # used only by shards on object stores
         self._verify = verify
-        for e in entries:
-            if e.store.local:  # checked now where reads are cheap; a remote shard is checked as it is fetched
-                check_file(e, self.seq_len, self.dtype, verify)
-        self._starts_list = self._starts.tolist()
+        if max_open_shards < 1:
+            raise PackerError(f"max_open_shards must be >= 1, got {max_open_shards}")
+        self._max_open = int(max_open_shards)
         self._ids_np = np.int64 if input_ids_dtype == torch.int64 else np.int32
         if self._ids_np is np.int32 and self.vocab_size > 1 << 31:
             raise PackerError(f"vocab_size {self.vocab_size} does not fit input_ids_dtype=torch.int32")
@@ -175,11 +175,10 @@ class PackedDataset(Dataset):
         # Ids >= vocab_size (a damaged shard) are caught on read, unless the dtype cannot hold any.
         self._check_ids = self.vocab_size < np.iinfo(self._np_dtype).max + 1
         self._arange_cache = self._arange
-        self._fork = _forks  # maps made before a fork are dropped in the child
-        self._maps: dict[int, Mapped] = {}
+        self._fork = _Forks.count  # maps made before a fork are dropped in the child
+        self._maps: OrderedDict[int, Mapped] = OrderedDict()
         if verify:
-            for k in range(len(entries)):
-                self._map(k)  # checks every piece index
+            self._verify_all()
 
     # -- sizes --------------------------------------------------------------
 
@@ -192,26 +191,27 @@ class PackedDataset(Dataset):
         return tuple(b.rows for b in self.builds)
 
     @property
+    def num_shards(self) -> int:
+        return self._shards.n
+
+    @property
     def shard_paths(self) -> tuple[str, ...]:
-        return tuple(e.path for e in self._entries)
+        """Every shard's path (a tuple as long as the build: for small builds and messages)."""
+        return tuple(self._shards.entry(k).path for k in range(self._shards.n))
 
     # -- pickling: never ship maps to another process -------------------------
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_maps"] = {}
+        state["_maps"] = OrderedDict()
         state["_arange_cache"] = self._arange
         return state
 
     # -- reading ------------------------------------------------------------
 
     def __getitem__(self, i) -> dict[str, torch.Tensor]:
-        i = self._index(i)
-        k = bisect_right(self._starts_list, i) - 1
-        m = self._maps.get(k) if self._fork == _forks else None
-        if m is None:
-            m = self._mapped(k)
-        j = i - self._starts_list[k]
+        k, j = self._shards.locate(self._index(i))
+        m = self._mapped(k)
         L = self.seq_len
         a, p0, p1, u = m.row[j].tolist()
         raw = m.tokens[a:a + L]
@@ -270,13 +270,12 @@ class PackedDataset(Dataset):
         else:
             ids, (lab, pos) = np.empty((B, L), self._ids_np), np.empty((2, B, L), np.int64)
 
-        sid = np.searchsorted(self._starts, idx, side="right") - 1
-        local = (idx - self._starts[sid]).tolist()
+        sid, local = self._shards.locate_many(idx)
+        local = local.tolist()
         used, counts, lens, segs = [], [0], [], []  # per row: slots filled, pieces, piece lengths, segments
         off = []  # (row, loss mask) of rows whose build has one
-        maps = self._maps if self._fork == _forks else {}
         for r, k in enumerate(sid.tolist()):
-            m = maps.get(k) or self._mapped(k)
+            m = self._mapped(k)
             a, p0, p1, u = m.row[local[r]].tolist()
             ids[r] = m.tokens[a:a + L]  # the one copy of the token data (widening if uint16)
             if m.mask_at is not None:
@@ -357,7 +356,7 @@ class PackedDataset(Dataset):
 
     def _bad_token(self, ids, sid, local):
         r = int(np.argmax(ids.max(axis=1) >= self.vocab_size))
-        e = self._entries[int(sid[r])]
+        e = self._shards.entry(int(sid[r]))
         raise ShardError(
             f"{e.path}: row {int(local[r])} holds token id {int(ids[r].max())} >= vocab_size {self.vocab_size} "
             "(corrupt shard? PackedDataset(verify=True) checks every byte against the manifest)"
@@ -366,16 +365,35 @@ class PackedDataset(Dataset):
     # -- mapping --------------------------------------------------------------
 
     def _mapped(self, k: int) -> Mapped:
-        if self._fork != _forks:  # forked since: map afresh in this process
-            self._fork, self._maps = _forks, {}
+        """Shard ``k`` mapped in this process: the least recently used map goes when there are too many."""
+        if self._fork != _Forks.count:  # forked since: map afresh in this process
+            self._fork, self._maps = _Forks.count, OrderedDict()
         m = self._maps.get(k)
         if m is None:
             m = self._maps[k] = self._map(k)
+            if len(self._maps) > self._max_open:
+                self._maps.popitem(last=False)  # rows handed out keep their own reference to the map
+        else:
+            self._maps.move_to_end(k)
         return m
 
     def _map(self, k: int) -> Mapped:
-        e = self._entries[k]
+        """Map shard ``k``, checking it first (its first use in this process)."""
+        e = self._shards.entry(k)
+        if e.store.local:
+            check_size(e)
         # A local shard is mapped where it is; a remote one is fetched into the
         # cache and mapped there (under its lock: see packer/io/cache.py).
         with e.store.local_copy(e.rel, e.nbytes, e.checksum, self._cache, verify=self._verify) as path:
             return map_shard(e, path, self.seq_len, self._np_dtype)
+
+    def _check(self, k: int) -> None:
+        """Every check of shard ``k``, its checksum included (``verify=True``); nothing kept mapped."""
+        e = self._shards.entry(k)
+        if e.store.local:
+            check_size(e)
+            check_checksum(e)
+        self._map(k)
+
+    def _verify_all(self) -> None:
+        verify_all(self._shards.n, self._check)

@@ -4,6 +4,8 @@ index copied out and checked (a damaged shard is one ``ShardError`` naming it, n
 from __future__ import annotations
 
 import os
+import stat
+from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +23,7 @@ class ShardEntry:
     rows: int
     nbytes: int
     checksum: str
+    needs_mask: bool = False  # a chat build: the shard must hold its loss_mask column
 
     @property
     def path(self) -> str:
@@ -58,6 +61,47 @@ class Mapped:
 
 
 
+class ShardTable:
+    """The shards of a dataset's builds, as their indexes' columns (packer/shards/index.py): where a
+    row lies, and a shard's entry, made when asked. Nothing here is per shard in Python objects."""
+
+    def __init__(self, stores: list, indexes: list, needs_mask: list[bool]):
+        self.stores, self.indexes, self.needs_mask = stores, indexes, needs_mask
+        self.row0 = np.cumsum([0] + [x.total_rows for x in indexes]).tolist()  # each build's first row
+        self.shard0 = np.cumsum([0] + [x.n for x in indexes]).tolist()  # each build's first shard
+        self.n = self.shard0[-1]
+
+    def locate(self, i: int) -> tuple[int, int]:
+        """(shard, row in it) of row ``i``."""
+        b = bisect_right(self.row0, i) - 1 if len(self.indexes) > 1 else 0
+        x, i = self.indexes[b], i - self.row0[b]
+        s = int(x.starts.searchsorted(i, "right")) - 1
+        return self.shard0[b] + s, i - int(x.starts[s])
+
+    def locate_many(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(shards, rows in them) of rows ``idx`` ((n,) int64)."""
+        if len(self.indexes) == 1:
+            s = self.indexes[0].starts.searchsorted(idx, "right") - 1
+            return s, idx - self.indexes[0].starts[s]
+        b = np.searchsorted(self.row0, idx, "right") - 1
+        sid, local = np.empty_like(idx), np.empty_like(idx)
+        for k in np.unique(b).tolist():
+            on, x = b == k, self.indexes[k]
+            i = idx[on] - self.row0[k]
+            s = x.starts.searchsorted(i, "right") - 1
+            sid[on], local[on] = s + self.shard0[k], i - x.starts[s]
+        return sid, local
+
+    def entry(self, k: int) -> ShardEntry:
+        b = bisect_right(self.shard0, k) - 1
+        x, s, store = self.indexes[b], k - self.shard0[b], self.stores[b]
+        rel = x.path(s)
+        e = ShardEntry(store, rel, int(x.rows[s]), int(x.nbytes[s]), x.checksum(s), self.needs_mask[b])
+        if not store.inside(rel):
+            raise ShardError(f"{store.path(S.MANIFEST)}: shard path {rel!r} points outside the build folder")
+        return e
+
+
 # --------------------------------------------------------------------------
 # Opening and checking shards.
 
@@ -88,24 +132,26 @@ def check_listed(store: Storage, entries: list[ShardEntry]) -> None:
             raise ShardError(f"{e.path}: shard is {what} ({size} bytes, manifest says {e.nbytes})")
 
 
-def check_file(e: ShardEntry, seq_len: int, dtype: str, verify: bool) -> None:
-    """Cheap checks for every shard on open; ``verify`` adds the checksum."""
+def check_size(e: ShardEntry) -> None:
+    """A local shard is a regular file of the manifest's size (one stat: done at first use)."""
     try:
-        size = os.path.getsize(e.path)
+        st = os.stat(e.path)
     except FileNotFoundError:
         raise ShardError(f"{e.path}: shard is missing") from None
     except OSError as err:
         raise ShardError(f"{e.path}: cannot read shard ({err.strerror})") from None
-    if size != e.nbytes:
-        what = "truncated" if size < e.nbytes else "longer than the manifest says"
-        raise ShardError(f"{e.path}: shard is {what} ({size} bytes, manifest says {e.nbytes})")
-    if verify:
-        got = S.file_checksum(e.path)
-        if got != e.checksum:
-            raise ShardError(f"{e.path}: checksum mismatch ({S.CHECKSUM} {got}, manifest says {e.checksum}): shard is corrupt")
-    table = S.open_shard(e.path, seq_len, dtype)
-    if table.num_rows != e.rows:
-        raise ShardError(f"{e.path}: {table.num_rows} rows, manifest says {e.rows}")
+    if not stat.S_ISREG(st.st_mode):
+        raise ShardError(f"{e.path}: not a regular file (a FIFO, device or folder): shard is corrupt")
+    if st.st_size != e.nbytes:
+        what = "truncated" if st.st_size < e.nbytes else "longer than the manifest says"
+        raise ShardError(f"{e.path}: shard is {what} ({st.st_size} bytes, manifest says {e.nbytes})")
+
+
+def check_checksum(e: ShardEntry) -> None:
+    """The whole file hashed (xxh3_128) against the manifest (``verify=True``)."""
+    got = S.file_checksum(e.path)
+    if got != e.checksum:
+        raise ShardError(f"{e.path}: checksum mismatch ({S.CHECKSUM} {got}, manifest says {e.checksum}): shard is corrupt")
 
 
 def map_shard(e: ShardEntry, path: str, seq_len: int, dt: np.dtype) -> Mapped:
@@ -124,6 +170,9 @@ def map_shard(e: ShardEntry, path: str, seq_len: int, dt: np.dtype) -> Mapped:
     isz = dt.itemsize
     row_at, piece_at, lens = [], [np.zeros(1, np.int64)], []
     mask_at = [] if S.LOSS_MASK in table.schema.names else None
+    if mask_at is None and e.needs_mask:
+        raise ShardError(f"{e.path}: no {S.LOSS_MASK} column, but the manifest says this is a chat build "
+                         "(it would train on every token): shard is corrupt")
     n_pieces = 0
     for batch in table.to_batches():
         n = batch.num_rows
@@ -171,3 +220,20 @@ def map_shard(e: ShardEntry, path: str, seq_len: int, dt: np.dtype) -> Mapped:
     if mask_at is not None:
         mask_at = np.concatenate(mask_at) if mask_at else np.zeros(0, np.int64)
     return Mapped(storage, tokens, row, lens, slot, mem, mask_at)
+
+
+VERIFY_THREADS = 8
+
+
+def verify_all(n: int, check) -> None:
+    """``check(k)`` for every shard k < n, in threads (hashing and mapping release the GIL), a bounded
+    number at a time; the first failure in manifest order is raised."""
+    if n <= 1:
+        return check(0) if n else None
+    from concurrent.futures import ThreadPoolExecutor
+
+    threads = min(VERIFY_THREADS, os.cpu_count() or 1, n)
+    with ThreadPoolExecutor(threads, thread_name_prefix="packer-verify") as pool:
+        for a in range(0, n, 1024):
+            for _ in pool.map(check, range(a, min(a + 1024, n))):
+                pass

@@ -191,11 +191,21 @@ def _patch(path: str, offset: int, data: bytes) -> None:
         f.write(data)
 
 
+def _first_row(out: str, k: int) -> int:
+    m = json.load(open(os.path.join(out, "manifest.json")))
+    return sum(s["rows"] for s in m["shards"][:k])
+
+
 def test_missing_shard(sample_build, copy_build):
+    """Refused at first use of the shard (opening touches no shard), and by verify=True on open."""
     out = copy_build(sample_build)
     os.unlink(_shard(out, 2))
+    ds = PackedDataset(out)
+    assert ds[0]["input_ids"].max() > 0  # the other shards read
     with pytest.raises(ShardError, match=r"000002\.arrow: shard is missing"):
-        PackedDataset(out)
+        ds[_first_row(out, 2)]
+    with pytest.raises(ShardError, match=r"000002\.arrow: shard is missing"):
+        PackedDataset(out, verify=True)
 
 
 def test_truncated_shard(sample_build, copy_build):
@@ -203,8 +213,20 @@ def test_truncated_shard(sample_build, copy_build):
     p = _shard(out, 1)
     size = os.path.getsize(p)
     os.truncate(p, size - 100)
-    with pytest.raises(ShardError, match=rf"000001\.arrow: shard is truncated \({size - 100} bytes, manifest says {size}\)"):
-        PackedDataset(out)
+    msg = rf"000001\.arrow: shard is truncated \({size - 100} bytes, manifest says {size}\)"
+    with pytest.raises(ShardError, match=msg):
+        PackedDataset(out).__getitems__([0, _first_row(out, 1)])
+    with pytest.raises(ShardError, match=msg):
+        PackedDataset(out, verify=True)
+
+
+def test_a_fifo_for_a_shard_is_refused_not_waited_on(sample_build, copy_build):
+    out = copy_build(sample_build)
+    p = _shard(out, 0)
+    os.unlink(p)
+    os.mkfifo(p)
+    with pytest.raises(ShardError, match=r"000000\.arrow: not a regular file"):
+        PackedDataset(out)[0]
 
 
 def test_damaged_bytes_anywhere_give_a_shard_error_or_nothing(sample_build, copy_build):

@@ -1,0 +1,190 @@
+"""The shard index: a build's shard list as one Arrow table beside its manifest (docs/format.md).
+
+``index.arrow`` (Arrow IPC file, one record batch, uncompressed) holds one row
+per entry of the manifest's ``shards`` list, in order, and in its schema
+metadata the manifest without that list plus the size and xxh3_128 of
+manifest.json's bytes. It is written just before the manifest
+(``write_manifest``). A reader that finds it, and finds manifest.json with that
+size and hash, reads the shard list from the index, memory-mapped: columns,
+not a million JSON objects. Any mismatch (a manifest edited by hand, an index
+left by another build, a damaged index) and the manifest is read instead: the
+manifest stays the contract, the index is a cache of it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import xxhash
+
+from ..errors import ShardError
+from ..io import Storage, json_bytes
+from .manifest import COUNTS, check_manifest, parse_manifest, read_manifest_bytes
+from .schema import CHECKSUM, MANIFEST
+
+INDEX = "index.arrow"
+INDEX_VERSION = 1
+_HEAD, _SIZE, _HASH, _VERSION = b"packer_manifest", b"packer_manifest_bytes", b"packer_manifest_xxh3_128", b"packer_index_version"
+
+
+def write_manifest(store: Storage, m: dict) -> None:
+    """Publish the build's index, then its manifest (last: its presence means the build is complete)."""
+    data = json_bytes(m)
+    store.put(INDEX, index_bytes(m, data))
+    store.put(MANIFEST, data)
+
+
+def index_table(m: dict, data: bytes | None = None) -> pa.Table:
+    """The index of manifest ``m`` (whose bytes are ``data``, stamped into the metadata when given)."""
+    shards = m["shards"]
+    n = len(shards)
+    rows = np.fromiter((e.get("rows", 0) for e in shards), np.int64, n)
+    start = np.zeros(n, np.int64)
+    np.cumsum(rows[:-1], out=start[1:])
+    cols = {
+        "path": pa.array([e["path"] for e in shards], pa.string()),
+        "unit": pa.array([e.get("unit") for e in shards], pa.int64()),
+        "row_start": pa.array(start),
+        "bytes": pa.array(np.fromiter((e.get("bytes", 0) for e in shards), np.int64, n)),
+        CHECKSUM: pa.array([e.get(CHECKSUM, "") for e in shards], pa.string()),
+    }
+    for k in COUNTS + ("trained_tokens",):
+        if k == "rows" or any(k in e for e in shards):
+            cols[k] = pa.array(np.fromiter((e.get(k, 0) for e in shards), np.int64, n))
+    meta = {_VERSION: str(INDEX_VERSION).encode(),
+            _HEAD: json.dumps({k: v for k, v in m.items() if k != "shards"}).encode()}
+    if data is not None:
+        meta |= {_SIZE: str(len(data)).encode(), _HASH: xxhash.xxh3_128_hexdigest(data).encode()}
+    return pa.table(cols).replace_schema_metadata(meta)
+
+
+def index_bytes(m: dict, data: bytes) -> pa.Buffer:
+    t = index_table(m, data)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, t.schema) as w:
+        w.write_table(t, max_chunksize=max(1, t.num_rows))  # one batch: every column one zero-copy array
+    return sink.getvalue()
+
+
+class ShardIndex:
+    """One build's manifest head (``head``: the manifest without ``shards``) and its shards as columns.
+
+    ``starts`` (n,) int64: each shard's first row; ``rows``, ``nbytes``: (n,) int64;
+    ``path(k)``/``checksum(k)``: one shard's. Backed by index.arrow memory-mapped
+    (nothing per shard in this process's private memory), or by a table made
+    from the manifest's list (``from_index`` False: a build without an index).
+    """
+
+    def __init__(self, table: pa.Table, head: dict, source: str, store: Storage | None = None):
+        self.head, self.source, self.store = head, source, store
+        self.from_index = store is not None  # index.arrow mapped (else: a table made from the manifest)
+        self._load(table)
+
+    def __getstate__(self):
+        """Pickled (a spawned worker), an index-backed list is its store: the child maps the file again."""
+        if not self.from_index:
+            return {"head": self.head, "source": self.source, "store": None, "table": self.table}
+        return {"head": self.head, "source": self.source, "store": self.store}
+
+    def __setstate__(self, state):
+        self.head, self.source, self.store = state["head"], state["source"], state["store"]
+        self.from_index = self.store is not None
+        table = state["table"] if not self.from_index else _read_table(self.store)[0]
+        self._load(table)
+
+    def _load(self, table: pa.Table) -> None:
+        self.table = table
+        self.n = table.num_rows
+        col = {name: table.column(name).combine_chunks() for name in ("path", "row_start", "rows", "bytes", CHECKSUM)}
+        self._paths, self._sums = col["path"], col[CHECKSUM]
+        try:
+            self.starts, self.rows, self.nbytes = (col[k].to_numpy(zero_copy_only=True) for k in ("row_start", "rows", "bytes"))
+        except (pa.ArrowInvalid, TypeError):  # nulls, or another type
+            raise ShardError(f"{source}: malformed shard index (row_start, rows or bytes not int64 without nulls)") from None
+        if self._paths.null_count or self._sums.null_count:
+            raise ShardError(f"{source}: malformed shard index (a null path or checksum)")
+        if self.n and (self.rows.min() < 0 or self.nbytes.min() < 0 or self.starts[0] != 0
+                       or not np.array_equal(np.diff(self.starts), self.rows[:-1])):
+            raise ShardError(f"{source}: malformed shard index (rows, bytes or row_start out of range)")
+        self.total_rows = int(self.starts[-1] + self.rows[-1]) if self.n else 0
+
+    def outside(self) -> str | None:
+        """The first shard path that leaves the build folder (absolute, ``..``, a backslash or NUL), or None:
+        the rule of ``Storage.inside``, over the whole column at once."""
+        import pyarrow.compute as pc
+
+        p = self._paths
+        bad = pc.or_(pc.or_(pc.equal(pc.utf8_length(p), 0), pc.starts_with(p, "/")),
+                     pc.or_(pc.match_substring_regex(p, r"[\\\x00]"), pc.match_substring_regex(p, r"(^|/)\.\.(/|$)")))
+        k = pc.index(bad, True).as_py()
+        return None if k < 0 else self.path(k)
+
+    def path(self, k: int) -> str:
+        return self._paths[k].as_py()
+
+    def checksum(self, k: int) -> str:
+        return self._sums[k].as_py()
+
+    def column(self, name: str) -> np.ndarray | None:
+        """A count column ((n,) int64) where the index has it, else None."""
+        if name not in self.table.column_names:
+            return None
+        return self.table.column(name).combine_chunks().to_numpy(zero_copy_only=False)
+
+
+def open_index(store: Storage) -> ShardIndex:
+    """The shard list of the build at ``store``: from index.arrow when it matches manifest.json
+    byte for byte (size and xxh3_128), else from the manifest. ``ShardError`` for a bad manifest."""
+    index = _matching_index(store)
+    if index is not None:
+        return index
+    m = parse_manifest(read_manifest_bytes(store), store.path(MANIFEST))
+    head = {k: v for k, v in m.items() if k != "shards"}
+    return ShardIndex(index_table(m), head, store.path(MANIFEST))
+
+
+def _read_table(store: Storage) -> tuple[pa.Table, dict]:
+    """index.arrow, memory-mapped where local, and its schema metadata."""
+    data = store.map(INDEX) if store.local else store.read(INDEX)
+    table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+    return table, table.schema.metadata or {}
+
+
+def _matching_index(store: Storage) -> ShardIndex | None:
+    """index.arrow, checked against manifest.json, or None (no index, or one that does not match)."""
+    try:
+        table, meta = _read_table(store)
+    except (OSError, ValueError, pa.ArrowInvalid):  # absent, unreadable or damaged: the manifest decides
+        return None
+    try:
+        if meta.get(_VERSION) != str(INDEX_VERSION).encode():
+            return None
+        size, want = int(meta[_SIZE]), meta[_HASH].decode()
+        head = json.loads(meta[_HEAD])
+    except (KeyError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if store.size(MANIFEST) != size or _manifest_hash(store) != want:
+        return None
+    path = store.path(MANIFEST)
+    check_manifest(head, path, shards=False)
+    try:
+        return ShardIndex(table, head, store.path(INDEX), store)
+    except ShardError:
+        return None  # the manifest is read instead, and says what is wrong, if anything is
+
+
+def _manifest_hash(store: Storage) -> str | None:
+    """xxh3_128 of manifest.json, read in blocks (constant memory)."""
+    h = xxhash.xxh3_128()
+    try:
+        if store.local:
+            with open(store.path(MANIFEST), "rb") as f:
+                while block := f.read(1 << 20):
+                    h.update(block)
+        else:
+            h.update(store.read(MANIFEST))
+    except OSError:
+        return None
+    return h.hexdigest()
