@@ -163,11 +163,7 @@ def held_by(folder: str) -> dict | None:
 def check_nesting(root: str) -> None:
     """Refuse (``PackerError``, naming the build) a build into ``root`` that would write into another build."""
     real = os.path.realpath(root)
-    parent = os.path.dirname(real)
-    if os.path.basename(real) == HOLDOUT and os.path.isfile(os.path.join(parent, BUILD_MARK)):
-        raise PackerError(f"{root} is the holdout split of the packer build in {parent}, written by that build "
-                          "alone (rebuild it with --overwrite to replace both); write to another folder")
-    p = parent
+    parent = p = os.path.dirname(real)
     while True:
         holder = held_by(p)
         if holder is not None:
@@ -176,6 +172,9 @@ def check_nesting(root: str) -> None:
         if os.path.dirname(p) == p:
             break
         p = os.path.dirname(p)
+    if os.path.basename(real) == HOLDOUT and os.path.isfile(os.path.join(parent, BUILD_MARK)):
+        raise PackerError(f"{root} is the holdout split of the packer build in {parent}, written by that build "
+                          "alone (rebuild it with --overwrite to replace both); write to another folder")
     holder = held_by(os.path.join(real, HOLDOUT))
     if holder is not None:
         raise PackerError(f"{root} holds {os.path.join(real, HOLDOUT)}, the output of a packer build running now "

@@ -170,12 +170,12 @@ def check_nesting(storage, store) -> None:
     scheme, _, rest = root.partition("://")
     parts = rest.split("/")
     parent = f"{scheme}://" + "/".join(parts[:-1]) if len(parts) > 1 else None
-    if parent and parts[-1] == HOLDOUT and type(storage)(parent).size(BUILD_MARK) is not None:
-        raise PackerError(f"{root} is the holdout split of the packer build in {parent}, written by that build "
-                          "alone (rebuild it with --overwrite to replace both); write to another folder")
     for k in range(len(parts) - 1, 0, -1):
         above = f"{scheme}://" + "/".join(parts[:k])
         _refuse_live(store, above, f"{root} is inside {above}, the output of a packer build running now", "")
+    if parent and parts[-1] == HOLDOUT and type(storage)(parent).size(BUILD_MARK) is not None:
+        raise PackerError(f"{root} is the holdout split of the packer build in {parent}, written by that build "
+                          "alone (rebuild it with --overwrite to replace both); write to another folder")
     _refuse_live(store, f"{root}/{HOLDOUT}", f"{root} holds {root}/{HOLDOUT}, the output of a packer build running now",
                  "wait for it to finish, or ")
 
