@@ -11,20 +11,31 @@ only while unit k is built) in a build's environment. Points:
 
 Any other point kills the whole process group with SIGKILL, as a power cut
 would. With the variable unset, ``point`` costs one dict lookup.
+
+The unit being built is a context variable (``in_unit``), not process state:
+a point deep inside an atomic write knows its unit without being told, and
+two builds in one process (threads) cannot see each other's unit.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import errno
 import os
 import signal
 
-_unit: int | None = None
+_UNIT: contextvars.ContextVar[int | None] = contextvars.ContextVar("packer_fault_unit", default=None)
 
 
-def set_unit(index: int | None) -> None:
-    global _unit
-    _unit = index
+@contextlib.contextmanager
+def in_unit(index: int):
+    """While the block runs, points fire for ``PACKER_FAULT_UNIT=index``."""
+    token = _UNIT.set(index)
+    try:
+        yield
+    finally:
+        _UNIT.reset(token)
 
 
 def point(name: str) -> None:
@@ -32,7 +43,8 @@ def point(name: str) -> None:
     if want is None or want != name:
         return
     unit = os.environ.get("PACKER_FAULT_UNIT")
-    if unit is not None and (_unit is None or int(unit) != _unit):
+    current = _UNIT.get()
+    if unit is not None and (current is None or int(unit) != current):
         return
     if name == "kill-worker":
         os.kill(os.getpid(), signal.SIGKILL)

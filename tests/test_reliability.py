@@ -108,7 +108,7 @@ def test_file_changed_while_read_is_counted(tmp_path, change):
 
 
 def test_build_counts_a_file_that_shrank_after_discovery(tmp_path, monkeypatch):
-    B = sys.modules["packer.pipeline"]  # the package (``packer.build`` names the function)
+    B = sys.modules["packer.pipeline.steps"]  # the build's steps (``packer.build`` names the function)
 
     root = tmp_path / "in"
     root.mkdir()

@@ -1,4 +1,4 @@
-"""Planning a build: input slices grouped into work units, the settings recorded, a sample for the engine check.
+"""Planning a build: input slices grouped into work units, and the settings recorded.
 
 A ``Unit`` is the unit of output: a few consecutive slices of input, about
 ``unit_bytes`` of it, that become one shard plus a unit record,
@@ -12,25 +12,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..formats import DEFAULT_MAX_RECORD, REGISTRY, Document, Skip, Slice, iter_parts, parse_part, read_slice
+from ..formats import DEFAULT_MAX_RECORD, Document, Skip, Slice, iter_parts, parse_part
 from ..tokenize import TokenizerInfo
-from ..tokenize.tiktoken_backend import SAMPLE_CHARS, SAMPLE_DOCS, SAMPLE_TEXT_CHARS
 from .config import BuildConfig
-
-
-@dataclass(frozen=True)
-class FirstTask:
-    """A task an engine runs before any unit is assembled: ``fn(job, *args)`` on a worker, its
-    result handed to ``on_result`` in the main process (which may raise: the build then stops,
-    nothing written). The build's deferred engine check is one (packer/pipeline/__init__.py)."""
-
-    fn: object
-    args: tuple
-    on_result: object
-
-    def run_here(self, job) -> None:
-        """Run it in this process (an engine without a pool of its own, or nothing left to build)."""
-        self.on_result(self.fn(job, *self.args))
 
 
 @dataclass(frozen=True)
@@ -100,6 +84,8 @@ def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit], c
             "template_fingerprint": chat.spec.fingerprint(),
             "train_on": chat.spec.train_on,
             "truncate": chat.truncate,
+            # The date strftime_now gives, fixed at the build's start; only for templates that read it.
+            **({"date": chat.spec.date} if chat.spec.date else {}),
         }
     # Recorded only when used, so a build without them keeps its bytes.
     if o.limit is not None:
@@ -136,7 +122,7 @@ def limit_slices(slices: list[tuple[Slice, int]], limit: int, text_field: str) -
     try:
         return _limit(slices, limit, text_field)
     finally:
-        for t in set(threading.enumerate()) - before:  # read-ahead threads of a reader stopped early (see sample_texts)
+        for t in set(threading.enumerate()) - before:  # read-ahead threads of a reader stopped early
             t.join(timeout=2.0)
 
 
@@ -169,70 +155,3 @@ def _limit(slices, limit: int, text_field: str):
 
 def _docs(part, field) -> int:
     return sum(1 for r in parse_part(part, field) if type(r) is Document)
-
-
-def sample_texts(slices, text_field: str = "text", max_docs: int = SAMPLE_DOCS, max_chars: int = SAMPLE_CHARS,
-                 max_slices: int = 64) -> list[str]:
-    """Up to ``max_docs`` input texts (each cut to SAMPLE_TEXT_CHARS), a few
-    from the start of each of 8 slices spread over ``slices``
-    (``packer.formats.Slice``), then of the slices after the first, until
-    ``max_docs``, ``max_chars`` or ``max_slices``. Bad records are passed over:
-    the build reports them, with file and line."""
-    return read_sample(sample_slices(list(slices), max_slices), text_field, max_docs, max_chars)
-
-
-def sample_slices(slices: list, max_slices: int = 64) -> list:
-    """The slices ``sample_texts`` reads, in the order it reads them: 8 spread over ``slices``, then the others."""
-    n = min(8, len(slices))
-    spread = sorted({round(i * (len(slices) - 1) / max(1, n - 1)) for i in range(n)})
-    order = spread + sorted(set(range(len(slices))) - set(spread))
-    return [slices[i] for i in order[:max_slices]]
-
-
-def read_sample(ordered: list, text_field: str = "text", max_docs: int = SAMPLE_DOCS,
-                max_chars: int = SAMPLE_CHARS) -> list[str]:
-    """``sample_texts`` of the slices ``sample_slices`` chose (``ordered``)."""
-    import threading
-
-    before = set(threading.enumerate())
-    try:
-        return _sample(ordered, text_field, max_docs, max_chars)
-    finally:
-        # Readers stopped early leave their read-ahead threads to finish a
-        # last block; wait for them, so the build finds one thread and can
-        # fork its workers (see packer.pipeline.local._make_pool).
-        for t in set(threading.enumerate()) - before:
-            t.join(timeout=2.0)
-
-
-def _sample(ordered, text_field: str, max_docs: int, max_chars: int) -> list[str]:
-    per = -(-max_docs // max(1, min(8, len(ordered))))
-    out: list[str] = []
-    chars = 0
-    for sl in ordered:
-        got = 0
-        head = REGISTRY[sl.file.format].head(sl, SAMPLE_TEXT_CHARS)
-        if head is not None:
-            if head:
-                out.append(head)
-                chars += len(head)
-            if chars >= max_chars or len(out) >= max_docs:
-                break
-            continue
-        it = read_slice(sl, text_field)
-        try:
-            for rec in it:
-                if isinstance(rec, Skip):
-                    continue
-                out.append(rec.text[:SAMPLE_TEXT_CHARS])
-                chars += len(out[-1])
-                got += 1
-                if got >= per or chars >= max_chars or len(out) >= max_docs:
-                    break
-        except Exception:  # a broken input is the build's to report, with its file and line
-            pass
-        finally:
-            it.close()
-        if chars >= max_chars or len(out) >= max_docs:
-            break
-    return out

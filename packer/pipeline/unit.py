@@ -11,8 +11,7 @@ depends only on the units, never on which core did what. Every engine
 
 from __future__ import annotations
 
-import os
-import signal
+import functools
 from collections import Counter
 from dataclasses import dataclass
 
@@ -51,68 +50,27 @@ class Job:
         return self.chat.fields if self.chat is not None else self.text_field
 
 
-_encoder: Encoder | None = None
-_job: Job | None = None  # in pool workers: the build's settings, received once
-_in_pool = False  # True in pool worker processes
+@functools.lru_cache(maxsize=2)
+def encoder_for(info: TokenizerInfo) -> Encoder:
+    """The ``Encoder`` of ``info``, parsed once per process and tokenizer: keyed on the whole
+    (frozen, hashable) ``TokenizerInfo``, so two builds in one process, or a build that falls
+    back from tiktoken to HF, each get their own. A forked worker inherits the parent's entry,
+    and with it the parsed tokenizer."""
+    return Encoder(info)
 
 
-MMAP_THRESHOLD = 4 << 20  # bytes: a larger block is its own mapping (bounded_malloc)
+def encode_chunk(job: Job, unit_index: int, parts: list[Part]) -> ChunkResult:
+    """Parse and tokenize one chunk of a unit (runs on any core): a function of its arguments alone."""
+    with faults.in_unit(unit_index):
+        return _encode_chunk(job, parts)
 
 
-def bounded_malloc() -> None:
-    """Fix glibc's mmap threshold at ``MMAP_THRESHOLD`` (4 MB) in this process.
-
-    By default glibc raises the threshold each time a large block is freed,
-    so after a few units the 0.1-50 MB token buffers come from the heap,
-    which fragments and keeps growing (we measured 250-300 MB in the main
-    process against 60-90 MB with the threshold fixed). Fixed, every
-    unit-sized buffer is its own mapping and goes back to the OS when freed,
-    while a chunk's buffers (a few hundred KB) are reused from the heap: at
-    128 KB they were mapped and unmapped for every chunk, and the page faults
-    cost 16 workers 1.1 of their 1.6 system CPU seconds on the GPU host
-    (docs/benchmarks.md). No-op where there is no glibc.
-    """
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        pass
-
-
-def init_worker(encoder: Encoder | None, job: Job) -> None:
-    global _encoder, _in_pool, _job
-    _job = job  # tasks then carry only their data: the Job holds the whole tokenizer JSON (MBs)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
-    # The CLI turns SIGTERM into a clean stop of the parent; a forked worker
-    # inherits that handler, but must die at once when the pool terminates it
-    # (a broken pool does), not try to report an exception into a pipe nobody reads.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    bounded_malloc()
-    # One core per worker: the HF tokenizer must not fan out a batch over threads.
-    os.environ["RAYON_NUM_THREADS"] = "1"
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    _in_pool = True
-    if encoder is not None:  # inherited through fork: no tokenizer to parse again
-        _encoder = encoder
-
-
-def get_encoder(info: TokenizerInfo) -> Encoder:
-    global _encoder
-    if _encoder is None or (_encoder.info is not info and _encoder.info != info):
-        _encoder = Encoder(info)
-    return _encoder
-
-
-def encode_chunk(job: Job | None, unit_index: int, parts: list[Part]) -> ChunkResult:
-    """Parse and tokenize one chunk of a unit (runs on any core; ``job`` None = the worker's)."""
-    job = job or _job
-    faults.set_unit(unit_index)
+def _encode_chunk(job: Job, parts: list[Part]) -> ChunkResult:
     if job.chat is not None:
         res = encode_chat_chunk(job, parts)
         faults.point("tokenize")
         return res
-    enc = get_encoder(job.tokenizer)
+    enc = encoder_for(job.tokenizer)
     field = tuple(job.text_field.split("."))
     texts: list[str] = []
     skipped: list[Skip] = []
@@ -160,19 +118,6 @@ def _encode(enc: Encoder, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return enc.encode_flat(texts) if texts else (np.zeros(0, np.uint32), np.zeros(0, np.int64))
 
 
-def check_input(job: Job | None, slices: list, text_field: str):
-    """The deferred engine check (``tiktoken_backend.InputCheck``), on a pool worker: tiktoken against
-    HF tokenizers on the sample of input texts read from ``slices`` (``plan.sample_slices``);
-    returns the ``CheckResult``."""
-    from ..tokenize.tiktoken_backend import run_input_check
-    from ..tokenize.tokenizer import loaded_hf
-    from .plan import read_sample
-
-    job = job or _job
-    texts = read_sample(slices, text_field)
-    return run_input_check(get_encoder(job.tokenizer).tiktoken, loaded_hf(job.tokenizer), texts)
-
-
 def holdout_split(texts: list[str], fraction: float) -> list[bool]:
     """Per text, whether it stays in the main build (True) or is held out: held out when the
     xxh3-64 hash of its UTF-8 bytes, as a fraction of 2**64, is below ``fraction``. It depends
@@ -193,15 +138,18 @@ def holdout_out(out: str) -> str:
     return out.rstrip("/") + "/" + HOLDOUT_DIR
 
 
-def assemble_unit(job: Job | None, unit: Unit, chunks: list[ChunkResult]) -> dict:
+def assemble_unit(job: Job, unit: Unit, chunks: list[ChunkResult]) -> dict:
     """Pack one unit's documents into rows and write its shard; return its record (also on disk).
 
     With ``--holdout`` the unit's held-out documents become shard ``unit.index``
     of the holdout build, written first: a unit whose main record exists is
     finished in both builds (what ``--resume`` relies on).
     """
-    job = job or _job
-    faults.set_unit(unit.index)
+    with faults.in_unit(unit.index):
+        return _assemble_unit(job, unit, chunks)
+
+
+def _assemble_unit(job: Job, unit: Unit, chunks: list[ChunkResult]) -> dict:
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = {}
 

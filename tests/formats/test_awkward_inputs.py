@@ -204,7 +204,7 @@ def test_unreadable_input_is_an_error(tmp_path):
 def test_file_vanishing_mid_build(tmp_path, monkeypatch):
     import importlib
 
-    build_module = importlib.import_module("packer.pipeline")  # packer.build is also the function
+    build_module = importlib.import_module("packer.pipeline.steps")  # where the build discovers its inputs
     root = tmp_path / "in"
     root.mkdir()
     (root / "a.txt").write_bytes(b"first" * 1000)  # each file over unit_bytes: its own unit

@@ -31,7 +31,7 @@ MATRIX_SKIPS = {"invalid_utf8": 1, "empty": 1, "missing_field": 1, "not_string":
 def quiet_datasets(monkeypatch):
     """``datasets`` with no progress bars: a bar would leave tqdm's monitor thread running in this
     process, and later builds here would then start their workers from a forkserver (see
-    packer.pipeline.local._make_pool) that keeps a stale environment (the S3 tests set theirs later)."""
+    packer.pipeline.engines.local.make_pool) that keeps a stale environment (the S3 tests set theirs later)."""
     datasets = pytest.importorskip("datasets")
     import tqdm
 

@@ -19,7 +19,8 @@ from tests._services import folder_files
 
 from tests.conftest import SAMPLE
 
-build_module = importlib.import_module("packer.pipeline.local")  # the local engine
+build_module = importlib.import_module("packer.pipeline.engines.base")  # where every engine cuts chunks
+reader = importlib.import_module("packer.pipeline.engines.reader")
 
 
 def _records(sl, part_bytes):
@@ -131,7 +132,7 @@ def test_chunk_size_does_not_change_the_output(tmp_path, monkeypatch):
 
 
 def test_unit_window_admits_two_units_or_small_ones():
-    w = build_module._Window(limit=100)
+    w = reader.Window(limit=100)
     assert w.enter(500) and w.enter(500)  # two units always fit, however large
     assert not w.enter(1, timeout=0.01)  # a third must wait: 1000 bytes are over the limit
     w.leave(500)
@@ -141,7 +142,7 @@ def test_unit_window_admits_two_units_or_small_ones():
 
 
 def test_unit_window_admits_two_more_while_the_first_task_runs():
-    w = build_module._Window(limit=100, waiting=True)
+    w = reader.Window(limit=100, waiting=True)
     assert all(w.enter(500) for _ in range(4))  # assembly is held back: two more units are read meanwhile
     assert not w.enter(500, timeout=0.01)
     w.open()  # the check is back: the usual two

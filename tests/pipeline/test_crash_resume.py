@@ -189,9 +189,9 @@ def test_a_stalled_build_fails_instead_of_hanging(tmp_path, corpus, monkeypatch)
     from packer.errors import PackerError
 
     from packer import BuildConfig, build
-    B = importlib.import_module("packer.pipeline.local")  # the local engine (packer.build is also the function's name)
+    B = importlib.import_module("packer.pipeline.engines.local")
 
-    monkeypatch.setattr(B, "_read_units", lambda *a, **k: None)  # a reader that dies without a word
+    monkeypatch.setattr(B, "read_units", lambda *a, **k: None)  # a reader that dies without a word
     t = time.perf_counter()
     with pytest.raises(PackerError, match="stalled"):
         build(BuildConfig.of(inputs=(corpus,), out=str(tmp_path / "out"), seq_len=256, workers=1, unit_bytes=50_000))

@@ -130,7 +130,7 @@ def test_summary_json_is_what_the_summary_prints(corpus, tmp_path, monkeypatch):
     from packer.cli import main
 
     # In-process, the progress bar would leave tqdm's monitor thread running, and every later build in
-    # this test process would then start its workers from a forkserver (see packer.pipeline.local._make_pool),
+    # this test process would then start its workers from a forkserver (see packer.pipeline.engines.local.make_pool),
     # one that keeps the environment of the moment it started (the S3 tests set an endpoint after it).
     monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)
 
@@ -156,15 +156,15 @@ def test_the_progress_bar_starts_no_thread_so_workers_are_forked(corpus, tmp_pat
 
     from packer.cli import main
 
-    local = importlib.import_module("packer.pipeline.local")
+    local = importlib.import_module("packer.pipeline.engines.local")
     seen = []
-    real = local._make_pool
+    real = local.make_pool
 
     def make_pool(*args):
         seen.append({t.name for t in threading.enumerate()})
         return real(*args)
 
-    monkeypatch.setattr(local, "_make_pool", make_pool)
+    monkeypatch.setattr(local, "make_pool", make_pool)
     before = {t.name for t in threading.enumerate()}
     r = CliRunner().invoke(main, ["build", corpus, str(tmp_path / "out"), "--seq-len", "128", "--workers", "2",
                                   "--unit-mb", "0.02"])

@@ -232,14 +232,15 @@ def test_a_path_missing_on_a_worker_node_is_named_not_counted(cluster, tmp_path)
     """A Ray node without the shared filesystem (here: OUT gone after planning) fails in one line."""
     import importlib
 
-    from packer.pipeline.ray_engine import packer_unit
+    from packer.pipeline.engines.ray import packer_unit
     from packer.formats import discover, plan_slices
     from packer.tokenize import resolve_tokenizer
 
     B = importlib.import_module("packer.pipeline")
     path = write_jsonl(tmp_path / "c.jsonl", ["x"] * 10)
     unit = B.plan_units(plan_slices(discover([path]).files, 1 << 20), 1 << 20)[0]
-    job = B.Job(str(tmp_path / "not-here"), 16, "bfd", "text", False, resolve_tokenizer(None), "uint16")
+    job = B.Job(out=str(tmp_path / "not-here"), seq_len=16, pack="bfd", text_field="text", strict=False,
+                tokenizer=resolve_tokenizer(None), dtype="uint16")
     with pytest.raises(PackerError, match=r"not-here is not on Ray node .*: with --engine ray, inputs and OUT must be"):
         packer_unit(job, unit, os.getcwd())
 

@@ -1,4 +1,4 @@
-"""The engine check on input texts, run on a pool worker while the others start (packer/pipeline/__init__.py).
+"""The backend check on input texts, run on a pool worker while the others start (packer/pipeline/backend_check.py).
 
 No unit may be written before it passed; a difference it finds makes "auto" build again with HF
 (same shards) and makes "tiktoken" stop with one line, nothing built."""

@@ -1,0 +1,131 @@
+"""The backend check on input texts: is the fast backend (tiktoken) exact on this corpus?
+
+``choose_backend`` (packer/tokenize) decides from the tokenizer alone where it
+can; what is left is a check of tiktoken against HF tokenizers on a sample of
+the build's own input texts (``sample_texts``). A build on one core runs it
+here before the units (``decide_now``); a local build on more cores leaves it
+to a worker, as the engine's ``FirstTask``, while the other workers start
+tokenizing (``DeferredCheck``): no unit is assembled before its verdict, and
+if tiktoken differed the build runs again on HF, nothing written meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from ..formats import REGISTRY, Skip, read_slice
+from ..tokenize import TokenizerInfo, choose_backend
+from ..tokenize import tiktoken_backend
+from ..tokenize.tiktoken_backend import SAMPLE_CHARS, SAMPLE_DOCS, SAMPLE_TEXT_CHARS
+from ..tokenize.tokenizer import choose_backend_later, loaded_hf, with_choice
+from .config import BuildConfig
+from .engines import FirstTask
+from .unit import Job, encoder_for
+
+CHAT_REASON = "chat build: HF tokenizers, whose offsets place the trained spans"
+
+
+class DeferredCheck:
+    """The check left to a worker: ``task`` is the engine's FirstTask; after it ran, ``tok`` is the
+    tokenizer with the backend decided, and ``fell_back`` says whether tiktoken differed (the
+    engine then stopped before writing anything, and the build runs again on HF)."""
+
+    def __init__(self, later, tok: TokenizerInfo, slices: list, text_field: str):
+        self.later, self.tok, self.fell_back = later, tok, False
+        self.task = FirstTask(check_input, (sample_slices(list(slices)), text_field), self._accept)
+
+    def _accept(self, result) -> bool:
+        c = self.later.outcome(result)  # "tiktoken" asked for and refused raises PackerError here
+        self.tok = with_choice(self.tok, c)
+        self.fell_back = c.backend != "tiktoken"
+        return not self.fell_back
+
+
+def decide(cfg: BuildConfig, tok: TokenizerInfo, units, chat) -> tuple[TokenizerInfo, DeferredCheck | None]:
+    """The backend of the build: decided here, or (a local build on more than one core) left to a
+    worker. It needs the HF tokenizer, which a build whose tokenizer and check are on record would
+    otherwise parse in the main process first (0.5 s for Llama 3, serial)."""
+    if chat is not None:
+        return replace(tok, backend="hf", backend_reason=CHAT_REASON), None
+    slices = [s for u in units for s in u.slices]
+    text_field = cfg.output.text_field
+    if cfg.run.engine == "local" and (cfg.run.workers or os.cpu_count() or 1) > 1:
+        tok, later = choose_backend_later(tok, cfg.run.tokenizer_backend)
+        return tok, (DeferredCheck(later, tok, slices, text_field) if later is not None else None)
+    return choose_backend(tok, cfg.run.tokenizer_backend, lambda: sample_texts(slices, text_field)), None
+
+
+def check_input(job: Job, slices: list, text_field: str):
+    """The deferred check (``tiktoken_backend.InputCheck``), on a pool worker: tiktoken against HF
+    tokenizers on the sample of input texts read from ``slices`` (``sample_slices``); returns the
+    ``CheckResult``."""
+    texts = read_sample(slices, text_field)
+    return tiktoken_backend.run_input_check(encoder_for(job.tokenizer).tiktoken, loaded_hf(job.tokenizer), texts)
+
+
+def sample_texts(slices, text_field: str = "text", max_docs: int = SAMPLE_DOCS, max_chars: int = SAMPLE_CHARS,
+                 max_slices: int = 64) -> list[str]:
+    """Up to ``max_docs`` input texts (each cut to SAMPLE_TEXT_CHARS), a few
+    from the start of each of 8 slices spread over ``slices``
+    (``packer.formats.Slice``), then of the slices after the first, until
+    ``max_docs``, ``max_chars`` or ``max_slices``. Bad records are passed over:
+    the build reports them, with file and line."""
+    return read_sample(sample_slices(list(slices), max_slices), text_field, max_docs, max_chars)
+
+
+def sample_slices(slices: list, max_slices: int = 64) -> list:
+    """The slices ``sample_texts`` reads, in the order it reads them: 8 spread over ``slices``, then the others."""
+    n = min(8, len(slices))
+    spread = sorted({round(i * (len(slices) - 1) / max(1, n - 1)) for i in range(n)})
+    order = spread + sorted(set(range(len(slices))) - set(spread))
+    return [slices[i] for i in order[:max_slices]]
+
+
+def read_sample(ordered: list, text_field: str = "text", max_docs: int = SAMPLE_DOCS,
+                max_chars: int = SAMPLE_CHARS) -> list[str]:
+    """``sample_texts`` of the slices ``sample_slices`` chose (``ordered``)."""
+    import threading
+
+    before = set(threading.enumerate())
+    try:
+        return _sample(ordered, text_field, max_docs, max_chars)
+    finally:
+        # Readers stopped early leave their read-ahead threads to finish a
+        # last block; wait for them, so the build finds one thread and can
+        # fork its workers (see packer.pipeline.local._make_pool).
+        for t in set(threading.enumerate()) - before:
+            t.join(timeout=2.0)
+
+
+def _sample(ordered, text_field: str, max_docs: int, max_chars: int) -> list[str]:
+    per = -(-max_docs // max(1, min(8, len(ordered))))
+    out: list[str] = []
+    chars = 0
+    for sl in ordered:
+        got = 0
+        head = REGISTRY[sl.file.format].head(sl, SAMPLE_TEXT_CHARS)
+        if head is not None:
+            if head:
+                out.append(head)
+                chars += len(head)
+            if chars >= max_chars or len(out) >= max_docs:
+                break
+            continue
+        it = read_slice(sl, text_field)
+        try:
+            for rec in it:
+                if isinstance(rec, Skip):
+                    continue
+                out.append(rec.text[:SAMPLE_TEXT_CHARS])
+                chars += len(out[-1])
+                got += 1
+                if got >= per or chars >= max_chars or len(out) >= max_docs:
+                    break
+        except Exception:  # a broken input is the build's to report, with its file and line
+            pass
+        finally:
+            it.close()
+        if chars >= max_chars or len(out) >= max_docs:
+            break
+    return out

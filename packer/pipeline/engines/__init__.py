@@ -1,0 +1,21 @@
+"""Where units run: the ``Engine`` interface (base.py) and its two implementations.
+
+``local.LocalEngine`` runs worker processes on this machine; ``ray.RayEngine``
+runs each unit as a Ray task (Ray is imported only when it is asked for).
+"""
+
+from __future__ import annotations
+
+from .base import Engine, FirstTask, Progress
+from .local import LocalEngine
+
+__all__ = ["Engine", "FirstTask", "Progress", "LocalEngine", "engine_for"]
+
+
+def engine_for(run) -> Engine:
+    """The engine that ``RunSettings`` ``run`` asks for (``run.engine``: "local" | "ray")."""
+    if run.engine == "ray":
+        from .ray import RayEngine
+
+        return RayEngine(run.workers, run.ray_address, run.quiet)
+    return LocalEngine(run.workers)

@@ -1,0 +1,143 @@
+"""The engine seam: what every engine implements, and the pieces all engines share.
+
+An engine runs work units (``plan.Unit``) under a ``Job`` and yields each
+unit with its record as it finishes: ``run(todo, job, progress, first=None)
+-> Iterator[(Unit, record)]``. ``local.LocalEngine`` (processes on this
+machine) and ``ray.RayEngine`` (Ray tasks on a cluster) are the two; both run
+``unit.encode_chunk`` and ``unit.assemble_unit`` on chunks cut by
+``cut_chunks``, and count progress through one ``Progress``. A unit's record
+is on disk before it is yielded: an engine stopped early (Ctrl-C, an error)
+leaves finished units that ``--resume`` keeps.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Protocol
+
+from ...formats import PART_BYTES, Part, iter_parts_many
+from ..plan import Unit
+from ..unit import Job
+
+
+@dataclass(frozen=True)
+class FirstTask:
+    """A task an engine runs before any unit is assembled: ``fn(job, *args)`` (on a worker
+    where the engine has them), its result handed to ``accept`` in the main process. ``accept``
+    returns False to stop the engine before any unit is written (the engine then yields
+    nothing more), and may raise PackerError. The build's deferred backend check is one
+    (pipeline/backend_check.py)."""
+
+    fn: Callable
+    args: tuple
+    accept: Callable[[object], bool]
+
+    def run_here(self, job: Job) -> bool:
+        """Run it in this process (an engine without a pool of its own, or nothing left to build)."""
+        return self.accept(self.fn(job, *self.args))
+
+
+class Engine(Protocol):
+    """Where units run. ``notes`` says, after ``run``, what the engine did (for the summary)."""
+
+    name: str
+    notes: list[str]
+
+    def run(self, todo: list[Unit], job: Job, progress: "Progress",
+            first: FirstTask | None = None) -> Iterator[tuple[Unit, dict]]:
+        """Build the ``todo`` units; yield (unit, record) as each one's shard and record are written."""
+        ...
+
+
+class Progress:
+    """What a build has done so far, reported as ``callback(done_bytes, docs, tokens, units_done,
+    units, total_bytes)``. ``read`` may be called from reader threads."""
+
+    def __init__(self, callback: Callable | None, units: list[Unit], done: Iterable[int] = ()):
+        done = set(done)
+        self.callback = callback
+        self.units = len(units)
+        self.total_bytes = sum(u.weight for u in units)
+        self.units_done = len(done)
+        self.finished_bytes = sum(u.weight for u in units if u.index in done)  # planned bytes of finished units
+        self.read_bytes = self.finished_bytes  # raw bytes read (parquet reports none until its unit is done)
+        self.docs = self.tokens = 0
+        self._lock = threading.Lock()
+
+    def read(self, n: int) -> None:
+        with self._lock:
+            self.read_bytes += n
+
+    def tokenized(self, docs: int, tokens: int) -> None:
+        self.docs += docs
+        self.tokens += tokens
+        self.report()
+
+    def unit_done(self, unit: Unit, docs: int = 0, tokens: int = 0) -> None:
+        """Unit ``unit`` is written; ``docs``/``tokens``: its counts, where no chunk reported them."""
+        self.docs += docs
+        self.tokens += tokens
+        self.units_done += 1
+        self.finished_bytes += unit.weight
+        self.report()
+
+    def report(self) -> None:
+        if self.callback is not None:
+            shown = min(max(self.read_bytes, self.finished_bytes), self.total_bytes)
+            self.callback(shown, self.docs, self.tokens, self.units_done, self.units, self.total_bytes)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """About PART_BYTES of one unit's raw records, in order: the grain of tokenizing."""
+
+    unit: Unit
+    seq: int  # the chunk's place in its unit
+    parts: "list[Part] | object"  # the Parts; for a pool worker, a spill.SpilledParts holding them
+
+
+@dataclass(frozen=True)
+class UnitEnd:
+    unit: Unit
+    chunks: int  # how many chunks the unit was cut into
+
+
+def cut_chunks(units: Iterable[Unit], text_field, max_record: int, on_bytes=None,
+               on_unit: Callable[[Unit], None] | None = None) -> Iterator["Chunk | UnitEnd"]:
+    """The units' records cut into chunks of about PART_BYTES, in order: a ``Chunk`` each, and a
+    ``UnitEnd`` after each unit's last. ``on_unit(u)`` is called when unit u's reading starts (the
+    local engine waits there for room). The output does not depend on the cut
+    (tests/formats/test_reading.py holds that), so every engine may cut the same way."""
+
+    def slices():
+        for u in units:
+            for sl in u.slices:
+                yield u, sl
+            yield u, None
+
+    parts: list[Part] = []
+    size = seq = 0
+    current = None
+    for u, part in iter_parts_many(slices(), text_field, on_bytes, max_record=max_record):
+        if u is not current:
+            if on_unit is not None:
+                on_unit(u)
+            current = u
+        if part is None:  # end of unit u
+            if parts:
+                yield Chunk(u, seq, parts)
+                seq += 1
+            yield UnitEnd(u, seq)
+            parts, size, seq = [], 0, 0
+            continue
+        parts.append(part)
+        size += part.nbytes
+        if size >= PART_BYTES:
+            yield Chunk(u, seq, parts)
+            parts, size, seq = [], 0, seq + 1
+
+
+def chunks_at_most(todo: list[Unit]) -> int:
+    """An upper bound on the chunks the units make: more workers than that would idle."""
+    return sum(max(1, -(-u.weight // PART_BYTES)) + len(u.slices) for u in todo)

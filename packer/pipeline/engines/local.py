@@ -1,0 +1,302 @@
+"""The local engine: one process per core on this machine (``--engine local``).
+
+A reader thread cuts the units into chunks in order (reader.py); the main
+thread hands chunks to worker processes (``encode_chunk``) and, when a unit's
+chunks are all back, its assembly (``assemble_unit``). The data itself goes
+between processes as files in the build's spill folder (spill.py): a chunk's
+input from the reader to its worker, its tokens from that worker to the
+unit's assembler; the main process only schedules. A ``FirstTask`` (the
+build's backend check) runs before any unit is assembled. At most
+``2 * workers + 2`` chunks are read ahead of the tokenizers, and units are let
+in by a ``reader.Window``.
+
+Workers die with the build's process (``worker.die_with_parent``), and a
+worker that stops answering because it was stopped (SIGSTOP) fails the build
+with one line instead of hanging it (``_Scheduler.watch``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import threading
+import uuid
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Iterator, Literal
+
+from ...errors import PackerError
+from ...formats import PART_BYTES
+from .. import spill
+from ..plan import ChunkResult, Unit
+from ..unit import Job, assemble_unit, encode_chunk, encoder_for
+from .base import Chunk, FirstTask, Progress, UnitEnd, chunks_at_most
+from .reader import ReaderFailed, Window, read_units
+from .worker import JOBS, bounded_malloc, one_core_tokenizer, start_pool_worker
+
+QUIET_S = 5.0  # seconds without an event before the scheduler looks at its workers
+STOPPED_CHECKS = 2  # quiet periods a worker may stay stopped (SIGSTOP) before the build fails
+
+
+class LocalEngine:
+    """Worker processes on this machine; ``workers`` 0 = all cores; 1 = everything in this process."""
+
+    name = "local"
+
+    def __init__(self, workers: int = 0):
+        self.workers = workers
+        self.notes: list[str] = []
+
+    def run(self, todo: list[Unit], job: Job, progress: Progress,
+            first: FirstTask | None = None) -> Iterator[tuple[Unit, dict]]:
+        bounded_malloc()
+        workers = max(1, min(self.workers or os.cpu_count() or 1, chunks_at_most(todo)))
+        with one_core_tokenizer():
+            encoder_for(job.tokenizer)  # parsed once here; forked workers inherit it
+            yield from _Scheduler(todo, job, workers, progress, first).run()
+
+
+@dataclass(frozen=True)
+class TaskDone:
+    kind: Literal["first", "chunk", "unit"]
+    unit: int  # -1 for the first task
+    seq: int | None  # a chunk's place in its unit
+    future: Future
+
+
+class _Inline:
+    """Runs tasks at once in this process: the executor for --workers 1."""
+
+    def submit(self, fn, *args) -> Future:
+        fut: Future = Future()
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as e:  # delivered through the future, like a pool's
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            fut.set_exception(e)
+        return fut
+
+
+# Pool tasks: they name their job by key (worker.JOBS), so only the chunk's data crosses the pipe.
+def _encode_task(key: str, folder: str, unit_index: int, seq: int, parts) -> ChunkResult:
+    """``encode_chunk`` in a pool worker: its input read from the file the reader left (``parts``: a
+    spill.SpilledParts), its arrays left in ``folder`` for the assembler (spill.py)."""
+    if isinstance(parts, spill.SpilledParts):
+        parts = parts.load()
+    return spill.put(encode_chunk(JOBS[key], unit_index, parts), os.path.join(folder, f"{unit_index}.{seq}"))
+
+
+def _assemble_task(key: str, unit: Unit, chunks: list[ChunkResult]) -> dict:
+    """``assemble_unit`` on chunks ``_encode_task`` left in files; the files are removed after."""
+    record = assemble_unit(JOBS[key], unit, [spill.take(c) for c in chunks])
+    for c in chunks:
+        spill.remove(c)
+    return record
+
+
+def _first_task(key: str, fn, args: tuple):
+    return fn(JOBS[key], *args)
+
+
+def make_pool(workers: int, job: Job, key: str) -> ProcessPoolExecutor:
+    """Worker processes. Forked when this process runs no other thread: a fork
+    starts in milliseconds and inherits the loaded tokenizer (``encoder_for``'s
+    cache). Otherwise (a fork would copy other threads' locks) from a forkserver."""
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        ctx = mp.get_context("fork")
+    else:
+        ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=start_pool_worker, initargs=(key, job))
+    pool.submit(int).result()  # start the processes now, before this process starts threads
+    return pool
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, Ctrl-Z): state T in /proc (Linux; else False)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+    except (OSError, IndexError):
+        return False
+
+
+class _Scheduler:
+    """One build's event loop: chunks to workers, a unit's assembly when its chunks are in."""
+
+    def __init__(self, todo: list[Unit], job: Job, workers: int, progress: Progress, first: FirstTask | None):
+        self.todo, self.job, self.progress, self.first = todo, job, progress, first
+        biggest = max(u.weight for u in todo)
+        self.window = Window(max(4 * workers * PART_BYTES, 2 * biggest), waiting=first is not None)
+        # Pool workers hand chunk tokens to the assembler in files: up to 4 bytes of ids per input byte,
+        # for the window's units (two more while the first task runs). Made before the pool: it may refuse.
+        self.folder = spill.SpillFolder(4 * (self.window.limit + 2 * biggest)) if workers > 1 else None
+        key = uuid.uuid4().hex
+        try:
+            self.pool = make_pool(workers, job, key) if workers > 1 else None
+        except BaseException:
+            self._remove_folder()
+            raise
+        if self.pool is not None:
+            self.encode = lambda u, seq, parts: self.pool.submit(_encode_task, key, self.folder.path, u, seq, parts)
+            self.assemble = lambda unit, chunks: self.pool.submit(_assemble_task, key, unit, chunks)
+            self.start_first = lambda f: self.pool.submit(_first_task, key, f.fn, f.args)
+        else:
+            inline = _Inline()
+            self.encode = lambda u, seq, parts: inline.submit(encode_chunk, job, u, parts)
+            self.assemble = lambda unit, chunks: inline.submit(assemble_unit, job, unit, chunks)
+            self.start_first = lambda f: inline.submit(f.fn, job, *f.args)
+        self.events: queue.Queue = queue.Queue()
+        # Chunks read but not yet tokenized: enough that no core waits on the
+        # reader, few enough that memory does not grow with the corpus.
+        self.slots = threading.Semaphore(2 * workers + 2)
+        self.stop = threading.Event()
+        self.reader = threading.Thread(
+            target=read_units, name="packer-reader", daemon=True,
+            args=(todo, job, self.events, self.slots, self.window, self.stop, progress.read,
+                  self.folder.path if self.folder is not None else None))
+        self.by_index = {u.index: u for u in todo}
+        self.chunks: dict[int, dict[int, ChunkResult]] = {u.index: {} for u in todo}
+        self.n_chunks: dict[int, int] = {}
+        self.in_flight = 0  # tasks submitted whose result event has not been handled
+        self.waiting = first is not None  # no unit is assembled before the first task's result is in
+        self.held: list[int] = []  # units ready meanwhile
+        self.left = len(todo)
+        self.quiet = 0  # quiet periods in a row with a stopped worker
+        self.unit = None  # the unit the last event was about, for the message if a worker dies
+
+    def run(self) -> Iterator[tuple[Unit, dict]]:
+        """Yield (unit, record) as units finish; the first task's refusal ends the run early."""
+        kill = False
+        try:
+            if self.first is not None:
+                self._submit("first", -1, None, self.start_first(self.first))
+            self.reader.start()
+            while self.left:
+                ev = self._next_event()
+                if ev is None:
+                    continue
+                if isinstance(ev, Chunk):
+                    self.unit = ev.unit.index
+                    self._submit("chunk", ev.unit.index, ev.seq, self.encode(ev.unit.index, ev.seq, ev.parts))
+                elif isinstance(ev, UnitEnd):
+                    self.unit = ev.unit.index
+                    self.n_chunks[ev.unit.index] = ev.chunks
+                    self._maybe_assemble(ev.unit.index)
+                elif isinstance(ev, TaskDone):
+                    if not self._task_done(ev):
+                        return
+                    if ev.kind == "unit":
+                        yield self.by_index[ev.unit], ev.future.result()
+                elif isinstance(ev, ReaderFailed):
+                    raise ev.error
+        except BrokenProcessPool:  # from a result, or from submitting to the pool once it broke
+            raise PackerError(f"a worker process died (killed, or out of memory) while building unit {self.unit}; "
+                              "nothing half-written was kept: rerun with --resume") from None
+        except _WorkerStopped:
+            kill = True
+            raise
+        finally:
+            self._close(kill)
+
+    def _next_event(self):
+        """The next event, or None after a quiet period (having checked that one can still come)."""
+        try:
+            ev = self.events.get(timeout=QUIET_S)
+        except queue.Empty:
+            # Never wait forever: with the reader finished and no task in flight, no event can come any more.
+            if not self.reader.is_alive() and self.in_flight == 0 and self.events.empty():
+                raise PackerError(f"the build stalled with {self.left} unit(s) unfinished (an internal error; please "
+                                  "report it); finished units are kept: rerun with --resume") from None
+            self.watch()
+            return None
+        self.quiet = 0
+        return ev
+
+    def watch(self) -> None:
+        """A quiet period: a worker stopped (SIGSTOP) for ``STOPPED_CHECKS`` of them fails the build."""
+        processes = getattr(self.pool, "_processes", None) or {}
+        stopped = [pid for pid in list(processes) if _stopped(pid)]
+        self.quiet = self.quiet + 1 if stopped else 0
+        if self.quiet >= STOPPED_CHECKS:
+            raise _WorkerStopped(
+                f"worker process {stopped[0]} is stopped (SIGSTOP or Ctrl-Z) and the build cannot go on without it; "
+                "finished units are kept: rerun with --resume")
+
+    def _submit(self, kind: str, u: int, seq: int | None, fut: Future) -> None:
+        self.in_flight += 1
+        fut.add_done_callback(lambda f: self.events.put(TaskDone(kind, u, seq, f)))
+
+    def _maybe_assemble(self, u: int) -> None:
+        got = self.chunks[u]
+        if self.n_chunks.get(u) != len(got):
+            return
+        if self.waiting:
+            self.held.append(u)
+            return
+        parts = [got[i] for i in range(len(got))]
+        del self.chunks[u]
+        self._submit("unit", u, None, self.assemble(self.by_index[u], parts))
+
+    def _task_done(self, ev: TaskDone) -> bool:
+        """Handle a finished task; False when the first task's result stops the build."""
+        self.unit = ev.unit
+        self.in_flight -= 1
+        res = ev.future.result()
+        if ev.kind == "first":
+            if not self.first.accept(res):  # (may raise: the build stops before any unit is written)
+                return False
+            self.waiting = False
+            self.window.open()
+            for h in self.held:
+                self._maybe_assemble(h)
+            self.held.clear()
+            return True
+        if ev.kind == "chunk":
+            self.slots.release()
+            self.chunks[ev.unit][ev.seq] = res
+            self._maybe_assemble(ev.unit)
+            self.progress.tokenized(len(res.lengths), len(res.tokens))
+        else:
+            unit = self.by_index[ev.unit]
+            self.left -= 1
+            self.window.leave(unit.weight)
+            self.progress.unit_done(unit)
+        return True
+
+    def _close(self, kill: bool) -> None:
+        self.stop.set()
+        if self.pool is not None:
+            if kill:
+                self._kill_workers()
+            try:
+                # On failure or Ctrl-C, queued tasks are cancelled and the workers
+                # finish the task in hand (a chunk or one unit's packing: seconds)
+                # and exit. They are killed only when waiting is not possible (a
+                # stopped worker, a second Ctrl-C): one killed while sending its
+                # result can leave a half message in the result pipe.
+                self.pool.shutdown(wait=True, cancel_futures=True)
+            except KeyboardInterrupt:  # a second Ctrl-C while the workers finish: stop now
+                self._kill_workers()
+                raise
+        self._remove_folder()
+        self.reader.join(timeout=5)
+
+    def _kill_workers(self) -> None:
+        for pid in list(getattr(self.pool, "_processes", None) or {}):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def _remove_folder(self) -> None:
+        if self.folder is not None:
+            self.folder.remove()
+
+
+class _WorkerStopped(PackerError):
+    pass

@@ -1,0 +1,94 @@
+"""What every worker process of every engine does once, before its first task.
+
+A local pool worker and a Ray task's process run the same set-up
+(``prepare_worker``): one core per worker, a bounded heap, and (for pool
+workers) death with the parent. The pool's tasks name the job they run under
+by key (``JOBS``), so the Job (megabytes: it holds the tokenizer JSON) crosses
+into each worker once, and a task can never run under another build's job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+
+MMAP_THRESHOLD = 4 << 20  # bytes: a larger block is its own mapping (bounded_malloc)
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
+
+# Pool workers only: job key -> Job, filled by ``start_pool_worker`` (the pool's initializer).
+JOBS: dict = {}
+
+
+def bounded_malloc() -> None:
+    """Fix glibc's mmap threshold at ``MMAP_THRESHOLD`` (4 MB) in this process.
+
+    By default glibc raises the threshold each time a large block is freed,
+    so after a few units the 0.1-50 MB token buffers come from the heap,
+    which fragments and keeps growing (we measured 250-300 MB in the main
+    process against 60-90 MB with the threshold fixed). Fixed, every
+    unit-sized buffer is its own mapping and goes back to the OS when freed,
+    while a chunk's buffers (a few hundred KB) are reused from the heap: at
+    128 KB they were mapped and unmapped for every chunk, and the page faults
+    cost 16 workers 1.1 of their 1.6 system CPU seconds on the GPU host
+    (docs/benchmarks.md). No-op where there is no glibc.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
+def prepare_worker() -> None:
+    """One core per worker (the HF tokenizer must not fan a batch out over threads: set before
+    its first use in this process) and a bounded heap. Idempotent."""
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    bounded_malloc()
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere a no-op).
+
+    Without it a second Ctrl-C, a SIGHUP or a SIGKILL to the main process
+    left workers running for minutes, holding the lock on OUT (an flock is
+    shared with every forked child) so that ``--resume`` was refused.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the request was in place
+        os._exit(1)
+
+
+def start_pool_worker(key: str, job) -> None:
+    """A local pool worker's initializer: ``job`` under ``key``, the set-up above, signals as a worker needs.
+    (From a forkserver, the parent is the server, which exits when the build's process does.)"""
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    # The CLI turns SIGTERM into a clean stop of the parent; a forked worker
+    # inherits that handler, but must die at once when the pool terminates it
+    # (a broken pool does), not try to report an exception into a pipe nobody reads.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    prepare_worker()
+    JOBS[key] = job
+
+
+@contextlib.contextmanager
+def one_core_tokenizer():
+    """In-process builds: keep the HF tokenizer on this thread (one worker = one core)."""
+    old = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = old

@@ -1,0 +1,258 @@
+"""A build, top to bottom, as named steps: resolve, plan, prepare, run, finish.
+
+``build()`` reads its options into a ``BuildConfig``; then
+
+1. **resolve**: the tokenizer (and a chat build's template);
+2. **plan**: discover the inputs and cut them into units (``--limit`` cuts the
+   plan; ``--dry-run`` stops after it);
+3. **prepare**: choose the tokenizer backend (backend_check.py), take the lock
+   on OUT, make OUT ready (``--resume`` / ``--overwrite``, output.py), find the
+   units already finished;
+4. **run**: the engine builds the other units (engines/);
+5. **finish**: the manifests from the unit records (the holdout's first, the
+   build's last, so a folder with a manifest is complete).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field, replace
+
+from .. import faults
+from .. import shards as S
+from ..errors import PackerError
+from ..formats import discover, no_inputs_error, plan_slices
+from ..io import Storage, storage_for
+from ..tokenize import TokenizerInfo, resolve_tokenizer
+from . import backend_check
+from .config import BuildConfig, OutputSettings
+from .engines import Progress, engine_for
+from .output import finished_records, holdout_settings, manifest, out_action, prepare_holdout, prepare_out
+from .plan import Unit, input_stamp, limit_slices, plan_units, recorded_settings
+from .report import no_documents_error, plan_dict, skipped_warning, summary_dict, write_summary
+from .unit import HOLDOUT_DIR, Job, holdout_out
+
+
+@dataclass
+class BuildResult:
+    manifest: dict
+    seconds: float
+    units_run: int
+    units_skipped: int
+    notes: list[str] = field(default_factory=list)
+    added: str = ""  # what each document gets around its text, by string and id ("bos <s> (1) ...; eos </s> (2)")
+    phases: dict = field(default_factory=dict)  # seconds per step of the build, in order (bench/tokenizer_bench.py --timeline)
+    warnings: list[str] = field(default_factory=list)  # said loudly at the end (most records skipped)
+    plan: dict | None = None  # --dry-run: what would be built (packer.pipeline.report.plan_dict); nothing was written
+
+
+def build(inputs, out: str | None = None, *, progress=None, on_sized=None, **options) -> BuildResult:
+    """Run a build: ``build("corpus/", "out/", seq_len=2048, tokenizer="gpt2/tokenizer.json")``.
+
+    ``inputs``: a path (folder, file, glob, URI) or a list of them, or a whole
+    ``BuildConfig``. ``options`` are ``packer build``'s options by the same
+    names (seq_len, tokenizer, text_field, pack, no_eos, eos_token, no_bos, bos_token,
+    split_special_tokens, unit_mb, max_record_mb, limit, holdout, chat, chat_template, train_on,
+    truncate, workers, strict, overwrite, resume, quiet, tokenizer_backend, engine, ray_address,
+    dry_run, summary_json), validated the same way. Raises ``PackerError`` (one line) for a user
+    mistake, and when the build produced no document at all (naming the fields the records have).
+    ``progress`` (optional) is called as progress(done_bytes, docs, tokens, units_done, units,
+    total_bytes); ``on_sized`` as on_sized(files_done, files) while input files are sized.
+    """
+    cfg = _config(inputs, out, options)
+    try:
+        result = _build(cfg, progress, on_sized)
+    except PackerError as e:
+        if cfg.run.summary_json:
+            write_summary(cfg.run.summary_json, {"ok": False, "out": cfg.out, "error": str(e)})
+        raise
+    if cfg.run.summary_json:
+        write_summary(cfg.run.summary_json, result.plan if result.plan is not None else summary_dict(result, cfg.out))
+    return result
+
+
+def _config(inputs, out, options: dict) -> BuildConfig:
+    if isinstance(inputs, BuildConfig):
+        if out is not None or options:
+            raise PackerError("build(config) takes no other paths or options: they are in the config")
+        inputs.validate()
+        return inputs
+    if out is None:
+        raise PackerError("build() needs the output folder: build(inputs, out, ...)")
+    try:
+        return BuildConfig.of(inputs, out, **options)
+    except PackerError as e:
+        if options.get("summary_json"):  # a pipeline reads why, even when the options were refused
+            write_summary(options["summary_json"], {"ok": False, "out": str(out), "error": str(e)})
+        raise
+
+
+class Timeline:
+    """Seconds per step of a build, in order (``BuildResult.phases``; bench/tokenizer_bench.py --timeline)."""
+
+    def __init__(self):
+        self.t0 = self.last = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = now - self.last
+        self.last = now
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the build reads: the discovered inputs and the units cut from them."""
+
+    found: object  # formats.Discovered: files, ignored, duplicates, special
+    units: list[Unit]
+
+
+def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
+    phase = Timeline()
+    tok, chat = resolve(cfg.output)
+    phase("load tokenizer")
+    plan = plan_inputs(cfg, on_sized)
+    phase("discover + plan")
+    out = storage_for(cfg.out)
+    if chat is not None and cfg.run.resume:  # the date a strftime_now template saw in the killed build
+        from .chat_unit import resumed
+
+        chat = resumed(chat, out)
+    if cfg.run.dry_run:
+        settings = recorded_settings(cfg, tok, plan.units, chat)
+        state = _out_state(out, cfg, settings)
+        return BuildResult({}, phase.seconds(), 0, 0, list(tok.notes), plan=plan_dict(cfg, plan.found, plan.units,
+                                                                                       settings, tok, state))
+    tok, check = backend_check.decide(cfg, tok, plan.units, chat)
+    phase("backend check")
+    settings = recorded_settings(cfg, tok, plan.units, chat)
+    job = Job(out=cfg.out, seq_len=cfg.output.seq_len, pack=cfg.output.pack, text_field=cfg.output.text_field,
+              strict=cfg.run.strict, tokenizer=tok, dtype=S.dtype_for_vocab(tok.vocab_size),
+              max_record=cfg.output.max_record_bytes, chat=chat, holdout=float(cfg.output.holdout))
+    lock = out.lock()  # one build at a time in OUT; says who holds it
+    finished = False
+    try:
+        stamp = input_stamp(plan.found.files)
+        already = prepare_out(out, cfg, settings, stamp, lock.previous)
+        lock.record(stamp)
+        if already:
+            result = BuildResult(S.read_manifest(out), phase.seconds(), 0, len(plan.units),
+                                 _notes(tok, plan.found) + ["build was already complete: nothing to do"], tok.added)
+        else:
+            records, held = prepare(cfg, out, settings, plan.units)
+            phase("prepare output")
+            todo = [u for u in plan.units if u.index not in records]
+            job, notes = run(cfg, job, todo, plan.units, records, progress, check)
+            phase("units (workers)")
+            m, warn = finish(cfg, job, settings, plan, records, out, held)
+            phase("manifest")
+            result = BuildResult(m, phase.seconds(), len(todo), len(plan.units) - len(todo),
+                                 _notes(job.tokenizer, plan.found) + notes, job.tokenizer.added, phase.phases,
+                                 [warn] if warn else [])
+        finished = True
+        return result
+    finally:
+        lock.release(finished)
+
+
+def resolve(o: OutputSettings) -> tuple[TokenizerInfo, object]:
+    """Step 1: the tokenizer, and a chat build's ChatJob (its template loaded and compiled once)."""
+    # A chat template writes BOS and the end-of-turn tokens itself: a chat build adds neither.
+    tok = resolve_tokenizer(o.tokenizer, o.eos and not o.chat, o.eos_token, o.bos and not o.chat, o.bos_token,
+                            o.split_special_tokens)
+    if not o.chat:
+        return tok, None
+    from .chat_unit import chat_job
+
+    return chat_job(o, tok)  # (the tokenizer with the pad id a chat build uses)
+
+
+def plan_inputs(cfg: BuildConfig, on_sized=None) -> Plan:
+    """Step 2: the inputs found, cut into slices and grouped into units."""
+    o = cfg.output
+    found = discover(list(cfg.inputs), exclude=cfg.out, on_sized=on_sized)
+    if not found.files:
+        raise no_inputs_error(cfg.inputs, found)
+    slices = plan_slices(found.files, o.unit_bytes)
+    if o.limit is not None:
+        slices = limit_slices(slices, o.limit, o.text_field)
+    return Plan(found, plan_units(slices, o.unit_bytes))
+
+
+def prepare(cfg: BuildConfig, out: Storage, settings: dict, units: list[Unit]) -> tuple[dict, Storage | None]:
+    """Step 3 (OUT made ready by ``prepare_out``): the holdout folder, and {unit index: record} of the
+    units already finished (``--resume``)."""
+    held = storage_for(holdout_out(cfg.out)) if cfg.output.holdout else None
+    if held is not None:
+        prepare_holdout(held, holdout_settings(settings))
+    return (finished_records(out, units) if cfg.run.resume else {}), held
+
+
+def run(cfg: BuildConfig, job: Job, todo: list[Unit], units: list[Unit], records: dict, progress,
+        check: backend_check.DeferredCheck | None) -> tuple[Job, list[str]]:
+    """Step 4: the engine builds ``todo``; their records join ``records``. Returns the job as decided
+    (a deferred backend check may have changed its tokenizer) and the engine's notes."""
+    counter = Progress(progress, units, records)
+    if check is not None and not todo:  # nothing left to build (--resume): the check still decides the manifest
+        check.task.run_here(job)
+    engine = engine_for(cfg.run)
+    if todo:
+        records.update((u.index, rec) for u, rec in engine.run(todo, job, counter, check.task if check else None))
+    if check is not None:
+        job = replace(job, tokenizer=check.tok)
+        if check.fell_back and todo:  # tiktoken differed on the input: HF encodes everything, from the start
+            engine = engine_for(cfg.run)
+            records.update((u.index, rec) for u, rec in engine.run(todo, job, Progress(progress, units, records)))
+    return job, engine.notes
+
+
+def finish(cfg: BuildConfig, job: Job, settings: dict, plan: Plan, records: dict, out: Storage,
+           held: Storage | None) -> tuple[dict, str | None]:
+    """Step 5: the manifests (the holdout's first, the build's last); returns the build's manifest and
+    the mostly-skipped warning, if any."""
+    units, tok = plan.units, job.tokenizer
+    m = manifest(cfg, tok, job, settings, units, records, plan.found)
+    hm = None
+    if held is not None:
+        h_records = finished_records(held, units)
+        if len(h_records) < len(units):
+            raise PackerError(f"holdout build {held.root} lacks {len(units) - len(h_records)} unit(s): rerun with --overwrite")
+        hm = manifest(cfg, tok, job, holdout_settings(settings), units, h_records, plan.found)
+        m["holdout"] = {"path": HOLDOUT_DIR, "fraction": float(cfg.output.holdout)} | {
+            k: hm["totals"][k] for k in ("documents", "tokens", "rows", "padding")}
+    if m["totals"]["documents"] == 0 and (hm is None or hm["totals"]["documents"] == 0):
+        raise no_documents_error(m["totals"], [s for u in units for s in u.slices], cfg.output.text_field)
+    warn = skipped_warning({**m["totals"], "holdout_documents": hm["totals"]["documents"] if hm else 0})
+    if hm is not None:
+        held.put_json(S.MANIFEST, hm)
+    faults.point("manifest")
+    out.put_json(S.MANIFEST, m)
+    return m, warn
+
+
+def _notes(tok: TokenizerInfo, found) -> list[str]:
+    notes = list(tok.notes)
+    if found.ignored:
+        notes += [f"ignored {line}" for line in found.ignored_lines()]
+    if found.duplicates:
+        notes.append(f"{len(found.duplicates)} input path(s) named twice were read once, e.g. {found.duplicates[0]}")
+    if getattr(found, "special", ()):
+        notes.append(f"{len(found.special)} FIFO/device/socket input name(s) were not read (not regular files), "
+                     f"e.g. {found.special[0]}")
+    return notes
+
+
+def _out_state(out: Storage, cfg: BuildConfig, settings: dict) -> str:
+    """What a real build would do with the output location (for --dry-run), without touching it."""
+    try:
+        tops = out.tops()
+        action = out_action(out.root, tops, cfg, settings, lambda: json.loads(out.read(S.BUILD_JSON)).get("settings", {}))
+    except PackerError as e:
+        return f"the build would stop: {e}"
+    return {"fresh": "would be created" if not tops else "would be built into",
+            "continue": "would be resumed", "done": "already holds this build", "replace": "would be replaced"}[action]
