@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from ..errors import PackerError
 from ..formats.base import DEFAULT_MAX_RECORD
 from ..pack import MODES
+from ..tokenize.backends import BACKENDS, check_backend  # noqa: F401 (BACKENDS: the one definition, re-exported)
 
 DEFAULT_UNIT_BYTES = 64 << 20
 # The longest row: 2**31 - 1 keeps every offset in an Arrow list and every
@@ -32,7 +33,6 @@ def _memory_bytes() -> int:
     except (ValueError, OSError, AttributeError):
         return 1 << 62
 ENGINES = ("local", "ray")
-BACKENDS = ("auto", "hf", "tiktoken")
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class OutputSettings:
     # Chat builds (docs/chat.md): conversations through the tokenizer's chat template, with a loss mask.
     chat: bool = False
     chat_template: str | None = None  # a jinja file; None = the tokenizer's (tokenizer_config.json)
-    train_on: str = "assistant"  # "assistant" (their turns and end-of-turn tokens) | "all"
+    train_on: str = "assistant"  # packer.tokenize.chat.TRAIN_ON: "assistant" | "assistant+tool" | "all"
     truncate: bool = False  # a conversation over seq_len: False = dropped and counted, True = cut and counted
     messages_field: str = "messages"
     prompt_field: str = "prompt"
@@ -160,15 +160,16 @@ class BuildConfig:
             raise PackerError(f"unknown --pack {o.pack!r}: choose from {', '.join(MODES)}")
         if r.engine not in ENGINES:
             raise PackerError(f"unknown --engine {r.engine!r}: choose local or ray")
-        if r.tokenizer_backend not in BACKENDS:
-            raise PackerError(f"unknown tokenizer backend {r.tokenizer_backend!r}: choose from {', '.join(BACKENDS)}")
+        check_backend(r.tokenizer_backend)
         if o.bos_token is not None and not o.bos:
             raise PackerError("--bos TOKEN and --no-bos contradict each other: pass one")
         if r.resume and r.overwrite:
             raise PackerError("--resume and --overwrite contradict each other: --resume keeps the build in OUT, "
                               "--overwrite replaces it; pass one")
-        if o.train_on not in ("assistant", "all"):
-            raise PackerError(f"unknown --train-on {o.train_on!r}: choose assistant or all")
+        from ..tokenize.chat import TRAIN_ON
+
+        if o.train_on not in TRAIN_ON:
+            raise PackerError(f"unknown --train-on {o.train_on!r}: choose from {', '.join(TRAIN_ON)}")
         if not o.chat and (o.chat_template is not None or o.truncate or o.train_on != "assistant"):
             raise PackerError("--chat-template, --train-on and --truncate apply to chat builds: add --chat")
         if not isinstance(o.text_field, str) or not o.text_field or "" in o.text_field.split("."):

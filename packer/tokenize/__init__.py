@@ -1,4 +1,4 @@
-"""Tokenize: resolve what ``--tokenizer`` names, pick the engine, encode batches of text.
+"""Tokenize: resolve what ``--tokenizer`` names, pick the backend, encode batches of text.
 
 ``tokenizer`` loads HF tokenizers (or the built-in byte tokenizer) into a
 picklable ``TokenizerInfo`` and encodes with an ``Encoder``;

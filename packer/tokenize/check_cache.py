@@ -1,4 +1,4 @@
-"""A record of engine checks already passed, so a build does not pay for them again.
+"""A record of backend checks already passed, so a build does not pay for them again.
 
 ``choose`` (tiktoken_backend.py) proves or checks a tokenizer before a build
 uses tiktoken: the merge conditions over the whole vocabulary and the hard
@@ -42,7 +42,7 @@ def folder(name: str) -> str | None:
 
 
 def _folder() -> str | None:
-    return folder("engine-checks")
+    return folder("backend-checks")
 
 
 def read_json(where: str | None, name: str):
@@ -53,6 +53,17 @@ def read_json(where: str | None, name: str):
         with open(os.path.join(where, name), encoding="utf-8") as f:
             return json.load(f)
     except (OSError, ValueError):
+        return None
+
+
+def read_bytes(where: str | None, name: str) -> bytes | None:
+    """The file ``name`` in folder ``where``, or None (off, absent, unreadable)."""
+    if where is None:
+        return None
+    try:
+        with open(os.path.join(where, name), "rb") as f:
+            return f.read()
+    except OSError:
         return None
 
 

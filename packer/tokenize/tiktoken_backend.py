@@ -1,4 +1,4 @@
-"""tiktoken as the engine for byte-level BPE tokenizer.json files, where it gives HF's ids exactly.
+"""tiktoken as the backend for byte-level BPE tokenizer.json files, where it gives HF's ids exactly.
 
 tiktoken runs the same algorithm as HF ``tokenizers`` for byte-level BPE (a
 regex cuts the text into pieces, each piece's UTF-8 bytes are merged pairwise,
@@ -11,7 +11,9 @@ HF on any difference.
 
 Why the conversion is exact (the conditions ``convert`` checks):
 
-- **Pieces.** No normalizer; the pre-tokenizer is ``ByteLevel(use_regex=True)``
+- **Pieces.** No normalizer, or NFC / NFKC alone, applied first with the
+  ``tokenizers`` library's own normalizer (normalize.py: HF's tables, not
+  Python's ``unicodedata``); the pre-tokenizer is ``ByteLevel(use_regex=True)``
   (the GPT-2 pattern) or ``Split(regex, isolated) + ByteLevel(use_regex=False)``
   (the Llama-3 / Qwen family); no prefix space. The regex engines differ
   (Oniguruma in HF, fancy-regex in tiktoken), which is what the hard strings
@@ -39,22 +41,23 @@ Why the conversion is exact (the conditions ``convert`` checks):
   (rare) is encoded by HF itself, as is a text Python cannot encode as UTF-8
   (lone surrogates: HF raises, as it would without tiktoken).
 
-The token ids never depend on which engine ran, so neither do the shards.
+The token ids never depend on which backend ran, so neither do the shards.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import unicodedata
 from array import array
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from . import check_cache
+from .backends import BACKENDS, check_backend  # noqa: F401 (BACKENDS re-exported: its home is backends.py)
+from .memo import remember, store
 from .tiktoken_convert import (GPT2_PATTERN, Conversion, NotExpressible, _pattern, byte_decoder, convert,  # noqa: F401
-                               readable)  # (re-exported: the engine's names, as before the split)
+                               readable)  # (re-exported: the backend's names, as before the split)
 from .tiktoken_check import _NEVER, CheckResult, check, hard_strings, suspect_strings  # noqa: F401 (re-exported)
 
 
@@ -90,7 +93,9 @@ class TiktokenEncoder:
         self.split_special = split_special  # HF's encode_special_tokens, for the texts HF encodes
         self.conv = conv if conv is not None else convert(tokenizer_json, check_merges=False)
         self._json = tokenizer_json
-        self._hf = hf  # loaded on first need
+        # The HF tokenizer for the texts tiktoken must not see: ``hf`` only if it encodes as this build
+        # does (it is never changed here: it may be shared), else one of our own, loaded on first need.
+        self._hf = hf if hf is not None and hf.encode_special_tokens == split_special else None
         try:
             # One special token that is never allowed: with none at all, tiktoken's
             # special-token search (an empty regex) stops at every character.
@@ -105,12 +110,12 @@ class TiktokenEncoder:
         self._buffer = getattr(enc._core_bpe, "encode_to_tiktoken_buffer", None)  # tiktoken >= 0.8
         if self._buffer is None:
             self._buffer = lambda text, allowed: array("I", self._encode(text))
-        form = self.conv.normalize
-        if form is not None:  # HF's NFC/NFKC normalizer, applied first (ASCII text is already normal)
-            raw_encode, raw_buffer = self._encode, self._buffer
-            norm = unicodedata.normalize
-            self._encode = lambda t: raw_encode(t if t.isascii() else norm(form, t))
-            self._buffer = lambda t, allowed: raw_buffer(t if t.isascii() else norm(form, t), allowed)
+        if self.conv.normalize is not None:  # HF's NFC/NFKC normalizer, applied first (normalize.py)
+            from .normalize import Normalizer
+
+            raw_encode, raw_buffer, norm = self._encode, self._buffer, Normalizer(self.conv.normalize)
+            self._encode = lambda t: raw_encode(norm(t))
+            self._buffer = lambda t, allowed: raw_buffer(norm(t), allowed)
         self._allowed: frozenset = frozenset()
         self.to_hf = 0  # texts handed to HF so far
         added = self.conv.added
@@ -121,7 +126,7 @@ class TiktokenEncoder:
             from tokenizers import Tokenizer
 
             self._hf = Tokenizer.from_str(self._json)
-        self._hf.encode_special_tokens = self.split_special  # also when shared: the same build's setting
+            self._hf.encode_special_tokens = self.split_special  # our own: no one else holds it
         self.to_hf += len(texts)
         return [e.ids for e in self._hf.encode_batch(texts, add_special_tokens=False)]
 
@@ -174,13 +179,14 @@ class TiktokenEncoder:
 # --------------------------------------------------------------------------
 # Choosing the backend for a build.
 
-BACKENDS = ("auto", "hf", "tiktoken")
 SAMPLE_DOCS = 200  # input texts compared before a build uses tiktoken
 SAMPLE_CHARS = 1 << 18  # ... at most this much text in all
 SAMPLE_TEXT_CHARS = 1 << 12  # ... and at most this much of any one text (a prefix is as good a test)
 
-_ENCODERS: dict = {}  # fingerprint -> TiktokenEncoder (one entry): the build's Encoder reuses the checked one
-_STATIC: dict = {}  # fingerprint -> (TiktokenEncoder, hard-string CheckResult) or the reason it failed
+# Keyed on all that decides their value (memo.remember), one entry each: a function that reads them
+# returns what it would compute from its arguments.
+_ENCODERS: dict = {}  # (fingerprint, split_special) -> TiktokenEncoder: the build's Encoder reuses the checked one
+_STATIC: dict = {}  # (fingerprint, split_special) -> (TiktokenEncoder, hard-string CheckResult) or why it failed
 
 
 @dataclass(frozen=True)
@@ -228,29 +234,23 @@ def _refuse(requested: str, why: str, notice: bool) -> Choice:
 def encoder_for(tokenizer_json: str, fingerprint: str, hf=None, split_special: bool = False) -> TiktokenEncoder:
     """The encoder of a tokenizer ``choose`` accepted: the one it checked, in
     this process (or a forked child); else converted again, unchecked."""
-    enc = _ENCODERS.get(fingerprint)
-    if enc is None or enc.split_special != split_special:
-        enc = TiktokenEncoder(tokenizer_json, None, hf, split_special)
-        _ENCODERS.clear()
-        _ENCODERS[fingerprint] = enc
-    return enc
+    return remember(_ENCODERS, (fingerprint, split_special),
+                    lambda: TiktokenEncoder(tokenizer_json, None, hf, split_special))
 
 
 def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=None, split_special: bool = False,
            defer_input: bool = False) -> Choice:
-    """Pick the engine for a build: ``requested`` is "auto", "hf" or "tiktoken";
+    """Pick the backend for a build: ``requested`` is "auto", "hf" or "tiktoken";
     ``sample()`` returns input texts to compare on (called only if needed).
     ``hf``: the HF tokenizer, or a function that returns it (called only if needed:
-    a check recorded as passed needs none until the input check).
+    a check recorded as passed needs none until the input check); used only if it
+    encodes as the build will (``encode_special_tokens == split_special``), never changed.
+    ``requested`` is checked by the caller (``backends.check_backend``).
 
     "tiktoken" that cannot be exact raises ``PackerError``; "auto" falls back to HF.
     ``defer_input``: where tiktoken passed all but the input check, return it with
     ``later`` set (an ``InputCheck``) instead of running that check.
     """
-    from ..errors import PackerError
-
-    if requested not in BACKENDS:
-        raise PackerError(f"unknown tokenizer backend {requested!r}: choose from {', '.join(BACKENDS)}")
     if requested == "hf":
         return Choice("hf", "asked for (--tokenizer-backend hf)")
     try:
@@ -262,26 +262,22 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
     def get_hf():
         if not loaded:
             h = hf() if callable(hf) else hf
-            if h is None:
+            if h is None or h.encode_special_tokens != split_special:  # the reference encodes as the build will
                 from tokenizers import Tokenizer
 
                 h = Tokenizer.from_str(tokenizer_json)
-            h.encode_special_tokens = split_special  # the reference encodes as the build will
+                h.encode_special_tokens = split_special  # our own: no one else holds it
             loaded.append(h)
         return loaded[0]
 
-    static = _STATIC.get((fingerprint, split_special))
-    if static is None:
-        static = _static_check(tokenizer_json, fingerprint, split_special, get_hf, hf if not callable(hf) else None)
-        _STATIC.clear()
-        _STATIC[(fingerprint, split_special)] = static
+    static = remember(_STATIC, (fingerprint, split_special), lambda: _static_check(
+        tokenizer_json, fingerprint, split_special, get_hf, hf if not callable(hf) else None))
     if isinstance(static, str):
         return _refuse(requested, static, False)
     enc, hard = static
     if not hard.ok:
         return _refuse(requested, f"tiktoken gave other ids than HF on {hard.difference}", True)
-    _ENCODERS.clear()
-    _ENCODERS[fingerprint] = enc
+    store(_ENCODERS, (fingerprint, split_special), enc)
     later = InputCheck(requested, enc.conv.note, hard.texts, hard.tokens)
     if defer_input:
         return Choice("tiktoken", "", later=later)

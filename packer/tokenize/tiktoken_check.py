@@ -1,4 +1,4 @@
-"""Is the tiktoken engine exact for this tokenizer? Decided on ids: the same ids as HF on hard
+"""Is the tiktoken backend exact for this tokenizer? Decided on ids: the same ids as HF on hard
 strings (every byte, scripts, whitespace runs, the tokenizer's added tokens), strings built around
 the tokens the merge conditions cannot vouch for, and a sample of the build's own input."""
 

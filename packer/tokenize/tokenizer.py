@@ -8,7 +8,7 @@ With no ``--tokenizer`` packer uses a built-in byte-level tokenizer (ids
 0..255 are the UTF-8 bytes, 256 is end-of-document), so it runs offline with
 no files at all.
 
-The engine that encodes an HF tokenizer (``TokenizerInfo.backend``) is HF
+The backend that encodes an HF tokenizer (``TokenizerInfo.backend``) is HF
 ``tokenizers`` or, where it gives the same ids, tiktoken (about 4x faster):
 ``choose_backend`` decides, see packer/tokenize/tiktoken_backend.py and docs/tokenizers.md.
 The ids, and so the shards, are the same whichever runs.
@@ -29,6 +29,8 @@ import numpy as np
 from . import info_cache, long_texts
 from . import specials as around_text
 from ..errors import PackerError
+from .backends import check_backend
+from .memo import remember, store
 
 BYTES_NAME = "bytes"
 BYTES_EOS = 256
@@ -42,8 +44,9 @@ EOS_CANDIDATES = (
     "<|eot_id|>",
     "[SEP]",
 )
-_LOADED: dict = {}  # fingerprint -> the tokenizers.Tokenizer resolve_tokenizer last built
-_CUT_RULE: dict = {}  # fingerprint -> long_texts.cut_rule's answer (None: long texts may be cut)
+# Keyed on all that decides their value (memo.remember), one entry each, never changed once stored:
+_LOADED: dict = {}  # (fingerprint, split_special) -> its tokenizers.Tokenizer (encode_special_tokens set)
+_CUT_RULE: dict = {}  # (fingerprint, split_special) -> long_texts.cut_rule's answer (None: long texts may be cut)
 
 PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>")
 
@@ -60,8 +63,8 @@ class TokenizerInfo:
     fingerprint: str  # sha256 of the tokenizer definition as used
     json: str | None = None  # the HF tokenizer.json as used (truncation/padding off)
     notes: tuple[str, ...] = field(default=())  # changes packer made, said to the user
-    backend: str = "hf"  # the engine that encodes: "bytes" | "hf" | "tiktoken" (same ids either way)
-    backend_reason: str = ""  # one line: why that engine
+    backend: str = "hf"  # the backend that encodes: "bytes" | "hf" | "tiktoken" (same ids either way)
+    backend_reason: str = ""  # one line: why that backend
     prefix: tuple[int, ...] = ()  # ids before every document's text (BOS, [CLS]): packer/tokenize/specials.py
     suffix: tuple[int, ...] | None = None  # ids after it; None = (eos_id,) or () with --no-eos
     added: str = ""  # one line naming prefix and suffix by string and id, for the summary and the manifest
@@ -166,16 +169,15 @@ def _resolve_hf(spec: str, eos: bool, eos_token: str | None, bos: bool, bos_toke
         pad_id = eos_id if eos_id is not None else 0
     fp = hashlib.sha256(as_json.encode()).hexdigest()
     prefix, suffix, added = around_text.around(tok, spec, eos_id, bos, bos_token, vocab)
-    tok.encode_special_tokens = split_special
-    _LOADED.clear()  # keep one: an in-process Encoder reuses it instead of parsing the JSON again
-    _LOADED[fp] = tok
+    tok.encode_special_tokens = split_special  # (our own object, built above)
+    store(_LOADED, (fp, split_special), tok)  # an in-process Encoder reuses it instead of parsing the JSON again
     return TokenizerInfo(spec, "hf", vocab_size, eos_id, pad_id, fp, as_json, tuple(notes), prefix=prefix,
                          suffix=suffix, added=added, split_special=split_special,
                          specials=tuple(sorted(around_text.special_ids(tok, as_json).items())))
 
 
 def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: []) -> TokenizerInfo:
-    """``info`` with the engine set: ``requested`` is "auto", "hf" or "tiktoken".
+    """``info`` with the backend set: ``requested`` is "auto", "hf" or "tiktoken".
 
     "auto" uses tiktoken where it runs the tokenizer exactly and gives HF's
     ids on the fixed hard strings and on ``sample()`` (input texts), else HF;
@@ -194,21 +196,20 @@ def choose_backend_later(info: TokenizerInfo, requested: str = "auto"):
 
 
 def with_choice(info: TokenizerInfo, c) -> TokenizerInfo:
-    """``info`` with the engine of ``c`` (a ``tiktoken_backend.Choice``)."""
+    """``info`` with the backend of ``c`` (a ``tiktoken_backend.Choice``)."""
     notes = info.notes + ((f"tokenizer backend: {c.reason}",) if c.fallback else ())
     return replace(info, backend=c.backend, backend_reason=c.reason, notes=notes)
 
 
 def _choose(info: TokenizerInfo, requested: str, sample, defer: bool):
-    from .tiktoken_backend import BACKENDS, choose
+    from .tiktoken_backend import choose
 
-    if requested not in BACKENDS:
-        raise PackerError(f"unknown --tokenizer-backend {requested!r}: choose from {', '.join(BACKENDS)}")
+    check_backend(requested)
     if info.kind != "hf":
         if requested == "tiktoken":
             raise PackerError("--tokenizer-backend tiktoken needs a --tokenizer: the built-in byte tokenizer has no BPE")
         return info, None
-    hf = _LOADED.get(info.fingerprint)
+    hf = _LOADED.get((info.fingerprint, info.split_special))
     if hf is None:
         hf = lambda: loaded_hf(info)  # noqa: E731  (parsed only if a check needs it)
     c = choose(info.json, info.fingerprint, requested, sample, hf, info.split_special, defer_input=defer)
@@ -216,17 +217,17 @@ def _choose(info: TokenizerInfo, requested: str, sample, defer: bool):
 
 
 def loaded_hf(info: TokenizerInfo):
-    """The ``tokenizers.Tokenizer`` of ``info`` (kind "hf"): the one this process resolved, or
-    parsed from ``info.json`` once (a resolve read from its record parsed nothing)."""
-    tok = _LOADED.get(info.fingerprint)
-    if tok is None:
+    """The ``tokenizers.Tokenizer`` of ``info`` (kind "hf"), encoding special-token strings as ``info``
+    says: the one this process resolved, or parsed from ``info.json`` once (a resolve read from its
+    record parsed nothing). Shared: callers must not change it."""
+    def parse():
         from tokenizers import Tokenizer
 
         tok = Tokenizer.from_str(info.json)
-        _LOADED.clear()
-        _LOADED[info.fingerprint] = tok
-    tok.encode_special_tokens = info.split_special
-    return tok
+        tok.encode_special_tokens = info.split_special  # (a new object: no one else holds it yet)
+        return tok
+
+    return remember(_LOADED, (info.fingerprint, info.split_special), parse)
 
 
 def _local_file(spec: str) -> str | None:
@@ -303,13 +304,13 @@ class Encoder:
         if info.kind == "hf" and info.backend == "tiktoken":
             from .tiktoken_backend import encoder_for
 
-            self._tk = encoder_for(info.json, info.fingerprint, _LOADED.get(info.fingerprint), info.split_special)
+            self._tk = encoder_for(info.json, info.fingerprint, _LOADED.get((info.fingerprint, info.split_special)),
+                                   info.split_special)
         elif info.kind == "hf":
             self._tok = loaded_hf(info)
             self._batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
-            if info.fingerprint not in _CUT_RULE:
-                _CUT_RULE[info.fingerprint] = long_texts.cut_rule(self._tok)
-            self._cut = _CUT_RULE[info.fingerprint] is None
+            rule = remember(_CUT_RULE, (info.fingerprint, info.split_special), lambda: long_texts.cut_rule(self._tok))
+            self._cut = rule is None
 
     @property
     def tiktoken(self):
