@@ -75,16 +75,24 @@ class Jsonl(Format):
                                                       f" (over --max-record-mb {max_record / (1 << 20):g})"))
                         lines, n_bytes, line0, pos0 = [], 0, line_no, pos
                         continue
+                    if line and line[0] in _SPACE and not line.strip():
+                        line = _blank_run(s, line)  # a run of blank lines is one item: its cost is the reading
                 except broken:
                     tail = Skip("truncated", where(sl, line_no, pos))
                     break
                 if not line:
                     break
                 lines.append(line)
-                pos += len(line)
-                n_bytes += len(line)
-                if line_no is not None:
-                    line_no += 1
+                if type(line) is BlankRun:
+                    pos += line.nbytes
+                    n_bytes += line.nbytes
+                    if line_no is not None:
+                        line_no += line.lines
+                else:
+                    pos += len(line)
+                    n_bytes += len(line)
+                    if line_no is not None:
+                        line_no += 1
                 if n_bytes >= part_bytes:
                     yield Part(sl, lines, line0, pos0, None, n_bytes)
                     lines, n_bytes, line0, pos0 = [], 0, line_no, pos
@@ -133,6 +141,10 @@ class Jsonl(Format):
                 obj = loads(line)
             except decode_error as e:
                 if not line.strip():
+                    if type(line) is BlankRun and line_no is not None:
+                        line_no += line.lines - 1
+                    if type(line) is BlankRun:
+                        pos += line.nbytes - len(line)
                     continue  # blank lines separate nothing; not a record
                 obj = _lenient(line, str(e))
                 if obj is None:
@@ -179,6 +191,45 @@ def _utf8_ok(text: str) -> bool:
         return False
 
 
+_SPACE = b" \t\n\r\x0b\x0c"  # what bytes.strip() strips: a line of only these is blank
+
+
+class BlankRun(bytes):
+    """A run of blank lines read as one item (``b"\\n"``, not held): ``lines`` lines, ``nbytes`` bytes.
+    1 GiB of blank lines is a few items, not 10^9 lines each parsed (and refused) by orjson."""
+
+    def __new__(cls, lines: int, nbytes: int):
+        self = super().__new__(cls, b"\n")
+        self.lines, self.nbytes = lines, nbytes
+        return self
+
+    def __reduce__(self):  # pickled as its counts (Parts travel to worker processes)
+        return BlankRun, (self.lines, self.nbytes)
+
+
+def _blank_run(s, first: bytes) -> bytes:
+    """``first`` (a blank line) and the blank lines right after it in ``s``, taken from the
+    buffer in blocks (C-speed ``lstrip``, no per-line Python): ``first`` itself if none follow,
+    else one ``BlankRun``. A line that is not blank (or not yet ended) is left in ``s``."""
+    lines, nbytes = 1, len(first)
+    if not first.endswith(b"\n"):
+        return first
+    while True:
+        buf = s.peek(1 << 16)
+        if not buf:
+            break
+        ws = len(buf) - len(buf.lstrip(_SPACE))
+        end = buf.rfind(b"\n", 0, ws) + 1  # whole blank lines only
+        if end == 0:
+            break
+        lines += buf.count(b"\n", 0, end)
+        nbytes += end
+        s.read(end)
+        if end < len(buf):
+            break
+    return first if lines == 1 else BlankRun(lines, nbytes)
+
+
 def _skip_line(s, head: bytes) -> int:
     """Read past the rest of the line ``head`` began, in bounded steps; return the bytes passed (``head`` included)."""
     n = len(head)
@@ -223,6 +274,9 @@ def lines_of(part: Part) -> Iterator[tuple[bytes, int | None, int]]:
             if line_no == 1 and line.startswith(b"\xef\xbb\xbf"):
                 line = line[3:]
         yield line, line_no, start
+        if type(line) is BlankRun:
+            pos += line.nbytes - len(line)
+            line_no = None if line_no is None else line_no + line.lines - 1
 
 
 def json_keys(raws, records: int) -> list[str]:
