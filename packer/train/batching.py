@@ -12,6 +12,9 @@ and gives, with B rows of L slots and S segments in the batch::
     cu_seqlens    (S + 1,) int32, segment boundaries over the flattened B*L
                            slots: 0, ..., B*L (varlen flash attention)
     max_seqlen    int, the longest segment
+    use_cache     False, for ``model(**batch)`` on an HF model: transformers
+                  (>= 4.53.1) finds the documents in position_ids only
+                  without a cache, and models default to use_cache=True
 
 A *segment* is a document piece, or the padding tail of a row (which gets
 its own segment so that it attends only to itself; its labels are -100).
@@ -79,6 +82,9 @@ def collate(rows: Sequence[Mapping[str, torch.Tensor]]) -> dict:
         batch["document_ids"], batch["cu_seqlens"], batch["max_seqlen"] = boundaries(batch["position_ids"])
     if get_worker_info() is not None:
         batch = _one_shared_block(batch)
+    # model(**batch) on an HF model at its defaults: with a cache transformers does not look for
+    # documents in position_ids, and they attend to each other (a plain model reads the tensors it needs)
+    batch["use_cache"] = False
     return batch
 
 

@@ -124,6 +124,36 @@ def test_two_models_two_kernels_in_one_process(ds):
     assert packer_attention("sdpa") == "packer_varlen_sdpa" and hf._forward_for("sdpa") is hf._forward_for("sdpa")
 
 
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_readme_loader_batch_into_an_hf_model_at_its_defaults(ds, impl):
+    """issue 30.3: the README's PackedLoader batch, fed as model(**batch) to an HF model as it comes
+    (use_cache on), keeps documents apart: the batch says use_cache=False, without which transformers
+    skips finding them. The same batch still feeds a plain PyTorch model its tensors."""
+    from packer import PackedLoader, PackedSampler
+
+    batch = next(iter(PackedLoader(ds, batch_size=4, sampler=PackedSampler(ds, seed=0, rank=0, world_size=1))))
+    assert int((batch["position_ids"] == 0).sum()) > 4  # several documents a row: mixing was possible
+    model = tiny(ds, impl).eval()
+    assert model.config.use_cache
+    with torch.no_grad():
+        out = model(**batch)
+        ref = alone(model, batch["input_ids"], batch["position_ids"])
+        mixed = model(**{k: v for k, v in batch.items() if k != "use_cache"}).logits
+    torch.testing.assert_close(out.logits.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    assert (mixed.reshape(ref.shape) - ref).abs().max() > 1e-3  # the control: with a cache they mix
+    assert torch.isfinite(out.loss)
+
+    class Plain(torch.nn.Module):  # a model of one's own, reading the batch's tensors
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(ds.vocab_size, 8)
+
+        def forward(self, input_ids, labels, position_ids, document_ids, **rest):
+            return self.emb(input_ids).sum() + (document_ids[:, :1] * 0).sum()
+
+    assert torch.isfinite(Plain()(**batch))
+
+
 def test_padding_free_refuses_old_transformers():
     with pytest.raises(PackerError, match="4.53.1"):
         check_padding_free("4.53.0")

@@ -63,6 +63,26 @@ def test_trainer_defaults_train_and_mask_documents(ds, tmp_path, attn):
     torch.testing.assert_close(seen[0]["logits"].reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
 
 
+def test_trainer_keeping_every_column(ds, tmp_path):
+    """issue 30.3: remove_unused_columns=False (common with TRL and custom datasets) stacks every column,
+    and doc_lens is ragged: one PackerError saying what to do, not torch's "stack expects each tensor to be
+    equal size"; with that advice (data_collator=packer.collate) it trains, documents apart."""
+    from packer import PackerError, collate
+
+    keep = args(tmp_path, max_steps=2, remove_unused_columns=False)
+    with pytest.raises(PackerError, match="data_collator=packer.collate"):
+        Trainer(model=tiny(ds), args=keep, train_dataset=ds).train()
+    model = tiny(ds)
+    start = copy.deepcopy(model)
+    seen = record(model)
+    Trainer(model=model, args=keep, train_dataset=ds, data_collator=collate).train()
+    first = seen[0]["kw"]
+    assert {"input_ids", "labels", "position_ids", "cu_seqlens"} <= set(first)
+    with torch.no_grad():
+        ref = alone(start.eval(), first["input_ids"], first["position_ids"])
+    torch.testing.assert_close(seen[0]["logits"].reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+
 def _run(ds, out, steps, resume=None):
     model = tiny(ds, packer_attention())
     seen = record(model)
