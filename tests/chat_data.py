@@ -80,12 +80,13 @@ LLAMA3_GEN = (
     "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
 )
 
-# Qwen-style ChatML: the last assistant turn gets an empty think block the template writes itself.
+# Qwen-style ChatML: the last assistant turn gets an empty think block the template writes itself (trained,
+# as TRL's Qwen3 training template trains it: it is what the model generates after the generation prompt).
 CHATML_GEN = (
     "{% for message in messages %}"
     "{% if message.role == 'assistant' %}{{ '<|im_start|>assistant\n' }}"
-    "{% if loop.last %}{{ '<think>\n\n</think>\n\n' }}{% endif %}"
-    "{% generation %}{{ message.content + '<|im_end|>' }}{% endgeneration %}{{ '\n' }}"
+    "{% generation %}{% if loop.last %}{{ '<think>\n\n</think>\n\n' }}{% endif %}"
+    "{{ message.content + '<|im_end|>' }}{% endgeneration %}{{ '\n' }}"
     "{% else %}{{ '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
@@ -105,3 +106,106 @@ MISTRAL_GEN = (
 def plain(template: str) -> str:
     """``template`` without its generation tags."""
     return re.sub(r"\{%-?\s*(end)?generation\s*-?%\}", "", template)
+
+
+# Qwen3's template (its shape with tools=None, as packer renders it: thinking blocks after the last
+# user query, reasoning split out of the content, tool calls written with no newline before
+# <tool_call> when the content is empty, content.lstrip('\n')). QWEN3_GEN renders the same string
+# with {% generation %} from after the assistant header through <|im_end|>.
+_QWEN3 = (
+    "{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}"
+    "{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}"
+    "{%- if ns.multi_step_tool and message.role == 'user' and message.content is string and not("
+    "message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}"
+    "{%- set ns.multi_step_tool = false %}{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}"
+    "{%- for message in messages %}"
+    "{%- if message.content is string %}{%- set content = message.content %}{%- else %}{%- set content = '' %}"
+    "{%- endif %}"
+    "{%- if (message.role == 'user') or (message.role == 'system' and not loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + '\\n' }}"
+    "{%- elif message.role == 'assistant' %}{%- set reasoning_content = '' %}"
+    "{%- if message.reasoning_content is string %}{%- set reasoning_content = message.reasoning_content %}"
+    "{%- else %}{%- if '</think>' in content %}"
+    "{%- set reasoning_content = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}{%- endif %}"
+    "{{- '<|im_start|>' + message.role + '\\n' }}@GEN@"
+    "{%- if loop.index0 > ns.last_query_index %}"
+    "{%- if loop.last or (not loop.last and reasoning_content) %}"
+    "{{- '<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' + content.lstrip('\\n') }}"
+    "{%- else %}{{- content }}{%- endif %}"
+    "{%- else %}{{- content }}{%- endif %}"
+    "{%- if message.tool_calls %}{%- for tool_call in message.tool_calls %}"
+    "{%- if (loop.first and content) or (not loop.first) %}{{- '\\n' }}{%- endif %}"
+    "{%- if tool_call.function %}{%- set tool_call = tool_call.function %}{%- endif %}"
+    "{{- '<tool_call>\\n{\"name\": \"' }}{{- tool_call.name }}{{- '\", \"arguments\": ' }}"
+    "{%- if tool_call.arguments is string %}{{- tool_call.arguments }}{%- else %}"
+    "{{- tool_call.arguments | tojson }}{%- endif %}{{- '}\\n</tool_call>' }}{%- endfor %}{%- endif %}"
+    "{{- '<|im_end|>' }}@END@{{- '\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or (messages[loop.index0 - 1].role != 'tool') %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' }}{{- content }}{{- '\\n</tool_response>' }}"
+    "{%- if loop.last or (messages[loop.index0 + 1].role != 'tool') %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}{%- endif %}"
+)
+
+
+def _tagged(source: str) -> tuple[str, str]:
+    """(the template, the same with {% generation %} where @GEN@ ... @END@ stand)."""
+    return (source.replace("@GEN@", "").replace("@END@", ""),
+            source.replace("@GEN@", "{%- generation %}").replace("@END@", "{%- endgeneration %}"))
+
+
+QWEN3, QWEN3_GEN = _tagged(_QWEN3)
+
+# Gemma 3's template (text content): the system prompt goes into the first user turn, roles must
+# alternate, replies are trimmed and end with <end_of_turn>\n.
+_GEMMA3 = (
+    "{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}"
+    "{%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{%- endif -%}"
+    "{%- if (message['role'] == 'assistant') -%}{%- set role = 'model' -%}{%- else -%}"
+    "{%- set role = message['role'] -%}{%- endif -%}"
+    "{{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else '') }}"
+    "{%- if role == 'model' %}@GEN@{{ message['content'] | trim }}{{ '<end_of_turn>' }}@END@"
+    "{%- else %}{{ message['content'] | trim }}{{ '<end_of_turn>' }}{%- endif %}{{ '\\n' }}"
+    "{%- endfor -%}{%- if add_generation_prompt -%}{{'<start_of_turn>model\\n'}}{%- endif -%}"
+)
+GEMMA3, GEMMA3_GEN = _tagged(_GEMMA3)
+
+
+def tool_conversations(n: int, seed: int = 0) -> list[dict]:
+    """``n`` conversations of the shapes tool-calling and reasoning data have: replies that only call
+    tools (empty content), tool results, reasoning_content, <think> in the content, replies that start
+    with a newline and indentation."""
+    rng = random.Random(seed)
+    paras = paragraphs()
+    out = []
+    for i in range(n):
+        msgs = [{"role": "user", "content": rng.choice(paras)}]
+        kind = i % 5
+        if kind in (0, 1):
+            calls = [{"type": "function", "function": {"name": rng.choice(["f", "search", "get_weather"]),
+                                                       "arguments": {"q": rng.choice(paras)[:40]}}}
+                     for _ in range(rng.randint(1, 2))]
+            msgs.append({"role": "assistant", "content": "" if kind == 0 else rng.choice(paras), "tool_calls": calls})
+            msgs.extend({"role": "tool", "content": '{"result": %d}' % rng.randint(0, 99)} for _ in calls)
+            msgs.append({"role": "assistant", "content": rng.choice(paras)})
+        elif kind == 2:
+            msgs.append({"role": "assistant", "content": rng.choice(paras), "reasoning_content": rng.choice(paras)})
+        elif kind == 3:
+            msgs.append({"role": "assistant", "content": "<think>\n" + rng.choice(paras) + "\n</think>\n\n"
+                         + rng.choice(paras)})
+        else:
+            msgs.append({"role": "assistant", "content": "\n    x = 1\n    " + rng.choice(paras)[:30]})
+        if rng.random() < 0.3:
+            msgs += [{"role": "user", "content": rng.choice(paras)}, {"role": "assistant", "content": rng.choice(paras)}]
+        out.append({"messages": msgs})
+    return out

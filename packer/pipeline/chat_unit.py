@@ -12,14 +12,18 @@ counted; it is never split into pieces that attend separately.
 
 from __future__ import annotations
 
+import functools
+import json
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..errors import PackerError
 from ..formats import Part, Skip, parse_part, strict_error
 from ..formats.chat import ChatFields, Conversation
 from ..tokenize.chat import ChatError, ChatRenderer, ChatSpec, mask_from_offsets
+from ..tokenize.tokenizer import loaded_hf
 from .plan import ChunkResult
 
 
@@ -32,26 +36,52 @@ class ChatJob:
     truncate: bool = False  # False: a conversation over seq_len is dropped and counted
 
 
-_renderer: ChatRenderer | None = None
-_tokenizer = None  # (fingerprint, tokenizers.Tokenizer)
+def chat_job(o, tok):
+    """(the tokenizer as a chat build uses it, the ChatJob): the template loaded and compiled once, in the
+    main process. The pad id is the one a text build of this tokenizer pads with (its pad token, else
+    the end-of-document token): a chat build appends no EOS, so the tokenizer was resolved without one."""
+    from ..tokenize.chat import load_chat_template
+    from ..tokenize.tokenizer import EOS_CANDIDATES, PAD_CANDIDATES
+
+    if tok.kind != "hf":
+        raise PackerError("--chat needs --tokenizer: a folder with tokenizer.json and a chat template")
+    hf = loaded_hf(tok)
+    added = hf.get_added_tokens_decoder().values()
+    specials = [t.content for t in added if t.special]
+    spec = load_chat_template(o.tokenizer, o.chat_template, specials, o.train_on)
+    vocab = hf.get_vocab(with_added_tokens=True)
+    pads = [*PAD_CANDIDATES, *(c for c in EOS_CANDIDATES if c in specials or c == "<|endoftext|>"),
+            dict(spec.specials).get("eos_token"), *spec.end_tokens]
+    pad = next((vocab[c] for c in pads if c in vocab), tok.pad_id)
+    return replace(tok, pad_id=pad), ChatJob(spec, ChatFields(o.messages_field, o.prompt_field, o.completion_field),
+                                             o.truncate)
 
 
-def _get_renderer(spec: ChatSpec) -> ChatRenderer:
-    global _renderer
-    if _renderer is None or _renderer.spec != spec:
-        _renderer = ChatRenderer(spec)
-    return _renderer
+def resumed(chat: ChatJob, out) -> ChatJob:
+    """``chat`` with the date its killed build recorded (``strftime_now`` templates), so a resumed build's
+    conversations all carry one date; ``out``: the build's storage."""
+    if not chat.spec.date:
+        return chat
+    try:
+        old = json.loads(out.read("build.json"))["settings"]["chat"]["date"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return chat  # nothing recorded: the resume's own check of the settings says what differs
+    if not isinstance(old, str) or old == chat.spec.date:
+        return chat
+    return replace(chat, spec=replace(chat.spec, date=old))
 
 
-def _get_tokenizer(info):
-    """The HF tokenizer of ``info``: the chat path always uses HF, whose offsets map spans to tokens."""
-    global _tokenizer
-    if _tokenizer is None or _tokenizer[0] != info.fingerprint:
-        from ..tokenize.tokenizer import loaded_hf
+@functools.lru_cache(maxsize=2)
+def _renderer(spec: ChatSpec) -> ChatRenderer:
+    """The renderer of ``spec`` in this process (keyed by the spec: a process serving two builds keeps two)."""
+    return ChatRenderer(spec)
 
-        tok = loaded_hf(info)
-        _tokenizer = (info.fingerprint, tok)
-    return _tokenizer[1]
+
+@functools.lru_cache(maxsize=4)
+def _longest_token(fingerprint: str, tok) -> int:
+    """The most characters one token of ``tok`` stands for (its longest vocabulary string: byte-level
+    strings hold a character per byte, so this bounds the characters of any token from above)."""
+    return max([len(t) for t in tok.get_vocab(with_added_tokens=True)] or [1])
 
 
 def _token_mask(enc, spans: list[tuple[int, int]]) -> np.ndarray:
@@ -71,10 +101,39 @@ def _token_mask(enc, spans: list[tuple[int, int]]) -> np.ndarray:
     return mask
 
 
+def _head(tok, text: str, limit: int, seq_len: int):
+    """The encoding of a long conversation's head, when its first tokens are certain to be the whole
+    text's: more than ``seq_len`` tokens come before the last three pre-tokens of ``text[:limit]`` (the
+    only ones a cut can change). Else the whole text's encoding. Memory: a 40 MB conversation is
+    encoded as its first ``limit`` characters (docs/chat.md, Bounds)."""
+    enc = tok.encode(text[:limit], add_special_tokens=False)
+    words = enc.word_ids
+    last = next((w for w in reversed(words) if w is not None), None)
+    if last is not None:
+        safe = next((k for k, w in enumerate(words) if w is not None and w >= last - 2), len(words))
+        if safe > seq_len:
+            return enc
+    return tok.encode(text, add_special_tokens=False)
+
+
+def _encodings(tok, texts: list[str], seq_len: int, longest: int) -> list:
+    """The encodings of ``texts`` (one batch); one longer than any ``seq_len`` tokens can span is
+    encoded as its head alone (``_head``)."""
+    limit = 2 * (seq_len + 64) * longest + 4096
+    short = [i for i, t in enumerate(texts) if len(t) <= limit]
+    out: list = [None] * len(texts)
+    for i, enc in zip(short, tok.encode_batch([texts[i] for i in short], add_special_tokens=False) if short else []):
+        out[i] = enc
+    for i, t in enumerate(texts):
+        if out[i] is None:
+            out[i] = _head(tok, t, limit, seq_len)
+    return out
+
+
 def encode_chat_chunk(job, parts: list[Part]):
     """Render, tokenize and mask one chunk's conversations; returns a ``ChunkResult`` with ``mask`` set."""
     chat: ChatJob = job.chat
-    renderer = _get_renderer(chat.spec)
+    renderer = _renderer(chat.spec)
     texts: list[str] = []
     spans: list[list[tuple[int, int]]] = []
     wheres = []
@@ -91,7 +150,8 @@ def encode_chat_chunk(job, parts: list[Part]):
             if type(rec) is not Conversation:
                 skip(rec.reason, rec.where)
                 continue
-            if chat.spec.train_on == "assistant" and not any(rec.trained):
+            if chat.spec.train_on != "all" and not any(t and m["role"] == "assistant"
+                                                       for t, m in zip(rec.trained, rec.messages)):
                 skip("no_assistant", rec.where())
                 continue
             try:
@@ -102,18 +162,19 @@ def encode_chat_chunk(job, parts: list[Part]):
             texts.append(text)
             spans.append(sp)
             wheres.append(rec.where)
-    tok = _get_tokenizer(job.tokenizer)
+    tok = loaded_hf(job.tokenizer)  # HF always: its offsets map spans to tokens
     ids, masks = array("I"), []
     lengths: list[int] = []
     truncated = 0
-    for enc, sp, where in zip(tok.encode_batch(texts, add_special_tokens=False) if texts else [], spans, wheres):
+    encs = _encodings(tok, texts, job.seq_len, _longest_token(job.tokenizer.fingerprint, tok)) if texts else []
+    for enc, sp, where in zip(encs, spans, wheres):
         n = len(enc.ids)
         if n > job.seq_len:
             if not chat.truncate:
                 skip("too_long", where())
                 continue
             truncated += 1
-        m = _token_mask(enc, sp) if chat.spec.train_on == "assistant" else np.ones(n, np.uint8)
+        m = _token_mask(enc, sp) if chat.spec.train_on != "all" else np.ones(n, np.uint8)
         keep = min(n, job.seq_len)
         ids.extend(enc.ids[:keep] if keep < n else enc.ids)
         masks.append(m[:keep])

@@ -3,43 +3,52 @@
 ``load_chat_template`` (main process, once) finds the template (the
 tokenizer's tokenizer_config.json or chat_template.jinja, or a file given
 with ``--chat-template``) and the special tokens it reads; ``ChatRenderer``
-(one per worker) renders conversations with the same sandboxed jinja2
-environment as transformers' ``apply_chat_template`` (``trim_blocks``,
-``lstrip_blocks``, ``loopcontrols``, ``raise_exception``, ``strftime_now``,
-the JSON ``tojson``, ``bos_token``/``eos_token``/... from the config), and
-finds the character spans to train on.
+(one per worker) renders conversations in the environment of transformers'
+``apply_chat_template`` (packer/tokenize/chat_sandbox.py, bounded in time
+and size) and finds the character spans to train on (docs/chat.md):
 
-How the spans are found exactly (docs/chat.md): the conversation is rendered
-a second time with each message's content replaced by a unique marker. The
-text between markers is what the template writes on its own (headers,
-end-of-turn tokens, an empty ``<think></think>`` block, a trailing
-generation prompt); the real rendering must be exactly that text with each
-content (or the content trimmed, as templates often do) in between. That is
-checked, character for character: where it does not hold (a template that
-rewrites content, e.g. splits a reasoning block out of it) the conversation
-is refused (``ChatError``), never guessed at. A span is an assistant
-message's content as rendered, plus the special token the template writes
-right after it (``<|eot_id|>``, ``<|im_end|>``, ``</s>``). ``mask_from_offsets``
-turns spans into a per-token mask the way transformers turns
-``{% generation %}`` spans into ``assistant_masks``: a token is trained when
-its character range overlaps a span.
+- a template with ``{% generation %}`` tags: the spans its tags render, as
+  transformers computes ``assistant_masks`` (what TRL's ``assistant_only_loss``
+  trains);
+- any other template: each trained reply is what the model generates after
+  its generation prompt. The conversation before the reply is rendered with
+  ``add_generation_prompt=True``; where that rendering stops agreeing with
+  the whole conversation's, the reply starts, and it ends with the first
+  end-of-turn token after its content (the token the template writes after
+  an assistant message: ``<|eot_id|>``, ``<|im_end|>``, ``</s>``,
+  ``<end_of_turn>``). So the reasoning block, the content (trimmed or
+  rewritten as the template likes) and the tool calls a template renders
+  are trained, and the end-of-turn token; the role header, prompts and tool
+  results are not. A template that renders the turns before a reply
+  differently once the reply follows cannot be read this way: that
+  conversation is skipped (``template_not_prefix``), never guessed at.
+
+``mask_from_offsets`` turns spans into a per-token mask the way transformers
+does: a token is trained when its character range overlaps a span.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import re
+import stat
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 
 import numpy as np
 
 from ..errors import PackerError
+from .chat_sandbox import MIN_CHARS, LIMIT_FACTOR, Budget, RENDER_SECONDS, TemplateLimit, has_generation_tags, \
+    new_environment, uses_date
 
 ROLES = ("system", "user", "assistant", "tool")
-TRAIN_ON = ("assistant", "all")
+# What --train-on trains (docs/chat.md, "The loss mask"): assistant = every assistant reply as the model
+# generates it; assistant+tool = and the tool results; all = every token.
+TRAIN_ON = ("assistant", "assistant+tool", "all")
 _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
+MAX_TEMPLATE_BYTES = 4 << 20  # a chat template (real ones: under 40 KB)
+MAX_CONFIG_BYTES = 64 << 20  # a tokenizer_config.json (real ones: under 10 MB)
 
 
 class ChatError(ValueError):
@@ -56,13 +65,13 @@ class ChatSpec:
 
     template: str  # the jinja2 source
     specials: tuple[tuple[str, str], ...]  # (name, token) passed to the template: bos_token, eos_token, ...
-    end_tokens: tuple[str, ...]  # special tokens that may close an assistant turn, longest first
-    train_on: str = "assistant"  # "assistant" | "all"
+    end_tokens: tuple[str, ...]  # the tokens that close a reply (sorted: longest first, then by text)
+    train_on: str = "assistant"  # one of TRAIN_ON
     source: str = ""  # where the template came from, for messages
+    date: str = ""  # the date strftime_now gives (ISO, fixed at the build's start), if the template reads it
+    generation: bool = False  # the template has {% generation %} tags: they give the assistant spans
 
     def fingerprint(self) -> str:
-        import hashlib
-
         blob = json.dumps([self.template, list(self.specials), list(self.end_tokens), self.train_on])
         return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -76,89 +85,116 @@ def _token_text(v) -> str | None:
     return None
 
 
+def _read_text(path: str, limit: int, what: str) -> str:
+    """A regular file's text, at most ``limit`` bytes, UTF-8; else one line naming it."""
+    try:
+        with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NONBLOCK)) as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise PackerError(f"cannot read {what} {path}: not a regular file")
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise PackerError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    if len(data) > limit:
+        raise PackerError(f"cannot read {what} {path}: over {limit >> 20} MB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PackerError(f"cannot read {what} {path}: not UTF-8 (byte {e.start})") from None
+
+
+def _read_config(path: str) -> dict:
+    if not os.path.exists(path):
+        return {}
+    text = _read_text(path, MAX_CONFIG_BYTES, "the tokenizer config")
+    try:
+        cfg = json.loads(text)
+    except RecursionError:
+        raise PackerError(f"cannot read {path}: nested too deeply") from None
+    except ValueError as e:
+        raise PackerError(f"cannot read {path}: {e}") from None
+    if not isinstance(cfg, dict):
+        raise PackerError(f"cannot read {path}: a JSON {type(cfg).__name__}, not an object")
+    return cfg
+
+
+def _find_template(folder: str, cfg: dict, cfg_path: str, template_file: str | None) -> tuple[str | None, str]:
+    if template_file is not None:
+        return _read_text(template_file, MAX_TEMPLATE_BYTES, "--chat-template"), template_file
+    t = cfg.get("chat_template")
+    if isinstance(t, list):  # named templates: transformers uses "default"
+        t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)
+    if isinstance(t, str):
+        return t, cfg_path
+    jinja_file = os.path.join(folder, "chat_template.jinja")
+    if os.path.exists(jinja_file):
+        return _read_text(jinja_file, MAX_TEMPLATE_BYTES, "the chat template"), jinja_file
+    return None, ""
+
+
 def load_chat_template(tokenizer: str | None, template_file: str | None, special_tokens: list[str],
-                       train_on: str = "assistant") -> ChatSpec:
+                       train_on: str = "assistant", date: str | None = None) -> ChatSpec:
     """The chat template for ``tokenizer`` (a folder or tokenizer.json path), or from ``template_file``.
 
     ``special_tokens`` are the tokenizer's special added tokens (the
-    candidates for an end-of-turn token). Raises ``PackerError`` in one line
-    when there is no template, or it does not compile.
+    candidates for an end-of-turn token); ``date``: the date a resumed build
+    recorded (ISO), else now. Raises ``PackerError`` in one line when there
+    is no template, or it cannot be read or compiled.
     """
     if train_on not in TRAIN_ON:
         raise PackerError(f"unknown --train-on {train_on!r}: choose from {', '.join(TRAIN_ON)}")
     if tokenizer is None:
         raise PackerError("--chat needs --tokenizer: a folder with tokenizer.json and tokenizer_config.json")
-    folder = tokenizer if os.path.isdir(tokenizer) else os.path.dirname(os.path.abspath(tokenizer))
-    cfg_path = os.path.join(folder, "tokenizer_config.json")
-    cfg: dict = {}
-    if os.path.isfile(cfg_path):
-        try:
-            with open(cfg_path, encoding="utf-8") as f:
-                cfg = json.load(f)
-        except (OSError, ValueError) as e:
-            raise PackerError(f"cannot read {cfg_path}: {e}") from None
-    template, source = None, ""
-    if template_file is not None:
-        try:
-            with open(template_file, encoding="utf-8") as f:
-                template, source = f.read(), template_file
-        except OSError as e:
-            raise PackerError(f"cannot read --chat-template {template_file}: {e.strerror or e}") from None
-    else:
-        t = cfg.get("chat_template")
-        if isinstance(t, list):  # named templates: transformers uses "default"
-            t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)
-        jinja_file = os.path.join(folder, "chat_template.jinja")
-        if isinstance(t, str):
-            template, source = t, cfg_path
-        elif os.path.isfile(jinja_file):
-            with open(jinja_file, encoding="utf-8") as f:
-                template, source = f.read(), jinja_file
-    if template is None:
-        raise PackerError(f"no chat template for {tokenizer}: none in {cfg_path} or chat_template.jinja; "
-                          "pass --chat-template FILE")
-    specials = tuple((k, s) for k in _SPECIAL_KEYS if (s := _token_text(cfg.get(k))) is not None)
-    # End-of-turn candidates: the special tokens the template can write (named in its source, or
-    # passed to it as eos_token and kin); Llama 3 has 256 reserved specials no template writes.
-    written = {t for t in special_tokens if t in template} | {s for _, s in specials if s in special_tokens}
-    spec = ChatSpec(template, specials, tuple(sorted(written, key=len, reverse=True)), train_on, source)
     try:
         import jinja2  # noqa: F401
     except ImportError:
         raise PackerError("--chat needs jinja2 to render chat templates: pip install 'packer[chat]'") from None
+    folder = tokenizer if os.path.isdir(tokenizer) else os.path.dirname(os.path.abspath(tokenizer))
+    cfg_path = os.path.join(folder, "tokenizer_config.json")
+    cfg = _read_config(cfg_path)
+    template, source = _find_template(folder, cfg, cfg_path, template_file)
+    if template is None:
+        raise PackerError(f"no chat template for {tokenizer}: none in {cfg_path} or chat_template.jinja; "
+                          "pass --chat-template FILE")
+    specials = tuple((k, s) for k in _SPECIAL_KEYS if (s := _token_text(cfg.get(k))) is not None)
+    if uses_date(template):
+        date = date or datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    spec = ChatSpec(template, specials, (), train_on, source, date if uses_date(template) else "",
+                    has_generation_tags(template))
     try:
-        compile_template(template)
-    except Exception as e:
-        raise PackerError(f"chat template from {source} does not compile: {e}") from None
-    return spec
+        renderer = ChatRenderer(spec)
+    except Exception as e:  # a syntax error, or a bound hit while compiling
+        raise PackerError(f"chat template from {source} does not compile: {type(e).__name__}: {e}") from None
+    ends = renderer.probe_end_tokens(special_tokens)
+    return ChatSpec(template, specials, tuple(sorted(ends, key=lambda t: (-len(t), t))), train_on, source,
+                    spec.date, spec.generation)
 
 
-def compile_template(source: str):
-    """A compiled template, in the environment transformers' ``apply_chat_template`` uses."""
-    import jinja2
-    from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        # Jinja's own tojson escapes HTML characters; transformers' does not.
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-    def strftime_now(fmt):
-        return datetime.now().strftime(fmt)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = strftime_now
-    return env.from_string(source)
+def _text_size(x, depth: int = 0) -> int:
+    """The characters of the strings in a conversation (what its rendering may be measured against)."""
+    if isinstance(x, str):
+        return len(x)
+    if depth > 64:
+        return 0
+    if isinstance(x, dict):
+        return sum(_text_size(v, depth + 1) + len(k) for k, v in x.items())
+    if isinstance(x, (list, tuple)):
+        return sum(_text_size(v, depth + 1) for v in x)
+    return 8
 
 
-def _marker(i: int) -> str:
-    # Private-use characters: no template trims or matches them, no real text holds them.
-    return f"\ue000{i}\ue001"
+def _common_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 class ChatRenderer:
@@ -166,91 +202,160 @@ class ChatRenderer:
 
     def __init__(self, spec: ChatSpec):
         self.spec = spec
-        self._tpl = compile_template(spec.template)
+        now = datetime.fromisoformat(spec.date) if spec.date else None
+        self._env = new_environment(now)
+        self._env.budget = Budget(RENDER_SECONDS, MIN_CHARS)
+        self._tpl = self._env.from_string(spec.template)
         self._kw = dict(spec.specials)
-        self._close = re.compile("|".join(map(re.escape, spec.end_tokens))) if spec.end_tokens else None
-        self._skeletons: dict = {}  # conversation shape -> marker rendering (see _skeleton)
+        self._chars = MIN_CHARS
+
+    def _render(self, messages: list[dict], generation_prompt: bool = False) -> tuple[str, list]:
+        """(text, generation spans): one bounded render, as ``apply_chat_template`` renders it."""
+        import jinja2
+
+        env = self._env
+        env.budget = budget = Budget(RENDER_SECONDS, self._chars)
+        blocks: list[str] = []
+        env.packer_blocks, env.packer_spans = blocks, []
+        n = 0
+        try:
+            for piece in self._tpl.generate(messages=messages, tools=None, documents=None,
+                                            add_generation_prompt=generation_prompt, **self._kw):
+                blocks.append(piece)
+                n += len(piece)
+                budget.size(n, "an output")
+                budget.tick()
+        except TemplateLimit as e:
+            raise ChatError("template_limit", str(e)) from None
+        except jinja2.exceptions.TemplateError as e:
+            raise ChatError("template_error", str(e)) from None
+        except RecursionError:
+            raise ChatError("template_error", "the template recursed too deeply") from None
+        except MemoryError:
+            raise ChatError("template_limit", "out of memory while rendering") from None
+        except Exception as e:  # a template failing on odd input (a type error in jinja): the record's fault
+            raise ChatError("template_error", f"{type(e).__name__}: {e}") from None
+        finally:
+            env.packer_blocks = None
+        text = "".join(blocks)
+        if not text:
+            raise ChatError("empty_render", "the template rendered nothing for this conversation")
+        return text, list(env.packer_spans)
 
     def render_text(self, messages: list[dict]) -> str:
         """The rendered string, as ``apply_chat_template(messages, tokenize=False)`` gives it."""
-        import jinja2
-
-        try:
-            return self._tpl.render(messages=messages, tools=None, documents=None, add_generation_prompt=False,
-                                    **self._kw)
-        except jinja2.exceptions.TemplateError as e:
-            raise ChatError("template_error", str(e)) from None
-        except Exception as e:  # a template failing on odd input (a type error in jinja): the record's fault
-            raise ChatError("template_error", f"{type(e).__name__}: {e}") from None
+        self._chars = max(MIN_CHARS, LIMIT_FACTOR * _text_size(messages))
+        return self._render(messages)[0]
 
     def render(self, messages: list[dict], trained: list[bool]) -> tuple[str, list[tuple[int, int]]]:
-        """(rendered text, trained spans): spans are [start, end) character offsets, in order.
+        """(rendered text, trained spans): spans are sorted, disjoint [start, end) character offsets.
 
-        ``trained[i]``: message i's content is trained on (an assistant
-        message; in prompt/completion records, one of the completion's).
+        ``trained[i]``: message i is in the part of the record that is
+        trained (all of a ``messages`` record; a prompt/completion record's
+        completion); which of those messages are trained is ``train_on``'s.
         """
-        text = self.render_text(messages)
+        self._chars = max(MIN_CHARS, LIMIT_FACTOR * _text_size(messages))
+        text, tagged = self._render(messages)
         if self.spec.train_on == "all":
             return text, [(0, len(text))]
-        if not any(trained):
+        roles = ("assistant", "tool") if self.spec.train_on == "assistant+tool" else ("assistant",)
+        which = [i for i, m in enumerate(messages) if trained[i] and m["role"] in roles]
+        if not which:
             return text, []
+        spans: list[tuple[int, int]] = []
+        if self.spec.generation:  # the tags give the replies' spans; a prompt's own replies are not trained
+            replies = [i for i in which if messages[i]["role"] == "assistant"]
+            if replies:
+                floor = 0 if all(trained) else self._turn_start(text, messages, replies[0], 0)
+                spans += [s for s in tagged if s[0] >= floor]
+            which = [i for i in which if messages[i]["role"] != "assistant"]
+        floor = 0
+        for i in which:
+            span = self._span(text, messages, i, floor)
+            spans.append(span)
+            floor = span[1]
+        return text, _merged(spans)
+
+    def _turn_start(self, text: str, messages: list[dict], i: int, floor: int) -> int:
+        """Where message i's turn starts in ``text``: a reply, after its generation prompt (the
+        conversation before it rendered with ``add_generation_prompt=True``: where that stops
+        agreeing with ``text``); another message, after the conversation before it, and not before
+        ``floor`` (the end of the span before). ``ChatError`` if the turns before a reply render
+        otherwise once it follows."""
+        if messages[i]["role"] != "assistant":
+            return max(floor, _common_prefix(self._render(messages[:i])[0], text) if i else 0)
         try:
-            return text, self._spans(text, self._skeleton(messages, cached=True), messages, trained)
-        except ChatError:  # a skeleton of another conversation of this shape may not fit this one
-            return text, self._spans(text, self._skeleton(messages, cached=False), messages, trained)
+            prompt = self._render(messages[:i], generation_prompt=True)[0] if i else ""
+        except ChatError:
+            if i:
+                raise
+            prompt = ""  # a conversation that starts with a reply: the template may need a first message
+        if text.startswith(prompt):
+            return len(prompt)
+        before = self._render(messages[:i])[0]
+        if not text.startswith(before):
+            raise ChatError("template_not_prefix",
+                            f"the turns before message {i} render differently once a reply follows them")
+        return max(len(before), _common_prefix(prompt, text))
 
-    def _skeleton(self, messages: list[dict], cached: bool) -> str:
-        """The rendering with every content replaced by its marker. Conversations of one shape
-        (roles and every other field) mostly share it, so it is kept by shape; a kept one is only a
-        guess that ``_spans`` checks character for character, and rendered afresh if it fails."""
-        key = tuple((m["role"], tuple(sorted((k, repr(v)) for k, v in m.items() if k != "content")))
-                    for m in messages)
-        if cached and key in self._skeletons:
-            return self._skeletons[key]
-        skeleton = self.render_text([{**m, "content": _marker(i)} for i, m in enumerate(messages)])
-        if len(self._skeletons) >= 4096:
-            self._skeletons.clear()
-        self._skeletons[key] = skeleton
-        return skeleton
-
-    def _spans(self, text: str, skeleton: str, messages: list[dict], trained: list[bool]) -> list[tuple[int, int]]:
-        """The trained spans of ``text``, given its skeleton; ``ChatError`` if the text is not the
-        skeleton with the contents put in."""
-        # Where each marker stands in the skeleton: the template's own text lies between them.
-        found = []
-        for i in range(len(messages)):
-            at = skeleton.find(_marker(i))
-            if at >= 0:
-                found.append((at, i))
-        found.sort()
-        spans = []
-        pos, sk = 0, 0  # where we are in the text and in the skeleton
-        for at, i in found:
-            between = skeleton[sk:at]
-            if not text.startswith(between, pos):
-                raise ChatError("template_mismatch")
-            pos += len(between)
-            sk = at + len(_marker(i))
-            nxt = skeleton[sk:self._next_marker(skeleton, sk)]
-            c = messages[i]["content"]
-            for cand in (c, c.strip(), c.rstrip(), c.lstrip()):
-                if text.startswith(cand, pos) and text.startswith(nxt, pos + len(cand)):
+    def _span(self, text: str, messages: list[dict], i: int, floor: int) -> tuple[int, int]:
+        """Message i's trained span: from its turn's start through the first end-of-turn token after its
+        content (its content as rendered: as is, or trimmed as templates trim)."""
+        start = self._turn_start(text, messages, i, floor)
+        first = self._end_after(text, start)
+        after = start
+        content = messages[i].get("content")
+        if isinstance(content, str) and content:  # (only to step over an end-of-turn token in the content)
+            for cand in (content, content.strip(), content.lstrip("\n"), content.strip("\n"), content.rstrip(),
+                         content.lstrip()):
+                at = text.find(cand, start) if cand else -1
+                if 0 <= at and (first is None or at < first[0]):
+                    after = at + len(cand)
                     break
-            else:
-                raise ChatError("template_mismatch")
-            end = pos + len(cand)
-            if trained[i]:
-                close = self._close.match(text, end) if self._close is not None else None
-                spans.append((pos, close.end() if close else end))
-            pos = end
-        if text[pos:] != skeleton[sk:]:
-            raise ChatError("template_mismatch")
-        return [s for s in spans if s[1] > s[0]]
+        end = self._end_after(text, after) if after > start else first
+        if end is None:
+            if after > start:
+                return start, after
+            raise ChatError("template_mismatch", f"message {i} has no end-of-turn token after it")
+        return start, end[1]
 
-    @staticmethod
-    def _next_marker(skeleton: str, start: int) -> int:
-        at = skeleton.find("\ue000", start)
-        return len(skeleton) if at < 0 else at
+    def _end_after(self, text: str, pos: int) -> tuple[int, int] | None:
+        """(start, end) of the first end-of-turn token at or after ``pos``, or None."""
+        ends = [(at, at + len(t)) for t in self.spec.end_tokens if (at := text.find(t, pos)) >= 0]
+        return min(ends) if ends else None
+
+    def probe_end_tokens(self, special_tokens: list[str]) -> set[str]:
+        """The special tokens that close a reply: the one the template writes right after an assistant
+        message's content (probed on a two-turn conversation), and ``eos_token`` where the template
+        writes it. Where the probe fails (a template that needs a system prompt, tools...), every
+        special token the template's source names."""
+        passed = {t for _, t in self.spec.specials}  # (eos_token and kin: written through their names)
+        written = {t for t in special_tokens if t in self.spec.template or t in passed}
+        eos = dict(self.spec.specials).get("eos_token")
+        out = {eos} if eos in written else set()
+        for msgs in ([{"role": "user", "content": "\ue000"}, {"role": "assistant", "content": "\ue001"}],
+                     [{"role": "system", "content": "\ue002"}, {"role": "user", "content": "\ue000"},
+                      {"role": "assistant", "content": "\ue001"}]):
+            try:
+                text = self.render_text(msgs)
+            except ChatError:
+                continue
+            at = text.find("\ue001")
+            rest = text[at + 1:].lstrip(" \n") if at >= 0 else ""
+            hit = [t for t in written if rest.startswith(t)]
+            if hit:
+                return out | {max(hit, key=len)}
+        return out or written
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(x for x in spans if x[1] > x[0]):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
 
 
 def mask_from_offsets(offsets: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:

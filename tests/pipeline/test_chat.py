@@ -193,16 +193,22 @@ def test_train_on_all_parquet_and_conversational_prompt_completion(folders, tmp_
                 assert tk.decode(ids[mask == 1]) == "a<|eot_id|>"
 
 
-def test_template_that_rewrites_content_is_refused_per_record(folders, tmp_path):
+def test_template_that_rewrites_content_is_built_and_trains_what_it_renders(folders, tmp_path):
+    """A reply the template rewrites (upper-cased) is trained as rendered: what follows the generation prompt."""
     folder = folders["llama3"][0]
     tpl = tmp_path / "upper.jinja"
-    tpl.write_text("{% for m in messages %}{{ m.role + ': ' + m.content | upper + '<|eot_id|>' }}{% endfor %}")
+    tpl.write_text("{% for m in messages %}{{ m.role + ': ' + m.content | upper + '<|eot_id|>' }}{% endfor %}"
+                   "{% if add_generation_prompt %}{{ 'assistant: ' }}{% endif %}")
     recs = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
             {"messages": [{"role": "user", "content": "HI"}, {"role": "assistant", "content": "OK"}]}]
     src = _write(tmp_path / "c.jsonl", recs)
-    m = build([src], str(tmp_path / "o"), seq_len=64, tokenizer=folder, chat=True, chat_template=str(tpl),
-              workers=1).manifest
-    assert m["totals"]["skipped"] == {"template_mismatch": 1} and m["totals"]["documents"] == 1
+    out = str(tmp_path / "o")
+    m = build([src], out, seq_len=64, tokenizer=folder, chat=True, chat_template=str(tpl), workers=1).manifest
+    assert m["totals"]["skipped"] == {} and m["totals"]["documents"] == 2
+    tk = transformers.AutoTokenizer.from_pretrained(folder)
+    _, docs = documents(out)
+    # (the space the prompt ends with is in the token " HELLO", which overlaps the reply: trained)
+    assert [tk.decode(ids[mask == 1]).strip() for ids, mask in docs] == ["HELLO<|eot_id|>", "OK<|eot_id|>"]
 
 
 def test_user_mistakes_are_one_line(folders, tmp_path, gpt2_path):
