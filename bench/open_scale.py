@@ -32,8 +32,7 @@ import subprocess
 import sys
 import time
 
-from common import REPO, emit_json
-
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (tests import make_build: no bench/common here)
 LINKS_PER_SOURCE = 60_000
 ROWS = 2000
 
@@ -128,6 +127,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the builds")
     ap.add_argument("--json", default=None, help="append each result as a JSON line to this file")
     a = ap.parse_args()
+    from common import emit_json
+
     src = a.source or source_build(os.path.join(a.dir, "source"))
     one = measure(make_build(src, os.path.join(a.dir, "n1"), 1, shard=0))
     print(f"1 shard: {one['rows_us']:.1f} us/row, {one['batch_rows_us']:.1f} us/row in batches of 8", file=sys.stderr)

@@ -31,9 +31,9 @@ def figures(rep: Report) -> dict:
     rows = total("rows")
     slots = rows * seq_len if rows is not None else None
     padding = total("padding")
-    rt = rep.row_tokens if rep.row_tokens is not None else np.zeros(seq_len + 1, np.int64)
+    rt = rep.row_tokens if rep.row_tokens is not None else np.zeros(1, np.int64)  # rt[k]: rows of k tokens
     nrows = int(rt.sum())
-    fill_pct = np.arange(seq_len + 1) * 100.0 / seq_len
+    fill_pct = np.arange(len(rt)) * 100.0 / seq_len
     ppr = rep.pieces_per_row
     dl = rep.doc_lengths
     skipped = t.get("skipped", {})
@@ -64,7 +64,7 @@ def figures(rep: Report) -> dict:
             "histogram": {str(k): int(v) for k, v in enumerate(ppr) if v},
         },
         "row_fill": {
-            "full_rows": int(rt[seq_len]),
+            "full_rows": int(rt[seq_len]) if len(rt) > seq_len else 0,
             "mean_pct": round(float((fill_pct * rt).sum() / nrows), 4) if nrows else None,
             "min_pct": round(float(fill_pct[np.nonzero(rt)[0][0]]), 4) if nrows else None,
             "histogram_pct": _fill_histogram(rt, seq_len),
@@ -99,7 +99,7 @@ def _fill_histogram(rt: np.ndarray, seq_len: int) -> dict:
     out = {}
     if not rt.any():
         return out
-    k = np.arange(seq_len + 1)
+    k = np.arange(len(rt))
     bins = np.minimum(k * 10 // seq_len, 10)
     counts = np.bincount(bins, weights=rt, minlength=11).astype(np.int64)
     for b in range(10):
@@ -235,16 +235,16 @@ def plot(rep: Report, path: str) -> None:
     a.set_ylabel("documents (log)")
     a.set_title(f"{dl.n:,} documents")
     rt = rep.row_tokens if rep.row_tokens is not None else np.zeros(1, np.int64)
-    seq_len = len(rt) - 1
+    seq_len = int(rep.manifest["seq_len"])
     if rt.any():
-        fill = np.arange(seq_len + 1) * 100.0 / max(1, seq_len)
+        fill = np.arange(len(rt)) * 100.0 / max(1, seq_len)
         b.hist(fill, bins=np.linspace(0, 100, 51), weights=rt, color="#55a868")
         b.set_yscale("log")
         lowest = float(fill[np.nonzero(rt)[0][0]])  # show the fills there are, not an empty 0-60% axis
         b.set_xlim(max(0.0, np.floor(lowest / 10) * 10 - 2), 101)
     b.set_xlabel(f"row fill (% of {seq_len} slots)")
     b.set_ylabel("rows (log)")
-    pad = 100.0 * float(((seq_len - np.arange(seq_len + 1)) * rt).sum()) / max(1, int(rt.sum()) * seq_len)
+    pad = 100.0 * float(((seq_len - np.arange(len(rt))) * rt).sum()) / max(1, int(rt.sum()) * seq_len)
     b.set_title(f"{int(rt.sum()):,} rows, {pad:.3f}% padding")
     fig.suptitle(os.path.basename(os.path.normpath(rep.out)) + f" (seq_len {seq_len})")
     fig.tight_layout()

@@ -42,6 +42,7 @@ KINDS = {
     "totals": "the manifest's totals differ from the sum of its shard entries",
     "manifest": "the manifest contradicts itself (dtype too narrow for the vocabulary, path outside the build)",
     "extra": "a file in the build folder that the manifest does not account for",
+    "index": "index.arrow (the shard list beside the manifest) does not match manifest.json",
 }
 
 
@@ -109,7 +110,7 @@ class Report:
     problems: list[Problem] = field(default_factory=list)
     shards: list[ShardFigures] = field(default_factory=list)
     doc_lengths: Dist = field(default_factory=Dist)
-    row_tokens: np.ndarray | None = None  # row_tokens[k] = rows holding k tokens, k = 0..seq_len
+    row_tokens: np.ndarray | None = None  # row_tokens[k] = rows holding k tokens, k = 0..(the fullest row)
     pieces_per_row: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     bytes_read: int = 0
 

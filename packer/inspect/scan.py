@@ -178,13 +178,8 @@ class ShardScan:
 
         fill = np.minimum(row_tok, L)
         self.padding += int((L - fill).sum())
-        self.rep.row_tokens += np.bincount(fill, minlength=L + 1)
-        ppr = np.bincount(pieces)
-        if len(ppr) > len(self.rep.pieces_per_row):
-            self.rep.pieces_per_row = np.concatenate(
-                [self.rep.pieces_per_row, np.zeros(len(ppr) - len(self.rep.pieces_per_row), np.int64)]
-            )
-        self.rep.pieces_per_row[: len(ppr)] += ppr
+        self.rep.row_tokens = _added(self.rep.row_tokens, np.bincount(fill))  # as long as the fullest row, not seq_len
+        self.rep.pieces_per_row = _added(self.rep.pieces_per_row, np.bincount(pieces))
         self.piece_doc.append(pdoc)
         self.piece_off.append(poff)
         self.piece_len.append(plen)
@@ -228,6 +223,14 @@ class ShardScan:
         fig.documents = int(present.sum())
         fig.documents_split = int((count > 1).sum())
         self.rep.doc_lengths.add(lengths[present])
+
+
+def _added(total: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``total + counts``, the shorter padded with zeros (histograms that grow as values appear)."""
+    if len(counts) > len(total):
+        total = np.concatenate([total, np.zeros(len(counts) - len(total), np.int64)])
+    total[: len(counts)] += counts
+    return total
 
 
 def scan_deep(scan: ShardScan, store: Storage, rel: str, entry: dict, fig: ShardFigures, on_bytes) -> list[Problem]:

@@ -14,6 +14,8 @@ one row of tokens are touched.
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,26 +58,26 @@ def read_row(out: str, row: int) -> RowView:
     """Locate global ``row`` of the build at ``out`` (a folder or a URI) and read its pieces;
     raise ``PackerError`` if it does not exist."""
     store = storage_for(out)
-    m = S.read_manifest(store)
-    total = sum(int(e["rows"]) for e in m["shards"])
+    x = S.open_index(store)  # the shard list as columns (index.arrow, or the manifest's list)
+    m, total = x.head, x.total_rows
     if not 0 <= row < total:
         held = f"{total:,} rows (0..{total - 1})" if total else "no rows"
         raise PackerError(f"row {row} does not exist: {out} holds {held}")
-    first = 0
-    for e in m["shards"]:
-        if row < first + e["rows"]:
-            break
-        first += e["rows"]
+    k = int(x.starts.searchsorted(row, "right")) - 1
+    first, rel = int(x.starts[k]), x.path(k)
+    e = {"path": rel, "rows": int(x.rows[k]), "unit": x.unit(k)}
     local = row - first
     seq_len = int(m["seq_len"])
-    if not store.inside(e["path"]):
-        raise ShardError(f"{store.path(S.MANIFEST)}: shard path {e['path']!r} points outside the build folder")
+    if not store.inside(rel):
+        raise ShardError(f"{store.path(S.MANIFEST)}: shard path {rel!r} points outside the build folder")
+    if store.local and not _regular(store.path(rel)):  # a FIFO would block the read forever
+        raise ShardError(f"{store.path(rel)}: not a regular file (a FIFO, device or folder): shard is corrupt")
     try:
-        data = store.map(e["path"])  # a local shard memory-mapped; a remote one fetched whole
+        data = store.map(rel)  # a local shard memory-mapped; a remote one fetched whole
     except FileNotFoundError:
-        raise ShardError(f"{store.path(e['path'])}: shard is missing") from None
+        raise ShardError(f"{store.path(rel)}: shard is missing") from None
     except (OSError, ValueError) as err:
-        raise ShardError(f"{store.path(e['path'])}: cannot read shard ({err})") from None
+        raise ShardError(f"{store.path(rel)}: cannot read shard ({err})") from None
     table = S.open_shard_buffer(data, store.path(e["path"]), seq_len, m["dtype"])
     if local >= table.num_rows:
         raise PackerError(f"{e['path']}: holds {table.num_rows} rows, the manifest says {e['rows']}: run packer stats {out}")
@@ -91,7 +93,7 @@ def read_row(out: str, row: int) -> RowView:
     piece_row = np.repeat(np.arange(table.num_rows), np.diff(offs))
     ids = np.asarray(table.column("input_ids")[local].values)
     mask = np.asarray(table.column(S.LOSS_MASK)[local].values) if S.LOSS_MASK in table.schema.names else None
-    unit = int(e.get("unit", 0))
+    unit = e["unit"] or 0
     pieces, slot = [], 0
     for p in range(offs[local], offs[local + 1]):
         same = np.nonzero(docs == docs[p])[0]
@@ -103,6 +105,16 @@ def read_row(out: str, row: int) -> RowView:
         slot += n
     return RowView(row, total, e["path"], local, table.num_rows, seq_len, tuple(pieces), int(m["pad_id"]),
                    max(0, seq_len - slot), ids[slot:])
+
+
+def _regular(path: str) -> bool:
+    """``path`` is a regular file, or absent (then reading it says "missing")."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
 
 
 class Decoder:

@@ -74,7 +74,7 @@ def check(out: str, deep: bool = True, progress=None) -> Report:
             if k not in e:
                 raise ShardError(f"{os.path.join(out, S.MANIFEST)}: shard entry {i} lacks {k!r}")
     rep = Report(out, m, deep)
-    rep.row_tokens = np.zeros(seq_len + 1, dtype=np.int64)
+    rep.row_tokens = np.zeros(1, dtype=np.int64)  # grows to the fullest row (a hostile seq_len costs nothing)
     if dtype not in ("uint16", "uint32") or np.iinfo(np.dtype(dtype)).max < vocab - 1:
         rep.problems.append(Problem("", "manifest", f"manifest: dtype {dtype} cannot hold token ids below vocab_size {vocab}"))
     _check_totals(rep, m, entries)
@@ -122,6 +122,9 @@ def check(out: str, deep: bool = True, progress=None) -> Report:
         except ShardError as e:
             rep.problems.append(Problem(sub, "missing", f"holdout build: {e}"))
     rep.problems.extend(_extra_files(entries, objects))
+    if S.INDEX in objects and not S.open_index(store).from_index:
+        rep.problems.append(Problem(S.INDEX, "index", "does not match manifest.json (the manifest was changed since, or "
+                                    "it is another build's): readers ignore it and read the manifest's list"))
     return rep
 
 
@@ -142,7 +145,7 @@ def _check_totals(rep: Report, m: dict, entries: list[dict]) -> None:
 def _extra_files(entries: list[dict], objects: dict[str, int]) -> list[Problem]:
     """Files of the build (``objects``: its listing) that the manifest does not account for.
     Names are compared "/"-separated, as the manifest and object keys write them."""
-    known = {S.MANIFEST, "build.json"}
+    known = {S.MANIFEST, "build.json", S.INDEX}
     for e in entries:
         known.add(posixpath.normpath(e["path"]))
         if e.get("unit") is not None:

@@ -124,6 +124,9 @@ class ShardIndex:
     def path(self, k: int) -> str:
         return self._paths[k].as_py()
 
+    def unit(self, k: int) -> int | None:
+        return self.table.column("unit")[k].as_py()
+
     def checksum(self, k: int) -> str:
         return self._sums[k].as_py()
 

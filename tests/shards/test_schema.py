@@ -67,6 +67,8 @@ def test_a_shard_lacking_a_required_column_is_refused_by_every_reader(sample_bui
     build = copy_build(sample_build)
     rel = rewrite_shard(build, lambda t: t.drop_columns(["doc_index"]))
     with pytest.raises(ShardError, match=r"column doc_index is missing"):
-        PackedDataset(build)
+        PackedDataset(build, verify=True)
+    with pytest.raises(ShardError, match=r"column doc_index is missing"):
+        PackedDataset(build)[0]  # (without verify: at the shard's first use)
     kinds = {(p.path, p.kind) for p in check(build).problems}
     assert (rel, "schema") in kinds

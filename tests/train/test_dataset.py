@@ -393,3 +393,80 @@ def test_docs_snippets(sample_build, k):
     exec(compile(code, f"{DOCS} (tested block {k})", "exec"), scope)
     if k == 0:
         assert scope["state"]["position"] == 3 * 8  # stopped after 3 batches of epoch 1
+
+
+# --------------------------------------------------------------------------
+# Opening at scale (issue 31.1): the index, checks at first use, bounded maps.
+
+
+def _indexed(out: str) -> str:
+    from packer import shards as S
+    from packer.io import storage_for
+
+    S.write_manifest(storage_for(out), S.read_manifest(out))
+    return out
+
+
+def test_opening_an_indexed_build_touches_no_shard(sample_build, copy_build, ds, tmp_path):
+    out = _indexed(copy_build(sample_build))
+    os.rename(os.path.join(out, "shards"), str(tmp_path / "away"))
+    opened = PackedDataset(out)  # manifest.json and index.arrow only
+    assert opened._shards.indexes[0].from_index and len(opened) == len(ds) and opened.num_shards == 5
+    with pytest.raises(ShardError, match=r"000000\.arrow: shard is missing"):
+        opened[0]
+    os.rename(str(tmp_path / "away"), os.path.join(out, "shards"))
+    for i in random.Random(2).sample(range(len(ds)), 50) + [0, len(ds) - 1]:
+        for k, v in ds[i].items():
+            assert torch.equal(opened[i][k], v), (i, k)
+    assert PackedDataset(out, verify=True)._shards.indexes[0].from_index
+
+
+def test_maps_per_process_are_bounded(ds, sample_build):
+    small = PackedDataset(sample_build, max_open_shards=2)
+    idx = list(range(0, len(ds), 37))
+    for i in idx:
+        assert torch.equal(small[i]["labels"], ds[i]["labels"])
+        assert len(small._maps) <= 2
+    b = small.__getitems__(idx[::-3])
+    assert torch.equal(b[0]["input_ids"], ds[idx[::-3][0]]["input_ids"]) and len(small._maps) <= 2
+    with pytest.raises(PackerError, match="max_open_shards"):
+        PackedDataset(sample_build, max_open_shards=0)
+
+
+def test_state_shipped_to_workers_does_not_grow_with_the_shard_count(sample_build, tmp_path):
+    """A spawned worker receives the dataset pickled: with an index, paths of the index, not of shards;
+    PackedSampler's state is per build. bench/open_scale.py makes the builds (hard links, no tokenizing)."""
+    from packer import PackedSampler
+    from tests.conftest import load_script
+
+    make = load_script("bench/open_scale.py").make_build
+    sizes = {}
+    for n in (3, 400):
+        d = PackedDataset(make(sample_build, str(tmp_path / f"n{n}"), n, shard=0))
+        d[len(d) - 1]
+        s = PackedSampler(d, seed=1)
+        fresh = len(pickle.dumps(s))  # (iterated, it holds the epoch's order: a row count, not a shard count)
+        next(iter(s))
+        sizes[n] = (len(pickle.dumps(d)), len(pickle.dumps(s.state_dict())), fresh)
+        assert d.num_shards == n and len(d) == n * json.load(open(os.path.join(sample_build, "manifest.json")))["shards"][0]["rows"]
+    (d3, st3, s3), (d400, st400, s400) = sizes[3], sizes[400]
+    assert abs(d400 - d3) < 64 and abs(st400 - st3) < 8 and abs(s400 - s3) < 16, sizes  # digits of counts, no more
+    again = pickle.loads(pickle.dumps(d))
+    assert again._shards.indexes[0].from_index and torch.equal(again[123]["input_ids"], d[123]["input_ids"])
+
+
+def test_a_chat_build_refuses_a_shard_without_its_loss_mask(sample_build, copy_build):
+    """The manifest says chat (columns: loss_mask), the shard lacks the column (checksum still right):
+    training on every token would follow, so the shard is refused, at first use and under verify."""
+    out = copy_build(sample_build)
+    mp = os.path.join(out, "manifest.json")
+    m = json.load(open(mp))
+    m["columns"] = ["loss_mask"]
+    json.dump(m, open(mp, "w"))
+    for index in (False, True):
+        if index:
+            _indexed(out)
+        with pytest.raises(ShardError, match=r"000000\.arrow: no loss_mask column, but the manifest says this is a chat build"):
+            PackedDataset(out, verify=True)
+        with pytest.raises(ShardError, match=r"000000\.arrow: no loss_mask column"):
+            PackedDataset(out)[0]

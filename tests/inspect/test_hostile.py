@@ -1,0 +1,107 @@
+"""Hostile manifests, FIFOs for shards, and output streams that cannot be written (issue 33.15, 33.16):
+one line and exit 1 or 2 from ``packer stats`` and ``packer show``, never a traceback or a hang."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from packer import PackedDataset
+from packer import shards as S
+from packer.errors import ShardError
+from packer.io import storage_for
+
+from tests.conftest import REPO, invoke as run_cli
+from tests.inspect.test_stats import manifest, problems, save_manifest, shard_path
+
+SHAPES = {
+    "seq_len 10**12": lambda m: m.update(seq_len=10**12),
+    "seq_len 2**64": lambda m: m.update(seq_len=2**64),
+    "seq_len 2**31 - 1": lambda m: m.update(seq_len=2**31 - 1),  # allowed, and must not cost 16 GiB of histogram
+    "shards[0].unit 'x'": lambda m: m["shards"][0].update(unit="x"),
+    "totals.rows 'x'": lambda m: m["totals"].update(rows="x"),
+    "shards[0].tokens 'x'": lambda m: m["shards"][0].update(tokens="x"),
+    "shards[0] without rows": lambda m: m["shards"][0].pop("rows"),
+    "vocab_size 2**70": lambda m: m.update(vocab_size=2**70),
+}
+
+
+def one_line(res, code=(1, 2)):
+    assert res.exit_code in code, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert lines and "Traceback" not in res.output
+    return lines
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_hostile_manifest_shapes_are_one_line(sample_build, copy_build, shape):
+    out = copy_build(sample_build)
+    m = manifest(out)
+    SHAPES[shape](m)
+    save_manifest(out, m)
+    for cmd in (["stats", out], ["stats", out, "--no-verify"], ["stats", out, "--json"], ["show", out, "0"]):
+        res = run_cli(*cmd)
+        lines = one_line(res)
+        if shape != "seq_len 2**31 - 1":  # refused as a malformed manifest, naming it
+            assert len(lines) == 1 and "manifest.json" in lines[0] and "malformed" in lines[0], (cmd, lines)
+        else:  # a readable manifest whose shards disagree with it: problems, one line each
+            assert all(ln.startswith("packer:") for ln in lines), lines
+    if shape != "seq_len 2**31 - 1":
+        with pytest.raises(ShardError, match="manifest.json: malformed manifest"):
+            PackedDataset(out)
+
+
+def test_a_fifo_shard_is_named_not_waited_on(sample_build, copy_build):
+    """In a child with a time limit: a hang fails the test instead of stopping the suite."""
+    out = copy_build(sample_build)
+    p = shard_path(out, 0)
+    os.unlink(p)
+    os.mkfifo(p)
+    for cmd in (["show", out, "0"], ["stats", out], ["stats", out, "--no-verify"]):
+        r = _packer(cmd, timeout=60)
+        assert r.returncode == 1, r.stderr
+        assert "Traceback" not in r.stderr and "000000.arrow" in r.stderr
+    assert "not a regular file" in _packer(["show", out, "0"]).stderr
+
+
+def test_index_that_no_longer_matches_is_reported_and_ignored(sample_build, copy_build):
+    out = copy_build(sample_build)
+    store = storage_for(out)
+    S.write_manifest(store, S.read_manifest(store))
+    assert run_cli("stats", out).exit_code == 0  # index.arrow is a file of the build
+    m = manifest(out)
+    m["totals"]["input_files"] += 1  # an edit after the index was written
+    save_manifest(out, m)
+    res = run_cli("stats", out)
+    assert res.exit_code == 1 and any("index.arrow: does not match manifest.json" in ln for ln in problems(res))
+    assert not S.open_index(store).from_index
+
+
+# --------------------------------------------------------------------------
+# Output streams that cannot be written (the installed entry point, in a child).
+
+
+def _packer(args, shell_redirect: str = "", timeout: int = 120):
+    code = "import sys; sys.argv[0] = 'packer'; import packer_cli; packer_cli.main()"
+    cmd = " ".join([f"exec {sys.executable} -c \"{code}\""] + [f"'{a}'" for a in args] + [shell_redirect])
+    env = {**os.environ, "PYTHONPATH": REPO}
+    return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("redirect", [">&-", "> /dev/full"])
+@pytest.mark.parametrize("cmd", [["stats", "{out}"], ["stats", "{out}", "--json"], ["show", "{out}", "0"], ["--help"]])
+def test_closed_or_full_stdout_is_one_line_and_exit_2(sample_build, redirect, cmd):
+    if redirect.endswith("full") and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    r = _packer([a.format(out=sample_build) for a in cmd], redirect)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("packer: error:") and "standard output" in lines[0], r.stderr
+
+
+def test_closed_stderr_is_a_non_zero_exit(sample_build):
+    assert _packer(["stats", sample_build], "2>&-").returncode == 2
+    assert _packer(["stats", sample_build], "> /dev/null").returncode == 0  # a stream that takes it all is fine

@@ -1,0 +1,97 @@
+"""index.arrow: the shard list beside the manifest, as columns (docs/format.md), and when readers trust it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pytest
+
+from packer import shards as S
+from packer.errors import ShardError
+from packer.io import storage_for
+
+
+@pytest.fixture
+def indexed(sample_build, copy_build):
+    out = copy_build(sample_build)
+    store = storage_for(out)
+    S.write_manifest(store, S.read_manifest(store))
+    return out
+
+
+def test_the_index_is_the_manifests_list_readable_by_pyarrow_alone(indexed):
+    m = json.load(open(os.path.join(indexed, "manifest.json")))
+    t = pa.ipc.open_file(pa.memory_map(os.path.join(indexed, "index.arrow"))).read_all()
+    meta = t.schema.metadata
+    assert meta[b"packer_index_version"] == b"1"
+    assert int(meta[b"packer_manifest_bytes"]) == os.path.getsize(os.path.join(indexed, "manifest.json"))
+    assert json.loads(meta[b"packer_manifest"]) == {k: v for k, v in m.items() if k != "shards"}
+    assert t.column("path").to_pylist() == [e["path"] for e in m["shards"]]
+    for k in ("unit", "rows", "bytes", "xxh3_128", "tokens", "pieces", "documents", "documents_split", "padding"):
+        assert t.column(k).to_pylist() == [e[k] for e in m["shards"]], k
+    starts = t.column("row_start").to_pylist()
+    assert starts[0] == 0 and all(b - a == e["rows"] for a, b, e in zip(starts, starts[1:], m["shards"]))
+
+
+def test_write_manifest_leaves_the_manifests_bytes_as_they_were(sample_build, indexed):
+    assert open(os.path.join(indexed, "manifest.json"), "rb").read() == open(os.path.join(sample_build, "manifest.json"), "rb").read()
+
+
+def test_a_matching_index_is_used_and_an_older_build_reads_the_manifest(sample_build, indexed):
+    x = S.open_index(storage_for(indexed))
+    assert x.from_index and x.source.endswith("index.arrow")
+    old = S.open_index(storage_for(sample_build))  # no index.arrow (built before it existed)
+    assert not old.from_index
+    assert x.n == old.n and x.total_rows == old.total_rows and x.head == old.head
+    assert [x.path(k) for k in range(x.n)] == [old.path(k) for k in range(old.n)]
+    assert (x.starts == old.starts).all() and (x.nbytes == old.nbytes).all()
+
+
+@pytest.mark.parametrize("change", ["manifest edited", "index garbage", "index of another build", "index cut"])
+def test_an_index_that_does_not_match_is_ignored(indexed, change, tmp_path):
+    mp, ip = os.path.join(indexed, "manifest.json"), os.path.join(indexed, "index.arrow")
+    if change == "manifest edited":
+        m = json.load(open(mp))
+        m["shards"][0]["rows"] += 0  # same value: the bytes change through formatting
+        m["totals"]["documents"] += 1  # and a value a reader would see
+        json.dump(m, open(mp, "w"))
+    elif change == "index garbage":
+        open(ip, "wb").write(os.urandom(3000))
+    elif change == "index cut":
+        data = open(ip, "rb").read()
+        open(ip, "wb").write(data[: len(data) // 2])
+    else:
+        m = json.load(open(mp))
+        m["shards"] = m["shards"][:1]
+        other = tmp_path / "other"
+        other.mkdir()
+        S.write_manifest(storage_for(str(other)), m)
+        os.replace(other / "index.arrow", ip)
+    x = S.open_index(storage_for(indexed))
+    assert not x.from_index
+    assert x.head["totals"] == json.load(open(mp))["totals"]
+
+
+def test_a_matching_index_with_a_bad_head_is_refused_as_the_manifest_would_be(indexed):
+    """The stamp matches, so the manifest says the same: refused, naming it."""
+    store = storage_for(indexed)
+    m = S.read_manifest(store)
+    m["seq_len"] = 10**12
+    data = S.index.index_bytes(m, b"x")  # stamped with bytes we then write as the manifest
+    store.put("index.arrow", data)
+    store.put("manifest.json", b"x")
+    with pytest.raises(ShardError, match=r"manifest.json: malformed manifest \(seq_len"):
+        S.open_index(store)
+
+
+def test_outside_paths_are_found_in_the_column(indexed):
+    store = storage_for(indexed)
+    m = S.read_manifest(store)
+    for bad in ("../x.arrow", "/etc/passwd", "shards/../../x", "a\\b", ""):
+        m["shards"][1]["path"] = bad
+        x = S.ShardIndex(S.index_table(m), m, "test")
+        assert x.outside() == bad, bad
+    m["shards"][1]["path"] = "shards/..x.arrow"  # a name, not a parent
+    assert S.ShardIndex(S.index_table(m), m, "test").outside() is None
