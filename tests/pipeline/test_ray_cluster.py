@@ -90,9 +90,10 @@ def _lose_a_busy_node(cluster, stop: threading.Event, lost: list) -> None:
         time.sleep(0.01)
 
 
-def _corpus(bucket: str) -> str:
+def _corpus(bucket: str, files: int = 3) -> str:
+    """``files`` jsonl objects of 1.5 MB under s3://bucket/in (bench/ray_nodes.py makes more)."""
     c = s3_client()
-    for i in range(3):  # 3 files of 1.5 MB: 9 units of 0.5 MB, each a few tenths of a second of work
+    for i in range(files):  # 3 files: 9 units of 0.5 MB, each a few tenths of a second of work
         body = "".join(f'{{"text": "{i}-{k} {"lorem ipsum dolor sit amet " * (40 + k % 90)}"}}\n'
                        for k in range(800)).encode()
         c.put_object(Bucket=bucket, Key=f"in/{i}.jsonl", Body=body[: 1_500_000])
