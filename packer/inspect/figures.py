@@ -120,7 +120,7 @@ def table_lines(fig: dict) -> list[str]:
     def n(x):
         return "-" if x is None else f"{x:,}"
 
-    eos = "no EOS" if tok.get("eos_id") is None else f"eos {tok['eos_id']}"
+    eos = _eos(tok)
     lines = [
         f"documents        {n(fig['documents'])}",
         f"tokens           {n(fig['tokens'])}",
@@ -145,14 +145,20 @@ def table_lines(fig: dict) -> list[str]:
                      f"in {h.get('path')}/ (fraction {h.get('fraction')})")
     if fig["skipped_total"]:
         lines.append(f"skipped          {fig['skipped_total']:,} record(s):")
+        width = max(15, *map(len, fig["skipped"]))
         for reason, k in fig["skipped"].items():
             ex = ", ".join(fig["skipped_examples"].get(reason, [])[:3])
-            lines.append(f"  {reason:<15}{k:>8,}   e.g. {ex}")
+            lines.append(f"  {reason:<{width}}{k:>8,}   e.g. {ex}")
     else:
         lines.append("skipped          0 records")
     if fig["measured_from"] == "manifest":
         lines.append("note             some shards could not be read: totals are the manifest's")
     return lines
+
+
+def _eos(tok: dict) -> str:
+    """How the build and stats both name the end-of-document token: "eos 2", or "no EOS"."""
+    return "no EOS" if tok.get("eos_id") is None else f"eos {tok['eos_id']}"
 
 
 def summary_lines(m: dict) -> list[str]:
@@ -169,7 +175,7 @@ def summary_lines(m: dict) -> list[str]:
           if "trained_tokens" in t else []),
         *([f"truncated       {t['truncated']:,} conversation(s) cut to seq_len"] if t.get("truncated") else []),
         f"shards          {len(m['shards'])}",
-        f"tokenizer       {tok['name']} ({tok['kind']}, vocab {tok['vocab_size']}, eos {tok['eos_id']}, pad {tok['pad_id']})",
+        f"tokenizer       {tok['name']} ({tok['kind']}, vocab {tok['vocab_size']}, {_eos(tok)}, pad {tok['pad_id']})",
     ]
     h = m.get("holdout")
     if h:
@@ -178,9 +184,10 @@ def summary_lines(m: dict) -> list[str]:
     skipped = t.get("skipped", {})
     if skipped:
         lines.append(f"skipped         {sum(skipped.values()):,} record(s):")
+        width = max(14, *map(len, skipped))  # (chat reasons are longer: template_not_prefix)
         for reason, n in skipped.items():
             ex = ", ".join(t.get("skipped_examples", {}).get(reason, [])[:3])
-            lines.append(f"  {reason:<14}{n:>8,}   e.g. {ex}")
+            lines.append(f"  {reason:<{width}}{n:>8,}   e.g. {ex}")
     else:
         lines.append("skipped         0 records")
     if tok.get("added"):

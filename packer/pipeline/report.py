@@ -24,6 +24,11 @@ def _reasons(skipped: dict) -> str:
     return ", ".join(f"{k} {v:,}" for k, v in sorted(skipped.items(), key=lambda kv: -kv[1]))
 
 
+def _chat(totals: dict) -> bool:
+    """A chat build's totals (they count the trained tokens)."""
+    return "trained_tokens" in totals
+
+
 def no_documents_error(totals: dict, slices, text_field: str) -> PackerError:
     """The one-line error for a build that produced no document: what was
     skipped, and which fields (or columns) the records do have."""
@@ -33,15 +38,17 @@ def no_documents_error(totals: dict, slices, text_field: str) -> PackerError:
         return PackerError("no documents: the inputs hold no records (empty files?); nothing was built")
     msg = f"no documents: all {plural(n, 'record')} were skipped ({_reasons(skipped)})"
     if set(skipped) & {"missing_field", "not_string"}:
+        field = ("a chat record needs messages (--messages-field) or prompt and completion" if _chat(totals)
+                 else f"--text-field is {text_field!r}")
         fields = record_fields(slices)
         names: dict[str, None] = {}
         for v in fields.values():
             names.update(dict.fromkeys(v))
         if names:
             shown = ", ".join(list(names)[:20]) + (", ..." if len(names) > 20 else "")
-            msg += f"; --text-field is {text_field!r}, the records have: {shown} (in {', '.join(list(fields)[:2])})"
+            msg += f"; {field}, the records have: {shown} (in {', '.join(list(fields)[:2])})"
         else:
-            msg += f"; --text-field is {text_field!r}"
+            msg += f"; {field}"
         if "not_string" in skipped and text_field in names:
             msg += f"; {text_field!r} holds no text (a list of chat messages? render it to text first)"
     examples = [e for v in totals.get("skipped_examples", {}).values() for e in v[:1]]
@@ -56,8 +63,10 @@ def skipped_warning(totals: dict) -> str | None:
     n = sum(skipped.values())
     docs = totals.get("documents", 0) + totals.get("holdout_documents", 0)
     if n and n > MOSTLY_SKIPPED * (n + docs):
+        check = ("check the conversations, --messages-field (or --prompt-field, --completion-field) and the chat "
+                 "template (docs/chat.md names each reason)" if _chat(totals) else "check --text-field and the inputs")
         return (f"{100.0 * n / (n + docs):.0f}% of records were skipped ({plural(n, 'record')}: {_reasons(skipped)}); "
-                "check --text-field and the inputs before training on this")
+                f"{check} before training on this")
     return None
 
 
