@@ -15,15 +15,20 @@ import click
 
 from .errors import PackerError
 from .formats import SKIP_REASONS
+from .tokenize.chat import TRAIN_ON as CHAT_TRAIN_ON
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (kill PID, docker stop, systemd, Slurm preemption), handled as Ctrl-C is:
-    workers stopped, finished units kept, the resume command printed."""
+    """SIGTERM (kill PID, docker stop, systemd, Slurm preemption) or SIGHUP (the terminal closed),
+    handled as Ctrl-C is: workers stopped, finished units kept, the resume command printed."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(signum)
+        self.signum = int(signum)
 
 
 def _on_sigterm(signum, frame):
-    raise Terminated()
+    raise Terminated(signum)
 
 
 def _user_errors(fn):
@@ -48,7 +53,7 @@ def _user_errors(fn):
             sys.exit(1)
         except KeyboardInterrupt as e:
             click.echo(f"\npacker: {'terminated' if isinstance(e, Terminated) else 'interrupted'}", err=True)
-            sys.exit(143 if isinstance(e, Terminated) else 130)
+            sys.exit(128 + e.signum if isinstance(e, Terminated) else 130)
 
     return wrapper
 
@@ -120,9 +125,11 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
                    "tokenizer's chat template, trained only on the assistant's turns (a loss_mask column).")
 @click.option("--chat-template", default=None, metavar="FILE",
               help="With --chat: a jinja chat template to use instead of the tokenizer's (tokenizer_config.json).")
-@click.option("--train-on", type=click.Choice(["assistant", "all"]), default="assistant", show_default=True,
-              help="With --chat: assistant = each assistant message's content and the end-of-turn token after it; "
-                   "all = the whole conversation.")
+@click.option("--train-on", type=click.Choice(CHAT_TRAIN_ON), default="assistant",
+              show_default=True,
+              help="With --chat (docs/chat.md): assistant = each reply as the model generates it (reasoning, content, "
+                   "tool calls) and its end-of-turn token, or a template's {% generation %} spans; assistant+tool = "
+                   "and the tool results; all = the whole conversation.")
 @click.option("--truncate", is_flag=True,
               help="With --chat: keep the first seq_len tokens of a longer conversation (counted) instead of "
                    "dropping it (counted as too_long).")
@@ -168,17 +175,15 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
     )
     if max_record_mb != 256.0:  # the default is the library's own (DEFAULT_MAX_RECORD)
         options["max_record_mb"] = max_record_mb
-    if chat:  # (passed only for chat builds, so the options of other builds are unchanged)
-        options.update(chat=chat, chat_template=chat_template, train_on=train_on, truncate=truncate,
-                       messages_field=messages_field, prompt_field=prompt_field, completion_field=completion_field)
-    elif chat_template is not None or truncate or train_on != "assistant":
-        raise PackerError("--chat-template, --train-on and --truncate apply to chat builds: add --chat")
+    # The chat options are passed as given: BuildConfig.validate says when they lack --chat (one rule, one place).
+    options.update(chat=chat, chat_template=chat_template, train_on=train_on, truncate=truncate,
+                   messages_field=messages_field, prompt_field=prompt_field, completion_field=completion_field)
     # New options are passed only when used, so an older API keeps taking this call.
     new = dict(limit=limit, holdout=holdout or None, dry_run=dry_run or None, summary_json=summary_json)
     options.update({k: v for k, v in new.items() if v is not None})  # --limit 0 is passed on, and refused
     bar = None if quiet or dry_run else _Progress()
-    try:
-        old_term = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:  # SIGTERM and SIGHUP (the terminal or the ssh session closed) stop the build as Ctrl-C does
+        old_term = {s: signal.signal(s, _on_sigterm) for s in (signal.SIGTERM, signal.SIGHUP)}
     except ValueError:  # not the main thread (an embedding caller): leave signals alone
         old_term = None
     try:
@@ -187,14 +192,14 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
         if bar:
             bar.close()
         argv = " ".join(shlex.quote(a) for a in sys.argv[1:] if a not in ("--overwrite", "--resume"))
-        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        what = f"terminated ({signal.Signals(e.signum).name})" if isinstance(e, Terminated) else "interrupted"
         click.echo(f"\npacker: {what}; finished units are kept. Resume with:\n  packer {argv} --resume", err=True)
-        sys.exit(143 if isinstance(e, Terminated) else 130)
+        sys.exit(128 + e.signum if isinstance(e, Terminated) else 130)
     finally:
         if bar:
             bar.close()
-        if old_term is not None:  # a program that called us in-process keeps its own handler
-            signal.signal(signal.SIGTERM, old_term)
+        for signum, handler in (old_term or {}).items():  # a program that called us in-process keeps its own
+            signal.signal(signum, handler)
     if result.plan is not None:
         for line in plan_lines(result.plan):
             click.echo(line, err=summary_json == "-")
@@ -211,7 +216,9 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
     for line in summary_lines(m):
         click.echo(line, err=True)
     tk = m.get("tokenizer", {})
-    if result.added and not tk.get("added"):  # the manifest names it only when more than EOS is added
+    if "chat" in m.get("settings", {}):  # (no flag dropped them: the template writes them)
+        click.echo("around text     nothing added: the chat template writes BOS and the end-of-turn tokens", err=True)
+    elif result.added and not tk.get("added"):  # the manifest names it only when more than EOS is added
         click.echo(f"around text     {result.added}", err=True)
     if tk.get("backend") not in (None, "bytes"):
         click.echo(f"backend         {tk['backend']}: {tk.get('backend_reason', '')}", err=True)

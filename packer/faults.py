@@ -8,6 +8,7 @@ only while unit k is built) in a build's environment. Points:
 - ``manifest``: before the manifest is written
 - ``kill-worker``: SIGKILL this worker process only (tests worker-death handling)
 - ``enospc``: an atomic write fails with "No space left on device"
+- ``slow``: every chunk takes 2 s longer to tokenize (a build long enough to be signalled)
 
 Any other point kills the whole process group with SIGKILL, as a power cut
 would. With the variable unset, ``point`` costs one dict lookup.
@@ -24,6 +25,7 @@ import contextvars
 import errno
 import os
 import signal
+import time
 
 _UNIT: contextvars.ContextVar[int | None] = contextvars.ContextVar("packer_fault_unit", default=None)
 
@@ -45,6 +47,9 @@ def point(name: str) -> None:
     unit = os.environ.get("PACKER_FAULT_UNIT")
     current = _UNIT.get()
     if unit is not None and (current is None or int(unit) != current):
+        return
+    if name == "slow":
+        time.sleep(2.0)
         return
     if name == "kill-worker":
         os.kill(os.getpid(), signal.SIGKILL)

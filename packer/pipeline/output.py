@@ -14,7 +14,7 @@ from .. import shards as S
 from ..errors import PackerError
 from ..io import Storage
 from ..io.lock import LOCK_NAME
-from .unit import HOLDOUT_DIR, MAX_EXAMPLES
+from .unit import HOLDOUT_DIR, MAX_EXAMPLES, unit_sources
 
 LIST_THREADS = 32  # unit records read at once when resuming (small GETs on an object store)
 
@@ -99,13 +99,30 @@ def prepare_out(out: Storage, cfg, settings: dict, stamp: str | None = None, pre
         return True
     if action == "replace":
         out.check_removable(tops)  # a read-only mount or another owner: say so before deleting anything
-        out.clear(tops, first=S.MANIFEST)
+        _clear(out, tops)
+        tops = []
+    elif action == "fresh" and tops:
+        # Under --resume, without build.json: what is left (units, shards) was made by a build that no
+        # record here names (a kill during --overwrite, or build.json removed): nothing of it can be proven
+        # to come from these settings and inputs, so none of it is kept.
+        _clear(out, tops)
         tops = []
     out.make_dirs([S.SHARD_DIR, S.UNIT_DIR])
     _remove_temp_files(out)
     if S.BUILD_JSON not in tops:
         out.put_json(S.BUILD_JSON, {"format": S.FORMAT_NAME, "format_version": S.FORMAT_VERSION, "settings": settings})
     return False
+
+
+def _clear(out: Storage, tops: list[str]) -> None:
+    """Delete ``tops``: the manifest first (no reader sees a manifest without its shards), then
+    build.json (so a kill later in the deletion leaves no settings that old units could be taken for)."""
+    heads = [t for t in (S.MANIFEST, S.BUILD_JSON) if t in tops]
+    for t in heads:
+        out.clear([t], first=t)
+    rest = [t for t in tops if t not in heads]
+    if rest:
+        out.clear(rest, first=rest[0])
 
 
 def _remove_temp_files(out: Storage) -> None:
@@ -122,12 +139,13 @@ def finished_records(out: Storage, units) -> dict[int, dict]:
     100k units on an object store must not pay 100k round trips in series.
     """
     objects = out.list()
-    want = [u.index for u in units if f"{S.UNIT_DIR}/{u.index:06d}.json" in objects]
+    want = {u.index: u for u in units if f"{S.UNIT_DIR}/{u.index:06d}.json" in objects}
 
     def load(i: int):
         try:
             rec = json.loads(out.read(f"{S.UNIT_DIR}/{i:06d}.json"))
-            if objects.get(rec["path"]) == rec["bytes"]:
+            # Kept only when made from this unit's input (its slices) and its shard is whole.
+            if rec["unit"] == i and rec["sources"] == unit_sources(want[i]) and objects.get(rec["path"]) == rec["bytes"]:
                 return i, rec
         except (OSError, ValueError, KeyError, TypeError):
             pass

@@ -96,6 +96,7 @@ def _encode_chunk(job: Job, parts: list[Part]) -> ChunkResult:
         held = ChunkResult(h_ids.astype(job.dtype, copy=False), h_lengths[h_lengths > 0], (), 0)
     ids, lengths = _encode(enc, texts)
     faults.point("tokenize")
+    faults.point("slow")
 
     def where(d: int) -> str:
         d = at[d] if at is not None else d
@@ -222,7 +223,7 @@ def _write_unit(job: Job, root: str, unit: Unit, chunks: list[ChunkResult], skip
         S.CHECKSUM: S.checksum(data),
         "skipped": dict(sorted(skipped.items())),
         "skipped_examples": {k: examples[k] for k in sorted(examples)},
-        "sources": [_source(sl) for sl in unit.slices],
+        "sources": unit_sources(unit),
     }
     if job.chat is not None:  # (only chat builds: the records of other builds keep their bytes)
         record["trained_tokens"] = int(mask.sum(dtype=np.int64))
@@ -231,6 +232,11 @@ def _write_unit(job: Job, root: str, unit: Unit, chunks: list[ChunkResult], skip
     out_store.put_json(f"{S.UNIT_DIR}/{unit.index:06d}.json", record)
     faults.point("kill-worker")
     return record
+
+
+def unit_sources(unit: Unit) -> list[dict]:
+    """What a unit record says it was made from: each slice's file and byte range (``--resume`` compares it)."""
+    return [_source(sl) for sl in unit.slices]
 
 
 def _source(sl) -> dict:

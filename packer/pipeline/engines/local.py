@@ -22,6 +22,7 @@ import os
 import queue
 import signal
 import threading
+import time
 import uuid
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -37,8 +38,8 @@ from .base import Chunk, FirstTask, Progress, UnitEnd, chunks_at_most
 from .reader import ReaderFailed, Window, read_units
 from .worker import JOBS, bounded_malloc, one_core_tokenizer, start_pool_worker
 
-QUIET_S = 5.0  # seconds without an event before the scheduler looks at its workers
-STOPPED_CHECKS = 2  # quiet periods a worker may stay stopped (SIGSTOP) before the build fails
+QUIET_S = 5.0  # seconds between looks at the workers (and the longest wait for one event)
+STOPPED_CHECKS = 2  # looks in a row that find a worker stopped (SIGSTOP) before the build fails
 
 
 class LocalEngine:
@@ -166,7 +167,8 @@ class _Scheduler:
         self.waiting = first is not None  # no unit is assembled before the first task's result is in
         self.held: list[int] = []  # units ready meanwhile
         self.left = len(todo)
-        self.quiet = 0  # quiet periods in a row with a stopped worker
+        self.quiet = 0  # checks in a row that found a stopped worker
+        self.watched = time.monotonic()
         self.unit = None  # the unit the last event was about, for the message if a worker dies
 
     def run(self) -> Iterator[tuple[Unit, dict]]:
@@ -205,20 +207,21 @@ class _Scheduler:
 
     def _next_event(self):
         """The next event, or None after a quiet period (having checked that one can still come)."""
+        if time.monotonic() - self.watched >= QUIET_S:
+            self.watch()
         try:
-            ev = self.events.get(timeout=QUIET_S)
+            return self.events.get(timeout=QUIET_S)
         except queue.Empty:
             # Never wait forever: with the reader finished and no task in flight, no event can come any more.
             if not self.reader.is_alive() and self.in_flight == 0 and self.events.empty():
                 raise PackerError(f"the build stalled with {self.left} unit(s) unfinished (an internal error; please "
                                   "report it); finished units are kept: rerun with --resume") from None
-            self.watch()
             return None
-        self.quiet = 0
-        return ev
 
     def watch(self) -> None:
-        """A quiet period: a worker stopped (SIGSTOP) for ``STOPPED_CHECKS`` of them fails the build."""
+        """Every ``QUIET_S``: a worker found stopped (SIGSTOP) ``STOPPED_CHECKS`` times in a row fails the build
+        (the others may go on for a while, but the units it holds can never finish)."""
+        self.watched = time.monotonic()
         processes = getattr(self.pool, "_processes", None) or {}
         stopped = [pid for pid in list(processes) if _stopped(pid)]
         self.quiet = self.quiet + 1 if stopped else 0

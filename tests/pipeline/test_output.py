@@ -1,0 +1,88 @@
+"""The build folder on --resume / --overwrite (packer/pipeline/output.py): a resume keeps only units it can
+prove were made by these settings from these inputs (issue 33.2; docs/reliability.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from packer import build
+from packer.errors import PackerError
+from tests._services import folder_files
+from tests.conftest import write_jsonl
+
+OPTS = dict(unit_mb=0.02, workers=1, quiet=True)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "c.jsonl"
+    write_jsonl(path, [f"doc {i} " + "word " * (i % 70 + 1) for i in range(3000)])
+    return str(path)
+
+
+def test_old_units_without_build_json_are_not_kept_by_a_resume(tmp_path, corpus):
+    """A kill during --overwrite (or build.json removed) leaves another build's units: --resume with new
+    settings must rebuild them, not keep shards of the old seq_len under a manifest of the new one."""
+    out, ref = str(tmp_path / "out"), str(tmp_path / "ref")
+    build(corpus, out, seq_len=256, **OPTS)
+    for name in ("manifest.json", "build.json"):
+        os.remove(os.path.join(out, name))
+    r = build(corpus, out, seq_len=128, resume=True, **OPTS)
+    assert r.units_skipped == 0
+    build(corpus, ref, seq_len=128, **OPTS)
+    assert folder_files(out) == folder_files(ref)
+
+
+def test_overwrite_removes_build_json_before_any_unit(tmp_path, corpus, monkeypatch):
+    """Killed part way through deleting the old build, OUT never holds old units under a build.json."""
+    from packer.io import storage_for
+
+    out = str(tmp_path / "out")
+    build(corpus, out, seq_len=256, **OPTS)
+    order = []
+    cls = type(storage_for(out))
+    real = cls.clear
+
+    def clear(self, tops, first):
+        order.extend(sorted(tops, key=lambda t: t != first))
+        if "units" in tops and not os.path.exists(os.path.join(out, "build.json")):
+            raise KeyboardInterrupt  # the kill: build.json is already gone
+        return real(self, tops, first)
+
+    monkeypatch.setattr(cls, "clear", clear)
+    with pytest.raises(KeyboardInterrupt):
+        build(corpus, out, seq_len=128, overwrite=True, **OPTS)
+    assert order[:2] == ["manifest.json", "build.json"]
+    assert os.path.isdir(os.path.join(out, "units"))  # old units are left, but no settings claim them
+    monkeypatch.undo()
+    r = build(corpus, out, seq_len=128, resume=True, **OPTS)
+    assert r.units_skipped == 0 and r.manifest["seq_len"] == 128
+
+
+def test_a_record_of_another_input_range_is_rebuilt(tmp_path, corpus):
+    """A unit record whose sources are not the unit's slices (another build's) is not trusted."""
+    out = str(tmp_path / "out")
+    first = build(corpus, out, seq_len=128, **OPTS)
+    n = first.units_run
+    assert n > 2
+    os.remove(os.path.join(out, "manifest.json"))
+    rec_path = os.path.join(out, "units", "000001.json")
+    rec = json.load(open(rec_path))
+    rec["sources"][0]["start"] += 1  # as if cut from another range of the input
+    json.dump(rec, open(rec_path, "w"))
+    r = build(corpus, out, seq_len=128, resume=True, **OPTS)
+    assert r.units_run == 1 and r.units_skipped == n - 1
+    ref = str(tmp_path / "ref")
+    build(corpus, ref, seq_len=128, **OPTS)
+    assert folder_files(out) == folder_files(ref)
+
+
+def test_resume_with_other_settings_is_refused(tmp_path, corpus):
+    out = str(tmp_path / "out")
+    build(corpus, out, seq_len=128, **OPTS)
+    os.remove(os.path.join(out, "manifest.json"))
+    with pytest.raises(PackerError, match="other settings"):
+        build(corpus, out, seq_len=256, resume=True, **OPTS)
