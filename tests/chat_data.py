@@ -209,3 +209,55 @@ def tool_conversations(n: int, seed: int = 0) -> list[dict]:
             msgs += [{"role": "user", "content": rng.choice(paras)}, {"role": "assistant", "content": rng.choice(paras)}]
         out.append({"messages": msgs})
     return out
+
+
+# Small tokenizers of each class, trained here on the paragraphs (no files from outside the repo):
+# name -> (special tokens, non-special added tokens, tokenizer_config.json without the template).
+SMALL = {
+    "qwen3": (["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+              ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"],
+              {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}),
+    "gemma3": (["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"], ["<mask>"],
+               {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}),
+    "llama3": (["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"], [],
+               {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}),
+}
+
+
+def small_tokenizer(folder: str, name: str, template: str, extra: dict | None = None) -> str:
+    """Write ``folder`` with a small tokenizer.json of class ``name`` (SMALL: byte-level BPE with an NFC
+    normalizer for qwen3 and llama3, SentencePiece-style Metaspace BPE with byte fallback for gemma3) and
+    a tokenizer_config.json holding ``template``; returns ``folder``."""
+    import json
+
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    specials, added, cfg = SMALL[name]
+    texts = list(paragraphs(3000))
+    if name == "gemma3":
+        tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+        tok.normalizer = normalizers.Replace(" ", "\u2581")
+        tok.pre_tokenizer = pre_tokenizers.Split("\u2581", behavior="merged_with_previous")
+        tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+        alphabet = [f"<0x{i:02X}>" for i in range(256)]
+        trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=specials + alphabet, show_progress=False)
+    else:
+        tok = Tokenizer(models.BPE())
+        tok.normalizer = normalizers.NFC()
+        split = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+        from tokenizers import Regex
+
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=specials, show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
+    os.makedirs(folder, exist_ok=True)
+    tok.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({**cfg, "chat_template": template, **(extra or {})}, f)
+    return folder

@@ -17,7 +17,8 @@ import pyarrow as pa
 import pytest
 
 from packer import PackerError, build
-from tests.chat_data import CHATML_GEN, LLAMA3_GEN, MISTRAL_GEN, conversations, plain
+from tests.chat_data import (CHATML_GEN, GEMMA3, GEMMA3_GEN, LLAMA3_GEN, MISTRAL_GEN, QWEN3, QWEN3_GEN, conversations,
+                             plain, small_tokenizer, tool_conversations)
 from tests.conftest import REPO
 
 DATA = os.path.abspath(os.path.join(REPO, "..", "shared", "data"))
@@ -311,3 +312,129 @@ def test_show_and_stats_mark_the_trained_tokens(small, copy_build):
         w.write_table(t)
     r = CliRunner().invoke(main, ["stats", out])
     assert r.exit_code == 1 and "padding slot is marked trained" in r.output
+
+
+# ---------------------------------------------------------------------------------------------
+# Small tokenizers of each class built here (no ../shared): Qwen3's and Gemma 3's template shapes,
+# tool calls, reasoning, newline-led replies; ids against apply_chat_template, masks against
+# transformers' assistant_masks on the same template tagged with {% generation %}.
+
+SMALL_CASES = {"qwen3": (QWEN3, QWEN3_GEN), "gemma3": (GEMMA3, GEMMA3_GEN), "llama3": (plain(LLAMA3_GEN), LLAMA3_GEN)}
+
+
+@pytest.fixture(scope="module")
+def small_folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("small_tok")
+    return {name: small_tokenizer(str(root / name), name, tpl) for name, (tpl, _) in SMALL_CASES.items()}
+
+
+def _gemma_shape(records):
+    """Gemma 3 needs user/assistant alternating (no tool role): the conversations of that shape."""
+    return [r for r in records if all(m["role"] in ("user", "assistant") for m in r["messages"])]
+
+
+def _check_build(folder, gen, records, tmp_path, **kw):
+    tk = transformers.AutoTokenizer.from_pretrained(folder)
+    ref = reference(tk, gen, records)
+    src = _write(tmp_path / "chat.jsonl", records)
+    out = str(tmp_path / "out")
+    m = build([src], out, seq_len=4096, tokenizer=folder, chat=True, workers=1, **kw).manifest
+    assert m["totals"]["skipped"] == {} and m["totals"]["documents"] == len(records)
+    _, docs = documents(out)
+    for (ids, mask), (rids, rmask) in zip(docs, ref):
+        np.testing.assert_array_equal(ids, rids)
+        np.testing.assert_array_equal(mask, rmask)
+    return tk, docs
+
+
+@pytest.mark.parametrize("name", ["qwen3", "gemma3", "llama3"])
+def test_tool_calls_reasoning_and_newline_led_replies_are_built_exactly(small_folders, tmp_path, name):
+    """Issue 29.4/29.5: every conversation built (0 skipped), ids = apply_chat_template, mask = the tags'."""
+    records = tool_conversations(200, seed=2)
+    if name == "gemma3":
+        records = _gemma_shape(records)
+    tk, docs = _check_build(small_folders[name], SMALL_CASES[name][1], records, tmp_path)
+    if name == "qwen3":  # tool calls and the end-of-turn token after them are trained; tool results are not
+        calls = [tk.decode(ids[mask == 1]) for (ids, mask), r in zip(docs, records) if "tool_calls" in r["messages"][1]]
+        assert calls and all("<tool_call>" in c and c.count("<|im_end|>") >= 2 and "<tool_response>" not in c
+                             for c in calls)
+
+
+def test_the_issue_records_are_built(small_folders, tmp_path):
+    records = [
+        {"messages": [{"role": "user", "content": "w?"}, {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "f", "arguments": {}}}]}, {"role": "tool", "content": "{}"},
+            {"role": "assistant", "content": "ok"}]},
+        {"messages": [{"role": "user", "content": "code?"}, {"role": "assistant", "content": "\n    x = 1"}]},
+        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [
+            {"type": "function", "function": {"name": "g", "arguments": "{\"a\": 1}"}}]}]},  # content null (OpenAI)
+    ]
+    _check_build(small_folders["qwen3"], QWEN3_GEN, records, tmp_path)
+
+
+def test_a_template_with_generation_tags_gives_the_mask(small_folders, tmp_path):
+    """Issue 33.9: a {% generation %} template is accepted and its spans are the mask (TRL's assistant_only_loss)."""
+    tpl = tmp_path / "gen.jinja"
+    tpl.write_text(QWEN3_GEN)
+    records = tool_conversations(40, seed=5)
+    tk = transformers.AutoTokenizer.from_pretrained(small_folders["qwen3"])
+    ref = reference(tk, QWEN3_GEN, records)
+    src = _write(tmp_path / "c.jsonl", records)
+    build([src], str(tmp_path / "o"), seq_len=4096, tokenizer=small_folders["qwen3"], chat=True,
+          chat_template=str(tpl), workers=1)
+    _, docs = documents(str(tmp_path / "o"))
+    for (ids, mask), (rids, rmask) in zip(docs, ref):
+        np.testing.assert_array_equal(ids, rids)
+        np.testing.assert_array_equal(mask, rmask)
+
+
+def test_train_on_choices(small_folders, tmp_path):
+    folder = small_folders["qwen3"]
+    tk = transformers.AutoTokenizer.from_pretrained(folder)
+    rec = tool_conversations(1)[0]  # user, a reply calling tools, tool results, a reply
+    src = _write(tmp_path / "c.jsonl", [rec])
+    got = {}
+    for train_on in ("assistant", "assistant+tool", "all"):
+        build([src], str(tmp_path / train_on), seq_len=4096, tokenizer=folder, chat=True, train_on=train_on, workers=1)
+        (ids, mask), = documents(str(tmp_path / train_on))[1]
+        got[train_on] = tk.decode(ids[mask == 1])
+    assert "<tool_call>" in got["assistant"] and "<tool_response>" not in got["assistant"]
+    assert '{"result"' in got["assistant+tool"] and got["assistant+tool"].startswith(got["assistant"][:20])
+    assert got["all"] == tk.decode(ids) and "user" in got["all"]
+    with pytest.raises(PackerError, match="unknown --train-on"):
+        build([src], str(tmp_path / "x"), tokenizer=folder, chat=True, train_on="tools")
+
+
+def test_pad_id_is_a_text_builds(small_folders, tmp_path):
+    """Not id 0: the tokenizer's pad token, else its end-of-document token, as a text build pads."""
+    src = _write(tmp_path / "c.jsonl", tool_conversations(3))
+    m = build([src], str(tmp_path / "o"), seq_len=4096, tokenizer=small_folders["llama3"], chat=True, workers=1).manifest
+    tk = transformers.AutoTokenizer.from_pretrained(small_folders["llama3"])
+    assert m["pad_id"] == tk.convert_tokens_to_ids("<|end_of_text|>") != 0
+
+
+def test_a_resumed_build_renders_with_the_recorded_date(small_folders, tmp_path):
+    """Issue 33.6: strftime_now is fixed at the build's start, recorded, and reused by --resume."""
+    tpl = tmp_path / "date.jinja"
+    tpl.write_text("{{ 'Today: ' + strftime_now('%Y-%m-%d') + '\\n' }}" + QWEN3)
+    ins = []
+    for k in range(2):
+        ins.append(_write(tmp_path / f"c{k}.jsonl", tool_conversations(30, seed=k)))
+    out = str(tmp_path / "o")
+    kw = dict(seq_len=4096, tokenizer=small_folders["qwen3"], chat=True, chat_template=str(tpl), workers=1,
+              unit_mb=0.004)
+    build(ins, out, **kw)
+    bj = json.load(open(os.path.join(out, "build.json")))
+    assert bj["settings"]["chat"]["date"]
+    bj["settings"]["chat"]["date"] = "2020-01-02T00:00:00+00:00"  # as if the killed build had started then
+    with open(os.path.join(out, "build.json"), "w") as f:
+        json.dump(bj, f)
+    m = json.load(open(os.path.join(out, "manifest.json")))
+    os.remove(os.path.join(out, "manifest.json"))
+    last = m["shards"][-1]
+    os.remove(os.path.join(out, last["path"]))
+    m = build(ins, out, resume=True, **kw).manifest
+    assert m["settings"]["chat"]["date"] == "2020-01-02T00:00:00+00:00"
+    tk = transformers.AutoTokenizer.from_pretrained(small_folders["qwen3"])
+    t = pa.ipc.open_file(os.path.join(out, m["shards"][-1]["path"])).read_all()
+    assert "Today: 2020-01-02" in tk.decode(t.column("input_ids")[0].as_py())
