@@ -27,6 +27,9 @@ Variants ("useful" tokens: non-padding; tokens/s = useful / median step):
 - ``packer_sorted`` the same, each batch's rows reordered (one-document rows first: the same batch,
                   fewer kernel calls);
 - ``packer_varlen`` ``packer_attention("torch_varlen")``: every row through ``varlen_attn``;
+- ``packer_nested`` ``packer_attention("nested")``: every row through SDPA on nested (jagged)
+                  tensors, the kernel SDPA picks for them (flash);
+- ``packer_nested_cudnn`` the same under ``sdpa_kernel(CUDNN_ATTENTION)``: cuDNN's ragged path;
 - ``hf_sdpa``     packer rows through sdpa with transformers' packed-sequence detection (a dense
                   document mask built from position_ids every step);
 - ``padded``      one document per row (truncated at L), padded, sdpa with a padding attention_mask.
@@ -54,8 +57,10 @@ from packer import PackedDataset  # noqa: E402
 from packer.train import hf  # noqa: E402
 from packer.train.batching import whole_rows_first  # noqa: E402
 
-VARIANTS = ("group", "group_fa2", "packer", "packer_cu", "packer_sorted", "packer_varlen", "hf_sdpa", "padded")
-CU_VARIANTS = ("packer_cu", "packer_sorted", "packer_varlen")
+VARIANTS = ("group", "group_fa2", "packer", "packer_cu", "packer_sorted", "packer_varlen", "packer_nested",
+            "packer_nested_cudnn", "hf_sdpa", "padded")
+CU_VARIANTS = ("packer_cu", "packer_sorted", "packer_varlen", "packer_nested", "packer_nested_cudnn")
+KERNEL_OF = {"packer_varlen": "torch_varlen", "packer_nested": "nested", "packer_nested_cudnn": "nested"}
 
 
 def parse(argv=None):
@@ -70,6 +75,7 @@ def parse(argv=None):
     p.add_argument("--profile", action="store_true",
                    help="after the table, profile 2 steps of group, group_fa2 and packer_cu: CUDA time by kernel "
                         "class and the host syncs a step")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of the variants")
     p.add_argument("--out", default=os.environ.get("OUT") or "bench_out/hf_attention")
     a = p.parse_args(argv)
     t = a.tiny
@@ -79,6 +85,10 @@ def parse(argv=None):
     a.rounds = a.rounds or (1 if t else 3)
     a.docs = a.docs or (300 if t else 20000)
     a.vocab = 512 if t else 50304
+    a.variants = tuple(v for v in a.variants.split(",") if v)
+    bad = [v for v in a.variants if v not in VARIANTS]
+    if bad or "group" not in a.variants:
+        p.error(f"--variants: unknown {bad}, or 'group' (the baseline) missing; choose from {', '.join(VARIANTS)}")
     return a
 
 
@@ -125,8 +135,8 @@ def inputs_of(var, b):
 
 
 def attn_of(var):
-    if var == "packer_varlen":
-        return hf.packer_attention("torch_varlen")
+    if var in KERNEL_OF:
+        return hf.packer_attention(KERNEL_OF[var])
     return hf.packer_attention() if var.startswith("packer") else "sdpa"
 
 
@@ -146,9 +156,9 @@ def autocast(a):
 
 
 def sdpa_ctx(a, var):
-    if var == "group_fa2" and a.device.startswith("cuda"):
+    if var in ("group_fa2", "packer_nested_cudnn") and a.device.startswith("cuda"):
         from torch.nn.attention import SDPBackend, sdpa_kernel
-        return sdpa_kernel(SDPBackend.FLASH_ATTENTION)
+        return sdpa_kernel(SDPBackend.FLASH_ATTENTION if var == "group_fa2" else SDPBackend.CUDNN_ATTENTION)
     import contextlib
     return contextlib.nullcontext()
 
@@ -242,9 +252,10 @@ def profile_variant(a, state, var, batches):
     return {"ms_by_class": classes, "syncs_per_step": syncs, "top": kernels[:12]}
 
 
-def correctness(a, state, ds, kernel="auto"):
-    """Two packed rows and a one-document row through packer's attention vs. each document alone
-    through sdpa."""
+def correctness(a, state, ds, var="packer"):
+    """Two packed rows and a one-document row through variant ``var``'s attention vs. each document alone
+    through sdpa; on CUDA also the attention kernels that ran."""
+    kernel = KERNEL_OF.get(var, "auto")
     from transformers import LlamaForCausalLM
 
     m = LlamaForCausalLM(model_config(a)).to(a.device)
@@ -254,10 +265,18 @@ def correctness(a, state, ds, kernel="auto"):
     b = ds.batch(list(np.argsort([-n for n in n_docs])[:2]) + whole)
     ids, pos, lab = (b[k].to(a.device) for k in ("input_ids", "position_ids", "labels"))
     m.set_attn_implementation(hf.packer_attention(kernel))
-    with autocast(a):
+    ran = []
+    with autocast(a), sdpa_ctx(a, var):
         logits = m(input_ids=ids, position_ids=pos).logits.float()
-        loss = m(input_ids=ids, position_ids=pos, labels=lab).loss
-    loss.backward()
+        if a.device.startswith("cuda"):
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                loss = m(input_ids=ids, position_ids=pos, labels=lab).loss
+                loss.backward()
+            ran = sorted({e.key[:80] for e in prof.key_averages() if kernel_class(e.key) == "attention"})
+        else:
+            loss = m(input_ids=ids, position_ids=pos, labels=lab).loss
+            loss.backward()
     g_packed = torch.cat([p.grad.flatten() for p in m.parameters()])
     m.zero_grad()
     m.set_attn_implementation("sdpa")
@@ -277,7 +296,7 @@ def correctness(a, state, ds, kernel="auto"):
     g_alone = torch.cat([p.grad.flatten() for p in m.parameters()])
     rel = float((g_packed - g_alone).norm() / g_alone.norm())
     return {"segments": len(cu) - 1, "max_abs_logit_diff": diff, "max_abs_logit": total, "grad_rel_diff": rel,
-            "kernel": hf._pick(torch.empty(1, device=a.device, dtype=torch.bfloat16), kernel)}
+            "kernel": hf._pick(torch.empty(1, device=a.device, dtype=torch.bfloat16), kernel), "attention_kernels": ran}
 
 
 def main(argv=None):
@@ -292,16 +311,10 @@ def main(argv=None):
         ds, packed, group, padded, packed_sorted = make_data(a, tmp)
         data = {"group": group, "group_fa2": group, "padded": padded, "packer_sorted": packed_sorted}
         res = {"correctness": {}}
-        for kernel in ("auto", "torch_varlen"):
-            try:
-                res["correctness"][kernel] = correctness(a, state, ds, kernel)
-            except Exception as e:
-                res["correctness"][kernel] = f"FAILED {type(e).__name__}: {str(e)[:300]}"
-            print(f"correctness {kernel}:", json.dumps(res["correctness"][kernel]), flush=True)
-        times = {v: [] for v in VARIANTS}
+        times = {v: [] for v in a.variants}
         loss0 = {}
         for r in range(a.rounds):
-            for v in VARIANTS:
+            for v in a.variants:
                 try:
                     t, l0 = time_variant(a, state, v, data.get(v, packed), r == 0)
                 except Exception as e:  # one variant failing must not lose the others' figures
@@ -313,8 +326,15 @@ def main(argv=None):
                 if l0 is not None:
                     loss0[v] = l0
                 print(f"round {r} {v}: {t * 1e3:.1f} ms/step", flush=True)
-    useful = {v: float(np.mean([b["useful"] for b in data.get(v, packed)[3:a.steps + 3]])) for v in VARIANTS}
-    tps = {v: useful[v] / float(np.nanmedian(times[v]) if not np.all(np.isnan(times[v])) else np.nan) for v in VARIANTS}
+        # after the timings: a kernel that breaks the CUDA context must not lose them
+        for var in [v for v in ("packer", "packer_varlen", "packer_nested", "packer_nested_cudnn") if v in a.variants]:
+            try:
+                res["correctness"][var] = correctness(a, state, ds, var)
+            except Exception as e:
+                res["correctness"][var] = f"FAILED {type(e).__name__}: {str(e)[:300]}"
+            print(f"correctness {var}:", json.dumps(res["correctness"][var]), flush=True)
+    useful = {v: float(np.mean([b["useful"] for b in data.get(v, packed)[3:a.steps + 3]])) for v in a.variants}
+    tps = {v: useful[v] / float(np.nanmedian(times[v]) if not np.all(np.isnan(times[v])) else np.nan) for v in a.variants}
     res.update(times=times, useful_per_step=useful, tokens_per_s=tps, first_loss=loss0, args=vars(a))
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "hf_attention.json"), "w") as f:
@@ -323,14 +343,16 @@ def main(argv=None):
     print("\n| variant | ms/step (rounds) | useful tokens/step | useful tok/s | vs group (cuDNN) | vs group_fa2 | "
           "vs padded | first loss |")
     print("|---|---|---|---|---|---|---|---|")
-    for v in VARIANTS:
+    fa2, pad = tps.get("group_fa2", float("nan")), tps.get("padded", float("nan"))
+    for v in a.variants:
         ms = ", ".join(f"{t * 1e3:.1f}" for t in times[v])
         print(f"| {v} | {ms} | {useful[v]:,.0f} | {tps[v]:,.0f} | {tps[v] / base:.3f} | "
-              f"{tps[v] / tps['group_fa2']:.3f} | {tps[v] / tps['padded']:.2f} | {loss0.get(v, float('nan')):.4f} |")
+              f"{tps[v] / fa2:.3f} | {tps[v] / pad:.2f} | {loss0.get(v, float('nan')):.4f} |")
 
     if a.profile and a.device.startswith("cuda"):
         try:
-            prof = {v: profile_variant(a, state, v, data.get(v, packed)) for v in ("group", "group_fa2", "packer_cu", "packer_sorted")}
+            prof = {v: profile_variant(a, state, v, data.get(v, packed)) for v in ("group", "group_fa2", "packer_cu", "packer_sorted")
+                    if v in a.variants}
         except Exception as e:  # the table above stands without it
             print(f"profile FAILED {type(e).__name__}: {e}")
             return
