@@ -20,7 +20,6 @@ from tests._services import folder_files
 from tests.conftest import SAMPLE
 
 build_module = importlib.import_module("packer.pipeline.engines.base")  # where every engine cuts chunks
-reader = importlib.import_module("packer.pipeline.engines.reader")
 
 
 def _records(sl, part_bytes):
@@ -129,28 +128,6 @@ def test_chunk_size_does_not_change_the_output(tmp_path, monkeypatch):
     a, b, c = (folder_files(tmp_path / x) for x in "abc")
     assert a == b == c
     assert sum(k.startswith("shards/") for k in a) > 3
-
-
-def test_unit_window_admits_two_units_or_small_ones():
-    w = reader.Window(limit=100)
-    assert w.enter(500) and w.enter(500)  # two units always fit, however large
-    assert not w.enter(1, timeout=0.01)  # a third must wait: 1000 bytes are over the limit
-    w.leave(500)
-    w.leave(500)
-    assert all(w.enter(30) for _ in range(3))  # small units: as many as the limit holds
-    assert not w.enter(30, timeout=0.01)
-
-
-def test_unit_window_admits_two_more_while_the_first_task_runs():
-    w = reader.Window(limit=100, waiting=True)
-    assert all(w.enter(500) for _ in range(4))  # assembly is held back: two more units are read meanwhile
-    assert not w.enter(500, timeout=0.01)
-    w.open()  # the check is back: the usual two
-    for _ in range(2):
-        w.leave(500)
-    assert not w.enter(500, timeout=0.01)  # still two in
-    w.leave(500)
-    assert w.enter(500, timeout=0.01)
 
 
 def test_whole_file_read_matches_the_file_whatever_discovery_saw(tmp_path):

@@ -1,0 +1,28 @@
+"""packer/pipeline/report.py: what a build says at its end (it never changes the bytes)."""
+
+from __future__ import annotations
+
+from packer.pipeline.report import no_documents_error, plural, skipped_warning
+
+
+def test_plural():
+    assert plural(1, "unit") == "1 unit" and plural(2, "unit") == "2 units" and plural(1024, "unit") == "1,024 units"
+    assert plural(3, "entry", "entries") == "3 entries"
+
+
+def test_mostly_skipped_warns_and_names_the_reasons_by_count():
+    assert skipped_warning({"documents": 10, "skipped": {"too_long": 9}}) is None  # under half
+    w = skipped_warning({"documents": 2, "skipped": {"missing_field": 5, "not_string": 3}})
+    assert w.startswith("80% of records were skipped (8 records: missing_field 5, not_string 3)")
+    assert "--text-field" in w
+    chat = skipped_warning({"documents": 1, "trained_tokens": 5, "skipped": {"template_mismatch": 4}})
+    assert "--messages-field" in chat and "--text-field" not in chat  # a chat build names chat causes
+    # held-out documents count as built
+    assert skipped_warning({"documents": 0, "holdout_documents": 10, "skipped": {"too_long": 9}}) is None
+
+
+def test_no_documents_names_what_was_skipped_and_an_example():
+    e = no_documents_error({"skipped": {"bad_json": 3}, "skipped_examples": {"bad_json": ["a.jsonl:2"]}}, [], "text")
+    assert str(e).startswith("no documents: all 3 records were skipped (bad_json 3)")
+    assert "e.g. a.jsonl:2" in str(e) and str(e).endswith("nothing was built")
+    assert "empty files" in str(no_documents_error({"skipped": {}}, [], "text"))

@@ -1,0 +1,68 @@
+"""packer/pipeline/unit.py: the work unit is a function of its arguments alone."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from packer.formats import discover, iter_parts, plan_slices
+from packer.pipeline import Job, assemble_unit, encode_chunk, plan_units
+from packer.pipeline.unit import encoder_for, holdout_split
+from packer.tokenize import resolve_tokenizer
+from tests.conftest import write_jsonl
+
+
+def _unit(tmp_path, texts):
+    path = tmp_path / "c.jsonl"
+    write_jsonl(path, texts)
+    return plan_units(plan_slices(discover([str(path)]).files, 1 << 20), 1 << 20)[0]
+
+
+def _job(out, **kw):
+    return Job(**{**dict(out=str(out), seq_len=32, pack="bfd", text_field="text", strict=False,
+                         tokenizer=resolve_tokenizer(None), dtype="uint16"), **kw})
+
+
+def _parts(unit, text_field="text"):
+    return [p for sl in unit.slices for p in iter_parts(sl, text_field)]
+
+
+def test_encode_chunk_depends_on_its_arguments_only(tmp_path):
+    unit = _unit(tmp_path, ["alpha", "beta gamma", "", "delta " * 20])
+    a = encode_chunk(_job(tmp_path / "a"), unit.index, _parts(unit))
+    b = encode_chunk(_job(tmp_path / "b"), unit.index, _parts(unit))
+    assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.lengths, b.lengths)
+    assert a.lengths.tolist() == [6, 11, 121]  # bytes + EOS per document
+    assert [s.reason for s in a.skipped] == ["empty"]  # an empty text is counted, not placed
+    assert a.tokens[:6].tolist() == list(b"alpha") + [256]
+    # another job in the same process (here: no EOS) is not confused with the first
+    c = encode_chunk(_job(tmp_path / "c", tokenizer=resolve_tokenizer(None, eos=False)), unit.index, _parts(unit))
+    assert c.lengths.tolist() == [5, 10, 120]
+
+
+def test_assemble_unit_writes_the_same_shard_and_record_twice(tmp_path):
+    unit = _unit(tmp_path, [f"document {i} " * (i % 7 + 1) for i in range(50)])
+    records = []
+    for name in ("a", "b"):
+        job = _job(tmp_path / name)
+        os.makedirs(tmp_path / name / "shards")
+        os.makedirs(tmp_path / name / "units")
+        records.append(assemble_unit(job, unit, [encode_chunk(job, unit.index, _parts(unit))]))
+    assert records[0] == records[1]
+    assert records[0]["documents"] == 50 and records[0]["rows"] * 32 == records[0]["tokens"] + records[0]["padding"]
+    shard = "shards/000000.arrow"
+    assert (tmp_path / "a" / shard).read_bytes() == (tmp_path / "b" / shard).read_bytes()
+
+
+def test_the_encoder_cache_is_keyed_on_the_whole_tokenizer():
+    a, b = resolve_tokenizer(None), resolve_tokenizer(None, eos=False)
+    assert encoder_for(a) is encoder_for(a) and encoder_for(a) is not encoder_for(b)
+
+
+def test_holdout_split_depends_on_the_text_alone():
+    texts = [f"text {i}" for i in range(2000)]
+    keep = holdout_split(texts, 0.1)
+    assert holdout_split(list(reversed(texts)), 0.1) == list(reversed(keep))
+    assert 100 < keep.count(False) < 300  # about a tenth held out
+    assert holdout_split(["same", "same"], 0.5)[0] == holdout_split(["same", "same"], 0.5)[1]
