@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 
 from ..errors import PackerError
 from . import s3
@@ -48,7 +49,11 @@ from .lock import BUILD_MARK, HOLDOUT, LOCK_NAME, _describe
 from .s3 import Conflict, Got
 from .uri import filesystem, first_line, redact
 
+_HELD: "weakref.WeakSet[ObjectLock]" = weakref.WeakSet()  # locks renewing now (see _fork_* below)
+_FORKING: list = []  # the locks whose mutex a fork in progress holds
+
 LEASE_S = 60.0  # a holder that has not renewed its lock for this long (the store's clock) counts as gone
+LEASE_THREAD = "packer-lock-lease"  # the renewal thread's name: safe to fork beside (the fork waits for a renewal)
 TRIES = 8  # rounds of take / look / take over before giving up on a contended lock
 
 
@@ -99,8 +104,9 @@ class ObjectLock:
         else:
             raise PackerError(f"cannot take the lock {self.uri}: other builds keep taking it; try again")
         self._main = threading.current_thread() is threading.main_thread()
-        self._thread = threading.Thread(target=self._renew, name="packer-lock-lease", daemon=True)
+        self._thread = threading.Thread(target=self._renew, name=LEASE_THREAD, daemon=True)
         self._thread.start()
+        _HELD.add(self)
         return self
 
     def record(self, inputs: str) -> None:
@@ -120,6 +126,7 @@ class ObjectLock:
     def release(self, finished: bool) -> None:
         """Stop renewing; delete the lock (finished, or never recorded in a lock we made), else mark it released."""
         self._stop.set()
+        _HELD.discard(self)
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -161,6 +168,34 @@ class ObjectLock:
         print(f"packer: error: lost the lock on {self.root}: {why}; stopping", file=sys.stderr, flush=True)
         if self._main:
             _thread.interrupt_main()
+
+
+def _fork_before() -> None:
+    """A fork (the local engine's workers) waits for a renewal in flight, so that no lock the renewal
+    holds (its mutex, the HTTP pool's) is copied locked into the child."""
+    _FORKING[:] = list(_HELD)
+    for lk in _FORKING:
+        lk._mutex.acquire()
+
+
+def _fork_after_parent() -> None:
+    for lk in _FORKING:
+        lk._mutex.release()
+    _FORKING.clear()
+
+
+def _fork_after_child() -> None:
+    """In a forked worker the lock is not held (its thread is not there): it never renews or releases."""
+    for lk in _FORKING:
+        lk._mutex = threading.Lock()
+        lk._stop.set()
+        lk._thread, lk.etag = None, None
+    _FORKING.clear()
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_fork_before, after_in_parent=_fork_after_parent, after_in_child=_fork_after_child)
 
 
 def check_nesting(storage, store) -> None:

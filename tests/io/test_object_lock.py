@@ -181,3 +181,19 @@ def test_kill_then_resume_on_the_store_is_byte_identical_and_sees_a_rewritten_in
     with pytest.raises(PackerError, match="input files changed"):
         build(corpus, again, seq_len=128, unit_mb=0.02, workers=1, resume=True)
     assert _lock_info(bucket, "again")["inputs"] == stamps, "a refused resume keeps the killed build's stamps"
+
+
+def test_a_forked_worker_never_renews_or_releases_the_lock(bucket):
+    lk = OL.ObjectLock(storage_for(f"s3://{bucket}/p")).acquire()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: what a local-engine worker forked beside the renewal thread sees
+            lk.release(finished=True)  # must do nothing here
+            os._exit(0 if lk.etag is None and lk._stop.is_set() else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert _lock_info(bucket, "p")["token"] == lk.info["token"], "the child's release left the lock alone"
+        lk.record("after-fork")  # the parent still holds it (its mutex was let go after the fork)
+        assert _lock_info(bucket, "p")["inputs"] == "after-fork"
+    finally:
+        lk.release(finished=True)
