@@ -154,3 +154,15 @@ def test_a_chat_shard_without_its_loss_mask_is_refused(chat_build, copy_build):
     for verify in (False, True):
         with pytest.raises(ShardError, match="without its loss_mask"):
             hf_dataset(out, verify=verify)
+
+
+def test_columns_are_made_once_and_an_unwritable_cache_is_one_line(short_docs_build, tmp_path, monkeypatch):
+    first = [f["filename"] for f in hf_dataset(short_docs_build).cache_files[::2]]
+    stamps = [os.stat(f).st_mtime_ns for f in first]
+    assert [os.stat(f).st_mtime_ns for f in (x["filename"] for x in hf_dataset(short_docs_build).cache_files[::2])] \
+        == stamps  # reused, not written again
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", blocker / "cache")
+    with pytest.raises(PackerError, match="HF_DATASETS_CACHE"):
+        hf_dataset(short_docs_build)
