@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -77,3 +78,20 @@ def char_batches(texts: list[str], batch_chars: int) -> list[list[str]]:
     if cur:
         batches.append(cur)
     return batches
+
+
+def start_together(start_at: float) -> None:
+    """Wait until ``start_at`` (time.monotonic()): forked processes given one start begin their work at once."""
+    while time.monotonic() < start_at:
+        time.sleep(0.001)
+
+
+def spin(seconds: float, start_at: float = 0.0) -> tuple[float, float]:
+    """About ``seconds`` of pure-Python integer work on a lone core (a few KB of memory, no memory traffic),
+    from ``start_at``: its wall and CPU seconds. Slower on each of n busy cores than on one: the clock."""
+    start_together(start_at)
+    t0, c0 = time.monotonic(), time.process_time()
+    x = 0
+    for i in range(int(seconds * 2e7)):
+        x ^= i * 2654435761 & 0xFFFF
+    return time.monotonic() - t0, time.process_time() - c0

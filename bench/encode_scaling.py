@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from common import corpus_texts, emit_json  # noqa: E402
+from common import corpus_texts, emit_json, spin, start_together  # noqa: E402
 
 _STATE: dict = {}
 
@@ -48,21 +48,15 @@ def _work(args):
     i, mode, start_at = args
     os.sched_setaffinity(0, {_STATE["cores"][i]})
     if mode == "loop":
-        while time.monotonic() < start_at:
-            time.sleep(0.001)
-        t0, c0 = time.monotonic(), time.process_time()
-        x = 0
-        for k in range(int(_STATE["loop_s"] * 2e7)):
-            x ^= k * 2654435761 & 0xFFFF
-        return time.process_time() - c0, time.monotonic() - t0, 0
+        wall, cpu = spin(_STATE["loop_s"], start_at)
+        return cpu, wall, 0
     enc = _STATE["encoder"]
     if mode == "private":
         from packer.tokenize.tiktoken_backend import TiktokenEncoder
 
         tk = enc.tiktoken
         enc._tk = TiktokenEncoder(tk._json, tk.conv, None, tk.split_special)  # new Rust tables, this child's pages
-    while time.monotonic() < start_at:
-        time.sleep(0.001)
+    start_together(start_at)
     t0, c0 = time.monotonic(), time.process_time()
     tokens = 0
     for b in _STATE["batches"]:
@@ -100,9 +94,7 @@ def main(argv=None) -> None:
             break
         picked.append(t)
         size += len(t)
-    info = choose_backend(resolve_tokenizer(args.tokenizer), "auto", lambda: texts[:200])
-    if info.backend != "tiktoken":
-        sys.exit(f"{args.tokenizer}: packer encodes it with {info.backend}, not tiktoken; this script compares tiktoken tables")
+    info = choose_backend(resolve_tokenizer(args.tokenizer), "tiktoken", lambda: texts[:200])
     batches, b, chars = [], [], 0
     for t in picked:  # the build's chunks: ~256 KB of text each
         b.append(t)
