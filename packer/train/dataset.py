@@ -212,8 +212,9 @@ class PackedDataset(Dataset):
     def __getitem__(self, i) -> dict[str, torch.Tensor]:
         k, j = self._shards.locate(self._index(i))
         m = self._mapped(k)
+        p, j = m.part(j)
         L = self.seq_len
-        a, p0, p1, u = m.row[j].tolist()
+        a, p0, p1, u = p.row[j].tolist()
         raw = m.tokens[a:a + L]
         if self._ids_view:
             ids = raw.view(np.int32)  # a view of the private map: no copy
@@ -223,15 +224,15 @@ class PackedDataset(Dataset):
             lab = ids.astype(np.int64)  # (a copy: labels differ from input_ids)
         if self._check_ids and lab.max() >= self.vocab_size:
             self._bad_token(lab[None, :], [k], [j])
-        lens = m.lens[p0:p1]
-        mask = m.mask(j, L)
+        lens = p.lens[p0:p1]
+        mask = p.mask(m.mem, j, L)
         if mask is not None:  # a chat build: no loss where the loss mask is off (prompts, headers, padding)
             lab[mask == 0] = IGNORE_INDEX
         if p1 - p0 == 1 and u == L:  # one piece fills the row: the common case for long documents
             lab[0] = IGNORE_INDEX
             pos = self._arange.copy()
         else:
-            slot = m.slot[p0:p1]
+            slot = p.slot[p0:p1]
             lab[slot] = IGNORE_INDEX  # no prediction across a boundary
             if u < L:
                 lab[u:] = IGNORE_INDEX  # none of or from padding
@@ -276,11 +277,12 @@ class PackedDataset(Dataset):
         off = []  # (row, loss mask) of rows whose build has one
         for r, k in enumerate(sid.tolist()):
             m = self._mapped(k)
-            a, p0, p1, u = m.row[local[r]].tolist()
+            p, j = m.part(local[r])
+            a, p0, p1, u = p.row[j].tolist()
             ids[r] = m.tokens[a:a + L]  # the one copy of the token data (widening if uint16)
-            if m.mask_at is not None:
-                off.append((r, m.mask(local[r], L)))
-            pl = m.lens[p0:p1]
+            if p.mask_at is not None:
+                off.append((r, p.mask(m.mem, j, L)))
+            pl = p.lens[p0:p1]
             lens.append(pl)
             segs.append(pl)
             if u < L:
@@ -393,7 +395,7 @@ class PackedDataset(Dataset):
         if e.store.local:
             check_size(e)
             check_checksum(e)
-        self._map(k)
+        self._map(k).check_all()
 
     def _verify_all(self) -> None:
         verify_all(self._shards.n, self._check)
