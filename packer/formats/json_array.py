@@ -1,22 +1,20 @@
-"""JSON (.json, also .gz, .zst, .bz2, .xz): one JSON array of records, streamed; or JSON Lines named .json.
+"""JSON (.json, also .gz, .zst, .bz2, .xz): JSON arrays of records, streamed; or JSON Lines named .json.
 
 A file whose first value is an object that ends on its first line is JSON
 Lines under another name, and is read (and cut into byte ranges) exactly as
-a .jsonl. Otherwise the file is one array: it is cut into the raw bytes of
-each element as it streams (``split_array``: a regex jumps from one
-structural character to the next, and a string is skipped by ``bytes.find``
-of its closing quote),
-and each element is parsed on its own, on the core that tokenizes it. So a
-bad element (invalid UTF-8, malformed) is one skipped record at its
-``file:line``, and the rest of the array is kept; a cut-off array keeps the
-elements before the cut and counts one ``truncated``. Memory holds the
-element being read and one read block, never the whole file (unless the file
-is a single value that is not an array: that is one record).
+a .jsonl. Otherwise the file is one array, or several values back to back
+(``cat a.json b.json``): it is cut into the raw bytes of each record as it
+streams (``json_scan.split_array``), and each record is parsed on its own,
+on the core that tokenizes it. So a bad element (invalid UTF-8, malformed)
+is one skipped record at its ``file:line``, and the rest is kept; a cut-off
+array keeps the elements before the cut and counts one ``truncated``; text
+after (or between) the values is a counted ``malformed_json`` at its line.
+Memory holds the record being read (at most ``--max-record-mb``: a longer
+one is let go as it is scanned) and a read block, never the whole file.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Iterator
 
@@ -25,13 +23,12 @@ import orjson
 from ..io import COMPRESSION_SUFFIXES, open_stream, storage_for, truncation_errors
 from . import jsonl
 from .base import DEFAULT_MAX_RECORD, Document, Format, InputFile, Part, Record, Skip, Slice, unreadable
+from .json_scan import split_array, string_end
 from .jsonl import json_keys
 
-BLOCK = 1 << 20  # bytes read at a time (doubling while one element is longer)
-PEEK = 64 << 10  # bytes read to tell an array from JSON Lines
+__all__ = ["FORMAT", "Json", "is_json_lines", "split_array", "string_end"]
 
-_SCAN = re.compile(rb'["\[\]{},]')  # the structural characters that matter outside strings
-_WS = re.compile(rb"[ \t\r\n]*")
+PEEK = 64 << 10  # bytes read to tell an array from JSON Lines
 
 
 class Json(Format):
@@ -45,8 +42,8 @@ class Json(Format):
 
     def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int,
               max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Part]:
-        # An element over max_record bytes is a too_long Skip, as a .jsonl line is; unlike a .jsonl
-        # line it is still read whole first (the array splitter holds one element in memory).
+        # An element over max_record bytes is a too_long Skip, as a .jsonl line is: let go as it is
+        # scanned, so memory holds max_record and a read block, whatever the element's size.
         f = sl.file
         try:
             s = open_stream(f.path, f.compression, on_bytes=on_bytes)
@@ -57,11 +54,14 @@ class Json(Format):
         n_bytes = 0
         tail = None
         try:
-            for el in split_array(s.read, f.path):
+            for el in split_array(s.read, f.path, max_record=max_record):
                 if type(el) is Skip:
                     tail = el
                     break
-                if len(el[1]) > max_record:
+                if type(el[1]) is Skip:  # skipped while splitting: too long, or not JSON
+                    items.append(el)
+                    continue
+                if len(el[1]) > max_record:  # (the scanner lets one go once it is over, not exactly at)
                     items.append((el[0], Skip("too_long", f"{f.path}:{el[0]} (over --max-record-mb "
                                                           f"{max_record / (1 << 20):g})")))
                     continue
@@ -86,7 +86,7 @@ class Json(Format):
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         path = part.sl.file.path
         for line, raw in part.items:
-            if type(raw) is Skip:  # over --max-record-mb, found while splitting
+            if type(raw) is Skip:  # over --max-record-mb, or not JSON: found while splitting
                 yield raw
                 continue
             try:
@@ -130,132 +130,6 @@ def is_json_lines(f: InputFile) -> bool:
         return type(orjson.loads(first)) is dict
     except orjson.JSONDecodeError:
         return False
-
-
-def split_array(read, path: str, block: int = BLOCK) -> Iterator[tuple[int, bytes] | Skip]:
-    """The elements of the top-level JSON array read through ``read(n)``, as
-    (line of the element's first byte, its raw bytes), in order; a cut-off
-    array ends with a ``Skip("truncated")``. Raises what ``read`` raises.
-    A file that is not an array is one element (the whole value)."""
-    st = _Buf(read, block)
-    i = st.skip_ws(0, first=True)
-    if i is None:
-        return  # empty file: no records
-    if st.buf[i:i + 1] != b"[":
-        line = st.line_at(i)
-        while st.grow(i) >= 0:  # not an array: the whole value is one record
-            i = 0
-        yield line, st.buf[i:]
-        return
-    i += 1
-    while True:
-        i = st.skip_ws(i)
-        if i is None:
-            yield Skip("truncated", f"{path}:{st.line_at(len(st.buf))} (the JSON array is cut off)")
-            return
-        if st.buf[i:i + 1] == b"]":
-            return
-        start, j, depth = i, i, 0
-        while True:
-            m = _SCAN.search(st.buf, j)
-            ch = m.group() if m else None
-            if ch == b'"':
-                end = string_end(st.buf, m.end())
-                if end >= 0:
-                    j = end
-                    continue
-                j = m.start()  # the string goes on past the buffer: read more, rescan it
-            elif ch in (b"[", b"{"):
-                depth += 1
-                j = m.end()
-                continue
-            elif ch in (b"]", b"}") and depth > 0:
-                depth -= 1
-                j = m.end()
-                continue
-            elif ch == b"," and depth > 0:
-                j = m.end()
-                continue
-            elif ch in (b",", b"]"):  # at depth 0: the element ends here
-                yield st.line_at(start), st.buf[start:m.start()]
-                if ch == b"]":
-                    return
-                i = m.end()
-                break
-            elif ch == b"}":  # unbalanced: part of a malformed element
-                j = m.end()
-                continue
-            else:
-                j = len(st.buf)
-            shift = st.grow(start)
-            if shift < 0:
-                yield Skip("truncated", f"{path}:{st.line_at(start)} (the JSON array is cut off)")
-                return
-            start, j = start - shift, j - shift
-
-
-def string_end(buf: bytes, start: int) -> int:
-    """The position just after the closing quote of the JSON string whose text
-    begins at ``start`` (just after its opening quote); -1 if it does not end in ``buf``.
-
-    ``bytes.find`` runs at memchr speed over the text; a quote preceded by an
-    odd run of backslashes is escaped, and the search goes on after it. (A
-    regex over the string ran at 30-50 MB/s; this is the reader's hot loop.)
-    """
-    i = start
-    while True:
-        q = buf.find(b'"', i)
-        if q < 0:
-            return -1
-        k = q - 1
-        while k >= start and buf[k] == 0x5C:  # backslash
-            k -= 1
-        if (q - 1 - k) % 2 == 0:
-            return q + 1
-        i = q + 1
-
-
-class _Buf:
-    """A window on the stream: ``buf`` from the earliest byte still needed, line numbers counted once."""
-
-    def __init__(self, read, block: int):
-        self.read, self.block = read, block
-        self.buf = b""
-        self.cpos, self.cline = 0, 1  # buf[cpos] is on line cline
-        self.eof = False
-
-    def grow(self, keep: int) -> int:
-        """Drop buf[:keep] and read more; returns the bytes dropped, or -1 at the end of the stream."""
-        if self.eof:
-            return -1
-        chunk = self.read(max(self.block, len(self.buf)))  # doubling: one long element costs O(its size)
-        if not chunk:
-            self.eof = True
-            return -1
-        self.line_at(keep)
-        self.buf = self.buf[keep:] + chunk
-        self.cpos -= keep
-        return keep
-
-    def line_at(self, pos: int) -> int:
-        """The line of buf[pos] (pos never before an earlier call's)."""
-        if pos > self.cpos:
-            self.cline += self.buf.count(b"\n", self.cpos, pos)
-            self.cpos = pos
-        return self.cline
-
-    def skip_ws(self, i: int, first: bool = False) -> int | None:
-        """The position of the next non-space byte at or after ``i`` (reading more as needed); None at the end."""
-        while True:
-            if first and i == 0 and self.buf.startswith(b"\xef\xbb\xbf"):
-                i = 3  # a byte-order mark is encoding, not text
-            i = _WS.match(self.buf, i).end()
-            if i < len(self.buf):
-                return i
-            shift = self.grow(i)
-            if shift < 0:
-                return None
-            i -= shift
 
 
 FORMAT = Json()
