@@ -46,7 +46,7 @@ import weakref
 from ..errors import PackerError
 from . import s3
 from .lock import BUILD_MARK, HOLDOUT, LOCK_NAME, _describe
-from .s3 import Conflict, Got
+from .s3 import Conflict, Got, Unsupported
 from .uri import filesystem, first_line, redact
 
 _HELD: "weakref.WeakSet[ObjectLock]" = weakref.WeakSet()  # locks renewing now (see _fork_* below)
@@ -78,16 +78,29 @@ class ObjectLock:
         self._main = False
 
     def acquire(self) -> "ObjectLock":
+        try:
+            self._take()
+        except Unsupported:  # an S3-compatible store without conditional writes (an older MinIO or Ceph)
+            self.store = _Unconditional()
+            self._take()
+        self._main = threading.current_thread() is threading.main_thread()
+        self._thread = threading.Thread(target=self._renew, name=LEASE_THREAD, daemon=True)
+        self._thread.start()
+        _HELD.add(self)
+        return self
+
+    def _take(self) -> None:
+        """Create the lock, or take over a stale one; refuse a live one. Looked at first, so that a store
+        that ignores If-None-Match still does not overwrite a running build's lock."""
         for _ in range(TRIES):
-            try:
-                self.etag = self.store.create(self.uri, self._body())
-                self.created = True
-                break
-            except Conflict:
-                pass
             cur = self.store.get(self.uri)
             if cur is None:
-                continue  # removed in between (its build finished): take it afresh
+                try:
+                    self.etag = self.store.create(self.uri, self._body())
+                    self.created = True
+                    return
+                except Conflict:
+                    continue  # another build made it in between: look at it
             info = _parse(cur.body)
             if _live(info, cur):
                 left = max(0, round(_lease(info) - (cur.now - cur.modified)))
@@ -98,16 +111,10 @@ class ObjectLock:
             try:
                 self.etag = self.store.replace(self.uri, self._body(), cur.etag)
                 self.previous = info
-                break
+                return
             except Conflict:
                 continue  # another build took it over first: look again
-        else:
-            raise PackerError(f"cannot take the lock {self.uri}: other builds keep taking it; try again")
-        self._main = threading.current_thread() is threading.main_thread()
-        self._thread = threading.Thread(target=self._renew, name=LEASE_THREAD, daemon=True)
-        self._thread.start()
-        _HELD.add(self)
-        return self
+        raise PackerError(f"cannot take the lock {self.uri}: other builds keep taking it; try again")
 
     def record(self, inputs: str) -> None:
         """Write the stamp of the inputs (a hex digest) into the lock."""

@@ -31,6 +31,10 @@ class Conflict(Exception):
     """A conditional request found another version (412), or none (404 on If-Match)."""
 
 
+class Unsupported(PackerError):
+    """The store does not take conditional writes (501 Not Implemented): the caller falls back."""
+
+
 @dataclass(frozen=True)
 class Got:
     body: bytes
@@ -96,8 +100,11 @@ def _fail(what: str, uri: str, e: BaseException) -> Exception:
     """``Conflict`` for another version or none (412, 409, no such key); else one line (``PackerError``)."""
     resp = getattr(e, "response", None) or {}
     code = resp.get("Error", {}).get("Code", "")
-    if resp.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412) or code in ("NoSuchKey", "404"):
+    status = resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if status in (409, 412) or code in ("NoSuchKey", "404"):
         return Conflict(code)
+    if status == 501 or code == "NotImplemented":
+        return Unsupported(f"cannot {what} {redact(uri)}: the store does not take conditional writes")
     return PackerError(f"cannot {what} {redact(uri)}: {first_line(e)}")
 
 

@@ -197,3 +197,23 @@ def test_a_forked_worker_never_renews_or_releases_the_lock(bucket):
         assert _lock_info(bucket, "p")["inputs"] == "after-fork"
     finally:
         lk.release(finished=True)
+
+
+def test_without_conditional_writes_a_running_build_is_still_named(bucket, monkeypatch):
+    """A store that answers 501 to If-None-Match (an older MinIO or Ceph): the same protocol over plain writes."""
+    from packer.io import s3 as S3
+
+    def refuse(*a, **k):
+        raise S3.Unsupported("cannot write: the store does not take conditional writes")
+
+    monkeypatch.setattr(S3, "create", refuse)
+    a = OL.ObjectLock(storage_for(f"s3://{bucket}/p")).acquire()
+    try:
+        assert isinstance(a.store, OL._Unconditional) and _lock_info(bucket, "p")["token"] == a.info["token"]
+        with pytest.raises(PackerError, match=rf"in use by another packer build \(pid {os.getpid()} on "):
+            OL.ObjectLock(storage_for(f"s3://{bucket}/p")).acquire()
+        a.record("s")
+        assert _lock_info(bucket, "p")["inputs"] == "s"
+    finally:
+        a.release(finished=True)
+    assert _lock_info(bucket, "p") is None
