@@ -38,7 +38,7 @@ class DeferredCheck:
     def _accept(self, result) -> bool:
         c = self.later.outcome(result)  # "tiktoken" asked for and refused raises PackerError here
         self.tok = with_choice(self.tok, c)
-        self.fell_back = c.backend != "tiktoken"
+        self.fell_back = c.backend == "hf"  # tiktoken or fastokens (same ids) passed
         return not self.fell_back
 
 

@@ -206,12 +206,14 @@ class InputCheck:
     note: str  # the conversion's note, for the reason
     hard_texts: int  # hard strings passed
     hard_tokens: int
+    backend: str = "tiktoken"  # or "fastokens": the encoder checked (fastokens_backend.py)
 
     def outcome(self, r: CheckResult) -> Choice:
         """The Choice once the input check gave ``r``; "tiktoken" refused raises PackerError."""
         if not r.ok:
-            return _refuse(self.requested, f"tiktoken gave other ids than HF on {r.difference}", True)
-        return Choice("tiktoken", f"byte-level BPE that tiktoken runs exactly ({self.note}); same ids as HF on "
+            return _refuse(self.requested, f"{self.backend} gave other ids than HF on {r.difference}", True)
+        by = ", encoded by fastokens (faster, same ids)" if self.backend != "tiktoken" else ""
+        return Choice(self.backend, f"byte-level BPE that tiktoken runs exactly ({self.note}){by}; same ids as HF on "
                                   f"{self.hard_texts} hard {'string' if self.hard_texts == 1 else 'strings'} and "
                                   f"{r.texts} input {'text' if r.texts == 1 else 'texts'} "
                                   f"({self.hard_tokens + r.tokens:,} tokens)")
@@ -231,11 +233,17 @@ def _refuse(requested: str, why: str, notice: bool) -> Choice:
     return Choice("hf", why + ", so HF tokenizers encodes", notice)
 
 
-def encoder_for(tokenizer_json: str, fingerprint: str, hf=None, split_special: bool = False) -> TiktokenEncoder:
-    """The encoder of a tokenizer ``choose`` accepted: the one it checked, in
-    this process (or a forked child); else converted again, unchecked."""
-    return remember(_ENCODERS, (fingerprint, split_special),
-                    lambda: TiktokenEncoder(tokenizer_json, None, hf, split_special))
+def encoder_for(tokenizer_json: str, fingerprint: str, hf=None, split_special: bool = False,
+                backend: str = "tiktoken") -> TiktokenEncoder:
+    """The encoder of a tokenizer ``choose`` accepted for ``backend`` ("tiktoken" | "fastokens"): the
+    one it checked, in this process (or a forked child); else converted again, unchecked."""
+    enc = remember(_ENCODERS, (fingerprint, split_special),
+                   lambda: TiktokenEncoder(tokenizer_json, None, hf, split_special))
+    if getattr(enc, "backend", "tiktoken") == backend:
+        return enc
+    from . import fastokens_backend  # the one checked, or a new one over the tiktoken encoder (same ids)
+
+    return enc.base if backend == "tiktoken" else fastokens_backend.encoder_for(tokenizer_json, enc)
 
 
 def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=None, split_special: bool = False,
@@ -277,10 +285,17 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
     enc, hard = static
     if not hard.ok:
         return _refuse(requested, f"tiktoken gave other ids than HF on {hard.difference}", True)
+    backend = "tiktoken"
+    if requested == "auto":  # fastokens where installed and exact on the same hard strings (fastokens_backend.py)
+        from . import fastokens_backend
+
+        fast, fast_hard = fastokens_backend.faster(enc, tokenizer_json, fingerprint, get_hf)
+        if fast_hard is not None:
+            enc, backend = fast, fastokens_backend.BACKEND
     store(_ENCODERS, (fingerprint, split_special), enc)
-    later = InputCheck(requested, enc.conv.note, hard.texts, hard.tokens)
+    later = InputCheck(requested, enc.conv.note, hard.texts, hard.tokens, backend)
     if defer_input:
-        return Choice("tiktoken", "", later=later)
+        return Choice(backend, "", later=later)
     return later.outcome(run_input_check(enc, get_hf(), sample()))
 
 

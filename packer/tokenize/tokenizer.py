@@ -301,11 +301,11 @@ class Encoder:
         self._pre, self._post = list(info.prefix), list(info.after)
         self._specials = dict(info.specials) if not info.split_special else {}
         self._tk = None
-        if info.kind == "hf" and info.backend == "tiktoken":
+        if info.kind == "hf" and info.backend in ("tiktoken", "fastokens"):  # fastokens: tokenize/fastokens_backend.py
             from .tiktoken_backend import encoder_for
 
             self._tk = encoder_for(info.json, info.fingerprint, _LOADED.get((info.fingerprint, info.split_special)),
-                                   info.split_special)
+                                   info.split_special, info.backend)
         elif info.kind == "hf":
             self._tok = loaded_hf(info)
             self._batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)

@@ -21,6 +21,13 @@ TEXTS = [f"document {i}: the quick brown fox {'jumps ' * (i % 40)}over the lazy 
          for i in range(1500)]
 
 
+@pytest.fixture(autouse=True)
+def _tiktoken_alone(monkeypatch):
+    """These test tiktoken's own path: fastokens, where installed, would take auto's place
+    (its tests: tests/tokenize/test_fastokens_backend.py)."""
+    monkeypatch.setenv("PACKER_FASTOKENS", "off")
+
+
 def _shards(out):
     d = os.path.join(out, "shards")
     return {n: open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d))}

@@ -83,7 +83,7 @@ def test_each_family_encodes_as_its_template_then_eos(families, texts, name):
 def test_auto_takes_the_fast_engine_for_byte_level_families(families, texts):
     for name in ("gpt2-like", "llama3-like", "qwen-like"):
         _, info = encode(families[name], texts, "auto")
-        assert info.backend == "tiktoken", (name, info.backend_reason)
+        assert info.backend in ("tiktoken", "fastokens"), (name, info.backend_reason)  # fastokens where installed
     _, info = encode(families["qwen-like"], texts, "auto")
     assert "NFC first" in info.backend_reason
 
@@ -152,7 +152,7 @@ def test_real_tokenizer_files_match_transformers(name, texts):
         ref.append(ids if ids[-1:] == [info.eos_id] else ids + [info.eos_id])
     assert got == ref, name
     if name in ("gpt2", "llama3"):
-        assert info.backend == "tiktoken", info.backend_reason
+        assert info.backend in ("tiktoken", "fastokens"), info.backend_reason
 
 
 def _build(tmp_path, name, inputs, tokenizer, **kw):
@@ -200,7 +200,7 @@ def test_engines_write_identical_shards_and_bos_is_a_resume_setting(families, tm
     for name in ("llama3-like", "qwen-like"):
         a, ra = _build(tmp_path, name + "-auto", [CORPUS], families[name])
         b, rb = _build(tmp_path, name + "-hf", [CORPUS], families[name], tokenizer_backend="hf")
-        assert ra.manifest["tokenizer"]["backend"] == "tiktoken"
+        assert ra.manifest["tokenizer"]["backend"] in ("tiktoken", "fastokens")
         assert [s["xxh3_128"] for s in ra.manifest["shards"]] == [s["xxh3_128"] for s in rb.manifest["shards"]]
     m = ra.manifest
     assert m["settings"].get("around_text") is None  # qwen-like adds EOS only: recorded as it always was

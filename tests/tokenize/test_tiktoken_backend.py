@@ -30,6 +30,13 @@ LLAMA3_PATTERN = (
 U = {b: c for c, b in T.byte_decoder().items()}  # byte -> its byte-level symbol
 
 
+@pytest.fixture(autouse=True)
+def _tiktoken_alone(monkeypatch):
+    """These test tiktoken's own path: fastokens, where installed, would take auto's place
+    (its tests: tests/tokenize/test_fastokens_backend.py)."""
+    monkeypatch.setenv("PACKER_FASTOKENS", "off")
+
+
 def texts_of(*paths: str, limit: int | None = None) -> list[str]:
     out = []
     for sl, _ in plan_slices(discover(list(paths)).files, 1 << 30):

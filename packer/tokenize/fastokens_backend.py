@@ -1,0 +1,168 @@
+"""fastokens as the encoder where it gives HF's ids exactly: 6-10x tiktoken's tokens per CPU-second.
+
+fastokens (PyPI, Apache-2.0, Crusoe; one 3.8 MB wheel, no dependencies) is a
+Rust reimplementation of HF ``tokenizers``' BPE path that reads the
+tokenizer.json itself: a PCRE2-JIT pre-tokenizer, HF's merge order, a word
+cache per thread. It is an optional dependency (``pip install packer[fast]``).
+
+Where it runs: only for a tokenizer that tiktoken already runs exactly (the
+conversion's conditions and the hard strings, tiktoken_backend.py), and only
+once fastokens too gives HF's ids on those same hard strings (``faster``); the
+check on the build's own input texts then runs with it, as it would with
+tiktoken. As with tiktoken, a text holding an added token's literal string
+goes to HF, and a batch fastokens cannot take (lone surrogates, a regex
+limit) is encoded by HF, which raises where HF alone would. The ids never
+depend on which encoder ran, so neither do the shards.
+
+``PACKER_FASTOKENS=off`` keeps tiktoken. Its thread pool is held to one thread (``FASTOKENS_BPE_THREADS=1``, unless
+set): the build runs one encoder per core. A fork after encoding is safe
+(tests/tokenize/test_fastokens_backend.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from . import check_cache
+from .tiktoken_check import CheckResult, check, hard_strings, suspect_strings
+
+BACKEND = "fastokens"
+_FASTER: dict = {}  # (fingerprint, split_special) -> FastokensEncoder, or None where it did not pass
+
+
+def version() -> str | None:
+    """The installed fastokens' version, or None where it is not installed."""
+    os.environ.setdefault("FASTOKENS_BPE_THREADS", "1")  # read when its pool starts: before any encode
+    try:
+        import fastokens  # noqa: F401
+        from importlib.metadata import version as v
+
+        return v("fastokens")
+    except Exception:  # not installed, or a broken install: tiktoken stays
+        return None
+
+
+class FastokensEncoder:
+    """Encodes texts to HF's ids with fastokens; the interface of ``TiktokenEncoder``, whose
+    ``base`` (the checked tiktoken encoder of the same tokenizer) lends it the added-token
+    scan and the HF fallback."""
+
+    backend = BACKEND
+
+    def __init__(self, tokenizer_json: str, base):
+        version()
+        import fastokens
+
+        self.base, self.conv, self.split_special = base, base.conv, base.split_special
+        self._tok = fastokens.Tokenizer.from_json_str(tokenizer_json)  # ValueError: a component it lacks
+        self._flat = self._tok.encode_batch_flat
+        self._needs_hf = base._needs_hf
+
+    @property
+    def to_hf(self) -> int:
+        return self.base.to_hf  # texts handed to HF so far
+
+    def _ids(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, lengths) of ``texts``, back to back, no EOS: fastokens for those it may see."""
+        needs_hf = self._needs_hf
+        hf_at = [i for i, t in enumerate(texts) if needs_hf(t)]
+        skip = set(hf_at)
+        fast = texts if not hf_at else [t for i, t in enumerate(texts) if i not in skip]
+        try:
+            raw, offs = self._flat(fast, add_special_tokens=False)
+            ids, lengths = np.frombuffer(raw, np.uint32), np.diff(np.frombuffer(offs, np.uint64)).astype(np.int64)
+        except Exception:  # lone surrogates, a regex limit: HF's ids, or HF's error
+            hf_at, ids, lengths = list(range(len(texts))), np.zeros(0, np.uint32), np.zeros(0, np.int64)
+        if not hf_at:
+            return ids, lengths
+        # The rare batch with texts for HF: one array per text, in order.
+        parts = np.split(ids, np.cumsum(lengths)[:-1]) if len(lengths) else []
+        fast_parts = iter(parts)
+        from_hf = iter(self.base._hf_encode([texts[i] for i in hf_at]))
+        skip = set(hf_at)
+        arrays = [np.array(next(from_hf), np.uint32) if i in skip else next(fast_parts) for i in range(len(texts))]
+        lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
+        return (np.concatenate(arrays) if arrays else np.zeros(0, np.uint32)), lengths
+
+    def encode_arrays(self, texts: list[str]) -> list[np.ndarray]:
+        """One uint32 array of ids per text (no EOS)."""
+        ids, lengths = self._ids(texts)
+        return np.split(ids, np.cumsum(lengths)[:-1]) if len(texts) else []
+
+    def encode_lists(self, texts: list[str]) -> list[list[int]]:
+        """Each text's ids (no EOS)."""
+        return [a.tolist() for a in self.encode_arrays(texts)]
+
+    def encode_flat(self, texts: list[str], eos, prefix: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, lengths) as ``TiktokenEncoder.encode_flat``: every text's ``prefix``, its ids, then
+        ``eos`` (an id, a tuple of ids or None), uint32; lengths int64, prefix and suffix included."""
+        ids, lengths = self._ids(texts)
+        return with_around(ids, lengths, tuple(prefix), () if eos is None else (eos,) if isinstance(eos, int) else tuple(eos))
+
+
+def with_around(ids: np.ndarray, lengths: np.ndarray, pre: tuple, post: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """``ids`` (texts back to back, ``lengths`` each) with ``pre`` before and ``post`` after every text."""
+    k = len(pre) + len(post)
+    if not k:
+        return ids, lengths
+    full = lengths + k
+    out = np.empty(len(ids) + k * len(lengths), dtype=np.uint32)
+    ends = np.cumsum(full)
+    starts = ends - full
+    keep = np.ones(len(out), dtype=bool)
+    for j, v in enumerate(pre):
+        out[starts + j] = v
+        keep[starts + j] = False
+    for j, v in enumerate(post):
+        out[ends - len(post) + j] = v
+        keep[ends - len(post) + j] = False
+    out[keep] = ids
+    return out, full
+
+
+def faster(base, tokenizer_json: str, fingerprint: str, get_hf) -> tuple[object, CheckResult | None]:
+    """(encoder, its hard-string check): a ``FastokensEncoder`` where fastokens is installed, loads the
+    tokenizer and gives HF's ids on ``base``'s hard strings (a pass is recorded, as tiktoken's is);
+    else (``base``, None). ``get_hf()``: the HF tokenizer, called only where no pass is recorded."""
+    if os.environ.get("PACKER_FASTOKENS") == "off":  # tiktoken alone (its tests; a user who wants it)
+        return base, None
+    key = (fingerprint, base.split_special)
+    if key not in _FASTER:
+        _FASTER.clear()
+        _FASTER[key] = _checked(base, tokenizer_json, fingerprint, get_hf)
+    got = _FASTER[key]
+    return (base, None) if got is None else got
+
+
+def encoder_for(tokenizer_json: str, base):
+    """A ``FastokensEncoder`` over ``base`` for a worker that did not inherit the checked one
+    (the parent checked it); ``base`` itself where fastokens is missing here (same ids)."""
+    checked = [v[0] for v in _FASTER.values() if v is not None and v[0].base is base]
+    if checked:
+        return checked[0]
+    try:
+        return FastokensEncoder(tokenizer_json, base) if version() else base
+    except Exception:
+        return base
+
+
+def _checked(base, tokenizer_json: str, fingerprint: str, get_hf):
+    ver = version()
+    if ver is None:
+        return None
+    try:
+        enc = FastokensEncoder(tokenizer_json, base)
+    except Exception:  # a component fastokens lacks: tiktoken stays
+        return None
+    strings = hard_strings(base.conv.added) + suspect_strings(base.conv.suspects)
+    rec_key = f"{fingerprint}\0{BACKEND} {ver}"
+    passed = check_cache.load(rec_key, base.split_special, strings)
+    if passed is not None:
+        return enc, CheckResult(True, passed["texts"], passed["tokens"], "")
+    r = check(enc, get_hf(), strings, "hard string")
+    if not r.ok:
+        return None
+    check_cache.store(rec_key, base.split_special, strings, base.conv.note, r.texts, r.tokens)
+    return enc, r

@@ -1,0 +1,178 @@
+"""The fastokens encoder gives the tiktoken encoder's ids (HF's) exactly, or is not used.
+
+Tokenizers are the small families built now (bench/families.py), so this runs without ../shared.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastokens")
+pytest.importorskip("tiktoken")
+
+from tokenizers import Tokenizer  # noqa: E402
+
+from packer.tokenize import fastokens_backend as F  # noqa: E402
+from packer.tokenize import resolve_tokenizer  # noqa: E402
+from packer.tokenize import tiktoken_backend as T  # noqa: E402
+from packer.tokenize.tokenizer import Encoder, choose_backend  # noqa: E402
+
+from tests.conftest import SAMPLE, invoke, load_script, write_jsonl  # noqa: E402
+
+TEXTS = [
+    "Hello world, it's 2024-01-01!", "", "  spaces   and\ttabs\n\n", "日本語のテキスト。", "e\u0301 Z̷a̸l̶g̵o", "😀" * 30,
+    "a<|endoftext|>b", "<|begin_of_text|>x<|eot_id|>", "<|im_start|>user", "x" * 5000, "don't I'M we'll", "1234567",
+]
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory) -> dict[str, str]:
+    fam = load_script("bench/families.py")
+    return fam.build_all(str(tmp_path_factory.mktemp("fast_families")), names=["gpt2-like", "llama3-like", "qwen-like"])
+
+
+@pytest.fixture(scope="module", params=["gpt2-like", "llama3-like", "qwen-like"])
+def pair(request, families):
+    """(tiktoken encoder, the fastokens encoder faster() checked over it, the HF tokenizer) of one family."""
+    info = resolve_tokenizer(families[request.param])
+    base = T.TiktokenEncoder(info.json)
+    hf = Tokenizer.from_str(info.json)
+    fast, hard = F.faster(base, info.json, info.fingerprint, lambda: hf)
+    assert isinstance(fast, F.FastokensEncoder) and hard.ok and hard.texts > 300
+    return base, fast, hf
+
+
+def corpus() -> list[str]:
+    """Sample texts as a build reads them (sample_data holds bad records on purpose), and TEXTS."""
+    from packer.formats import Skip, discover, plan_slices, read_slice
+
+    out = []
+    for sl, _ in plan_slices(discover([os.path.join(SAMPLE, "corpus.jsonl")]).files, 1 << 30):
+        out += [r.text for r in read_slice(sl) if not isinstance(r, Skip)]
+    return out[:200] + TEXTS
+
+
+@pytest.mark.parametrize("pre,post", [((), (7,)), ((1, 2), (3,)), ((), ()), ((5,), ()), ((), (8, 9))])
+def test_same_ids_as_tiktoken_and_hf(pair, pre, post):
+    base, fast, hf = pair
+    texts = corpus()
+    a, b = base.encode_flat(texts, post, pre), fast.encode_flat(texts, post, pre)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and b[0].dtype == np.uint32
+    ref = [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+    assert [x.tolist() for x in fast.encode_arrays(texts)] == ref
+
+
+def test_added_token_texts_go_to_hf(pair):
+    base, fast, hf = pair
+    before = fast.to_hf
+    fast.encode_flat(["plain text", "a<|endoftext|>b"], None)
+    assert fast.to_hf == before + ("<|endoftext|>" in base.conv.added)
+
+
+def test_lone_surrogate_fails_as_hf_does(pair):
+    base, fast, _ = pair
+    with pytest.raises(Exception) as e_fast:
+        fast.encode_flat(["fine", "a\udc80b"], 7)
+    with pytest.raises(Exception) as e_base:
+        base.encode_flat(["fine", "a\udc80b"], 7)
+    assert type(e_fast.value) is type(e_base.value)
+
+
+def test_with_around_matches_a_loop():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(0, 5, 40)
+    ids = rng.integers(0, 1000, int(lengths.sum())).astype(np.uint32)
+    for pre, post in [((1,), (2, 3)), ((), (4,)), ((5, 6), ())]:
+        out, full = F.with_around(ids, lengths, pre, post)
+        parts, at = [], 0
+        for n in lengths:
+            parts += [*pre, *ids[at:at + n].tolist(), *post]
+            at += n
+        assert out.tolist() == parts and full.tolist() == (lengths + len(pre) + len(post)).tolist()
+
+
+def _child(enc, texts, q):
+    q.put([a.tolist() for a in enc.encode_arrays(texts)])
+
+
+def test_forked_child_encodes(pair):
+    """The build forks its workers after the parent encoded (the checks): the child must not hang."""
+    _, fast, _ = pair
+    texts = corpus() * 3
+    want = [a.tolist() for a in fast.encode_arrays(texts)]
+    q = mp.get_context("fork").Queue()
+    p = mp.get_context("fork").Process(target=_child, args=(fast, texts, q))
+    p.start()
+    got = q.get(timeout=60)
+    p.join(30)
+    assert got == want and p.exitcode == 0
+
+
+def test_no_threads_of_its_own(families):
+    """One encoder per core: fastokens encodes on the calling thread (its pool held to one thread)."""
+    code = ("import os, sys; from packer.tokenize import resolve_tokenizer, tiktoken_backend as T, fastokens_backend as F\n"
+            "info = resolve_tokenizer(sys.argv[1]); n = len(os.listdir('/proc/self/task'))\n"
+            "enc = F.FastokensEncoder(info.json, T.TiktokenEncoder(info.json))\n"
+            "enc.encode_flat(['some words here, and more. ' * 50] * 400, 0)\n"
+            "print(n, len(os.listdir('/proc/self/task')))")
+    env = {k: v for k, v in os.environ.items() if k != "FASTOKENS_BPE_THREADS"}
+    r = subprocess.run([sys.executable, "-c", code, families["gpt2-like"]], capture_output=True, text=True, env=env,
+                       timeout=120)
+    before, after = map(int, r.stdout.split())
+    assert after == before, r.stderr
+
+
+def test_auto_picks_fastokens_and_tiktoken_stays_tiktoken(families):
+    info = resolve_tokenizer(families["llama3-like"])
+    auto = choose_backend(info, "auto", lambda: corpus()[:50])
+    assert auto.backend == "fastokens" and "fastokens" in auto.backend_reason
+    assert isinstance(Encoder(auto).tiktoken, F.FastokensEncoder)
+    asked = choose_backend(info, "tiktoken", lambda: corpus()[:50])
+    assert asked.backend == "tiktoken" and isinstance(Encoder(asked).tiktoken, T.TiktokenEncoder)
+    # A worker that did not inherit the checked encoder builds one for the backend it is told.
+    T._ENCODERS.clear()
+    F._FASTER.clear()
+    assert isinstance(Encoder(auto).tiktoken, F.FastokensEncoder)
+
+
+def test_not_used_where_it_cannot_load(families, monkeypatch):
+    info = resolve_tokenizer(families["gpt2-like"])
+    base = T.TiktokenEncoder(info.json)
+    F._FASTER.clear()
+    monkeypatch.setattr(F, "FastokensEncoder", lambda *a: (_ for _ in ()).throw(ValueError("unsupported")))
+    assert F.faster(base, info.json, info.fingerprint + "x", lambda: None) == (base, None)
+    F._FASTER.clear()
+
+
+def test_build_shards_identical_to_tiktoken(tmp_path, families):
+    src = tmp_path / "in.jsonl"
+    write_jsonl(str(src), corpus() * 3)
+    outs = {}
+    for backend in ("auto", "tiktoken"):
+        out = tmp_path / backend
+        invoke("build", str(src), str(out), "--seq-len", "64", "--workers", "1", "--tokenizer",
+               families["qwen-like"], "--tokenizer-backend", backend)
+        outs[backend] = {p.name: p.read_bytes() for p in (out / "shards").iterdir()}
+    assert outs["auto"] and outs["auto"] == outs["tiktoken"]
+
+
+def test_two_workers_check_on_a_worker_with_fastokens(tmp_path, families):
+    """The deferred input check (on a worker, pipeline/backend_check.py) runs with fastokens too."""
+    from packer import build
+
+    src = tmp_path / "in.jsonl"
+    write_jsonl(str(src), [f"doc {i}: " + t for i, t in enumerate(corpus() * 4)])
+    got = {}
+    for backend, workers in (("auto", 2), ("tiktoken", 1)):
+        r = build([str(src)], str(tmp_path / backend), tokenizer=families["llama3-like"], seq_len=128,
+                  workers=workers, unit_mb=0.02, quiet=True, tokenizer_backend=backend)
+        assert r.manifest["tokenizer"]["backend"] == ("fastokens" if backend == "auto" else "tiktoken")
+        d = tmp_path / backend / "shards"
+        got[backend] = {p.name: p.read_bytes() for p in d.iterdir()}
+    assert len(got["auto"]) > 1 and got["auto"] == got["tiktoken"]
