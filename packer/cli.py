@@ -125,11 +125,9 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
                    "tokenizer's chat template, trained only on the assistant's turns (a loss_mask column).")
 @click.option("--chat-template", default=None, metavar="FILE",
               help="With --chat: a jinja chat template to use instead of the tokenizer's (tokenizer_config.json).")
-@click.option("--train-on", type=click.Choice(CHAT_TRAIN_ON), default="assistant",
-              show_default=True,
-              help="With --chat (docs/chat.md): assistant = each reply as the model generates it (reasoning, content, "
-                   "tool calls) and its end-of-turn token, or a template's {% generation %} spans; assistant+tool = "
-                   "and the tool results; all = the whole conversation.")
+@click.option("--train-on", type=click.Choice(CHAT_TRAIN_ON), default="assistant", show_default=True,
+              help="With --chat (docs/chat.md): assistant = each reply as generated (reasoning, content, tool calls) and "
+                   "its end-of-turn token, or the {% generation %} spans; assistant+tool = and tool results; all = all.")
 @click.option("--truncate", is_flag=True,
               help="With --chat: keep the first seq_len tokens of a longer conversation (counted) instead of "
                    "dropping it (counted as too_long).")
@@ -216,10 +214,9 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
     for line in summary_lines(m):
         click.echo(line, err=True)
     tk = m.get("tokenizer", {})
-    if "chat" in m.get("settings", {}):  # (no flag dropped them: the template writes them)
-        click.echo("around text     nothing added: the chat template writes BOS and the end-of-turn tokens", err=True)
-    elif result.added and not tk.get("added"):  # the manifest names it only when more than EOS is added
-        click.echo(f"around text     {result.added}", err=True)
+    added = "nothing: the chat template writes BOS, end of turn" if "chat" in m.get("settings", {}) else result.added
+    if added and not tk.get("added"):  # the manifest names it only when more than EOS is added
+        click.echo(f"around text     {added}", err=True)
     if tk.get("backend") not in (None, "bytes"):
         click.echo(f"backend         {tk['backend']}: {tk.get('backend_reason', '')}", err=True)
     for w in result.warnings:
