@@ -39,8 +39,8 @@ from datetime import datetime, timezone
 import numpy as np
 
 from ..errors import PackerError
-from .chat_sandbox import MIN_CHARS, LIMIT_FACTOR, Budget, RENDER_SECONDS, TemplateLimit, has_generation_tags, \
-    new_environment, uses_date
+from . import chat_sandbox as sandbox
+from .chat_sandbox import LIMIT_FACTOR, MIN_CHARS, Budget, TemplateLimit, has_generation_tags, new_environment, uses_date
 
 ROLES = ("system", "user", "assistant", "tool")
 # What --train-on trains (docs/chat.md, "The loss mask"): assistant = every assistant reply as the model
@@ -204,7 +204,7 @@ class ChatRenderer:
         self.spec = spec
         now = datetime.fromisoformat(spec.date) if spec.date else None
         self._env = new_environment(now)
-        self._env.budget = Budget(RENDER_SECONDS, MIN_CHARS)
+        self._env.budget = Budget(sandbox.RENDER_SECONDS, MIN_CHARS)
         self._tpl = self._env.from_string(spec.template)
         self._kw = dict(spec.specials)
         self._chars = MIN_CHARS
@@ -214,7 +214,7 @@ class ChatRenderer:
         import jinja2
 
         env = self._env
-        env.budget = budget = Budget(RENDER_SECONDS, self._chars)
+        env.budget = budget = Budget(sandbox.RENDER_SECONDS, self._chars)
         blocks: list[str] = []
         env.packer_blocks, env.packer_spans = blocks, []
         n = 0

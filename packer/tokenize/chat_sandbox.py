@@ -44,9 +44,10 @@ class TemplateLimit(Exception):
 class Budget:
     """One render's bounds: a deadline and the most characters any one value may hold."""
 
-    __slots__ = ("deadline", "chars", "ticks")
+    __slots__ = ("seconds", "deadline", "chars", "ticks")
 
     def __init__(self, seconds: float, chars: int):
+        self.seconds = seconds
         self.deadline = time.monotonic() + seconds
         self.chars = chars
         self.ticks = 0
@@ -54,7 +55,7 @@ class Budget:
     def tick(self) -> None:
         self.ticks += 1
         if not self.ticks & 63 and time.monotonic() > self.deadline:
-            raise TemplateLimit(f"the template ran over its {RENDER_SECONDS:g} s budget for one conversation")
+            raise TemplateLimit(f"the template ran over its {self.seconds:g} s budget for one conversation")
 
     def size(self, n: int, what: str = "a value") -> None:
         if n > self.chars:
@@ -166,8 +167,7 @@ def _environment_class():
 
     class Environment(ImmutableSandboxedEnvironment):
         intercepted_binops = frozenset(["*", "**", "+", "%", "//"])
-        intercepted_unops = frozenset(["-"])
-
+    
         def __init__(self):
             super().__init__(trim_blocks=True, lstrip_blocks=True,
                              extensions=[GenerationTracker, jinja2.ext.loopcontrols])
