@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..io import open_stream, storage_for
-from .base import DEFAULT_MAX_RECORD, Format, Part, Record, Skip, Slice, grouped, unreadable
+from .base import DEFAULT_MAX_RECORD, Format, Part, Record, Slice, broken_read, grouped
 from .columns import column_records, missing_rows
 
 FILE_MAGIC = b"ARROW1"
@@ -25,16 +25,12 @@ class Arrow(Format):
     def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int,
               max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Part]:
         # a text over max_record is a too_long Skip, as in parquet; a record batch itself is read whole
+        # pyarrow reports a cut stream ("Expected to be able to read N bytes") as an OSError with
+        # no errno, and a file that is not Arrow IPC as ArrowInvalid; a real read error has an errno.
         import pyarrow as pa
 
-        def tail_of(e) -> Skip:
-            # pyarrow reports a cut stream ("Expected to be able to read N bytes") as an OSError with
-            # no errno, and a file that is not Arrow IPC as ArrowInvalid; a real read error has an errno.
-            if isinstance(e, OSError) and e.errno is not None:
-                return unreadable(sl, e)
-            return Skip("truncated", f"{sl.file.path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-
-        return grouped(sl, _rows(sl, field, on_bytes, max_record), part_bytes, (OSError, pa.ArrowInvalid), tail_of)
+        return grouped(sl, _rows(sl, field, on_bytes, max_record), part_bytes, (OSError, pa.ArrowInvalid),
+                       lambda e: broken_read(sl, e))
 
     def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
         import pyarrow as pa

@@ -199,5 +199,14 @@ def unreadable(sl: Slice, e: OSError) -> Skip:
     return Skip("unreadable", f"{sl.file.path}: {e.strerror or e}")
 
 
+def broken_read(sl: Slice, e: Exception) -> Skip:
+    """The Skip that ends a columnar slice at ``e``: ``unreadable`` for a real read error (an OSError
+    with an errno); else ``truncated``: pyarrow reports a cut stream, a corrupt page or a file that
+    is no longer what was planned (replaced by a rename) as an OSError without errno or ArrowInvalid."""
+    if isinstance(e, OSError) and e.errno is not None:
+        return unreadable(sl, e)
+    return Skip("truncated", f"{sl.file.path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+
+
 def strict_error(skip: Skip) -> InputError:
     return InputError(f"{skip.where}: {skip.reason} ({SKIP_REASONS[skip.reason]}); drop --strict to skip and count such records")

@@ -19,9 +19,24 @@ def is_text_type(kind: pa.DataType) -> bool:
     return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
 
 
+def as_text(col: pa.Array) -> pa.Array:
+    """``col`` with a dictionary or run-end encoding of strings decoded (Arrow IPC keeps both as
+    written: HF datasets' ClassLabel-like columns, polars' categoricals); any other column as it is."""
+    kind = col.type
+    if pa.types.is_dictionary(kind) and is_text_type(kind.value_type):
+        return col.dictionary_decode()
+    if pa.types.is_run_end_encoded(kind) and is_text_type(kind.value_type):
+        import pyarrow.compute as pc
+
+        return pc.run_end_decode(col)
+    return col
+
+
 def column_records(col: pa.Array, path: str, row0: int, max_record: int | None = None) -> Iterator[Record]:
     """A Document or Skip per row of ``col`` (row numbers from ``row0``, 0-based in the file); a text
-    over ``max_record`` bytes (``--max-record-mb``) is a ``too_long`` Skip."""
+    over ``max_record`` bytes (``--max-record-mb``) is a ``too_long`` Skip. A dictionary or run-end
+    encoded column of strings is read as its strings."""
+    col = as_text(col)
     if not is_text_type(col.type):
         for i in range(len(col)):
             yield Skip("not_string", f"{path}: row {row0 + i}")

@@ -10,7 +10,7 @@ from typing import Iterator
 
 from ..errors import PackerError
 from ..io import storage_for
-from .base import DEFAULT_MAX_RECORD, Format, InputFile, Part, Record, Skip, Slice, grouped, unreadable
+from .base import DEFAULT_MAX_RECORD, Format, InputFile, Part, Record, Skip, Slice, broken_read, grouped
 from .chat import _MISSING, ChatFields, Conversation, conversation_of
 from .columns import column_records, missing_rows
 
@@ -40,8 +40,12 @@ class Parquet(Format):
 
     def parts(self, sl: Slice, field: str, on_bytes, part_bytes: int,
               max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Part]:
+        # A file replaced (by a rename) since it was planned: pyarrow raises ArrowInvalid or an OSError
+        # without errno for what is no longer parquet, _open a _Replaced for fewer row groups than planned.
+        import pyarrow as pa
+
         rows = _chat_rows(sl, field) if type(field) is ChatFields else _rows(sl, field, max_record)
-        return grouped(sl, rows, part_bytes, (OSError,), lambda e: unreadable(sl, e))
+        return grouped(sl, rows, part_bytes, (OSError, pa.ArrowInvalid, _Replaced), lambda e: broken_read(sl, e))
 
     def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
         import pyarrow.parquet as pq
@@ -52,16 +56,31 @@ class Parquet(Format):
         return iter(part.items)  # parsed as read: Arrow decodes the column
 
 
+class _Replaced(Exception):
+    """The file holds fewer row groups than when it was planned: it was replaced."""
+
+
+def _open(sl: Slice):
+    """The ParquetFile of ``sl``, which must still hold the row groups planned."""
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(storage_for(sl.file.path).arrow_file())
+    have = pf.metadata.num_row_groups
+    if sl.end > have:
+        planned = f"row group {sl.start}" if sl.end - sl.start == 1 else f"row groups {sl.start}-{sl.end - 1}"
+        raise _Replaced(f"the file changed while it was read (it holds {have} row group{'s' * (have != 1)} now, "
+                        f"{planned} planned)")
+    return pf
+
+
 def _rows(sl: Slice, field: str, max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Record]:
     """The records of ``sl``'s row groups: the ``field`` column, or a struct
     column's child for a dotted ``field`` ("meta.body"), of any string type
     (string, large_string, string_view, dictionary of strings)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     f = sl.file
-    pf = pq.ParquetFile(storage_for(f.path).arrow_file())
+    pf = _open(sl)
     column, path = _locate(pf.schema_arrow, field)
     if column is None:
         # Every row of these row groups lacks the field: count each one.
@@ -73,8 +92,6 @@ def _rows(sl: Slice, field: str, max_record: int = DEFAULT_MAX_RECORD) -> Iterat
         col = batch.column(0)
         for name in path:  # down a struct: a null parent gives a null child
             col = pc.struct_field(col, name)
-        if pa.types.is_dictionary(col.type):
-            col = col.dictionary_decode()
         yield from column_records(col, f.path, row, max_record)
         row += len(col)
 
@@ -98,10 +115,8 @@ def _locate(schema, field: str) -> tuple[str | None, list[str]]:
 
 def _chat_rows(sl: Slice, fields: ChatFields) -> Iterator[Record]:
     """Conversations of the row groups of ``sl``: the messages column (a list of structs), or prompt and completion."""
-    import pyarrow.parquet as pq
-
     f = sl.file
-    pf = pq.ParquetFile(storage_for(f.path).arrow_file())
+    pf = _open(sl)
     have = set(pf.schema_arrow.names)
     cols = [c for c in dict.fromkeys((fields.messages, fields.prompt, fields.completion)) if c in have]
     row = sum(pf.metadata.row_group(i).num_rows for i in range(sl.start))

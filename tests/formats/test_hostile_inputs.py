@@ -96,3 +96,61 @@ def test_an_element_over_max_record_is_skipped_in_bounded_memory(tmp_path):
     # and 128 MiB measured: read blocks and --max-record-mb), 143 MB for this one when it was held whole.
     grew = int(peak_big) - int(peak_small)
     assert grew < size // 3, f"peak grew by {grew:,} bytes for a {size:,}-byte element skipped"
+
+
+def test_split_array_keeps_escapes_across_reads_while_letting_a_long_element_go():
+    """Element strings full of backslash runs and escaped quotes, read 7 bytes at a time under a
+    20-byte limit: the long ones are too_long (let go as they are scanned), the short ones after
+    them are cut exactly, whatever read the escapes fall on."""
+    import io
+
+    from packer.formats.json_scan import split_array
+
+    texts = ['\\' * n + '"' + "]},[" * (n % 4) for n in range(40)]
+    data = ("[" + ", ".join(json.dumps({"t": t}) + ', {"t": "ok"}' for t in texts) + "]").encode()
+    got = list(split_array(io.BytesIO(data).read, "f.json", block=7, max_record=20))
+    for k, t in enumerate(texts):
+        (_, long_or_not), (_, ok) = got[2 * k], got[2 * k + 1]
+        if len(json.dumps({"t": t})) > 40:  # past the limit by more than a read: let go
+            assert type(long_or_not) is Skip and long_or_not.reason == "too_long"
+        elif type(long_or_not) is bytes:
+            assert json.loads(long_or_not) == {"t": t}
+        assert json.loads(ok) == {"t": "ok"}
+    assert len(got) == 2 * len(texts)
+
+
+# Item 13: a parquet file replaced while it is read; Arrow's encoded text columns.
+def test_parquet_replaced_by_rename_while_read_is_counted_not_a_traceback(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"text": [f"t{i}" for i in range(300)]}), p, row_group_size=100)
+    slices = [sl for sl, _ in plan_slices(discover([str(p)]).files, 1)]
+    assert len(slices) == 3
+    pq.write_table(pa.table({"text": ["new"]}), tmp_path / "b.tmp")
+    (tmp_path / "b.tmp").rename(p)  # one row group now, where three were planned
+    got = [list(read_slice(sl)) for sl in slices]
+    assert got[0] == [Document("new"), got[0][1]] and got[0][1].reason == "truncated"
+    for recs in got[1:]:
+        assert [r.reason for r in recs] == ["truncated"]
+        assert "changed while it was read (it holds 1 row group now" in recs[0].where
+    (tmp_path / "c.tmp").write_bytes(b"not parquet at all" * 10)
+    (tmp_path / "c.tmp").rename(p)
+    recs = list(read_slice(slices[0]))
+    assert [r.reason for r in recs] == ["truncated"] and recs[0].where.startswith(f"{p}: ")
+
+
+def test_arrow_dictionary_and_run_end_encoded_text_columns_are_read(tmp_path):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    plain = pa.array(["a", "b", None, "a", ""])
+    for name, col in (("dict", plain.dictionary_encode()), ("ree", pc.run_end_encode(plain)),
+                      ("large_dict", plain.cast(pa.large_string()).dictionary_encode())):
+        p = tmp_path / f"{name}.arrow"
+        with pa.ipc.new_stream(str(p), pa.schema([("text", col.type)])) as w:
+            w.write_batch(pa.record_batch([col], names=["text"]))
+        recs = records(p)
+        assert recs[:2] == [Document("a"), Document("b")] and recs[3] == Document("a"), name
+        assert [r.reason for r in (recs[2], recs[4])] == ["not_string", "empty"], name
