@@ -11,7 +11,8 @@ Each figure is taken in a fresh child process (python -c), so imports are not
 counted and memory is the child's own:
 
 - ``open_s``: ``PackedDataset(out)``; ``open_us_per_shard`` = open_s / N
-- ``open_rss_mib``: resident memory added by the open (peak, over the imported baseline)
+- ``open_rss_mib``: resident memory added by the open (peak, over the baseline after a warm-up open
+  of a 2-shard build, so imports are not counted)
 - ``rows_us``: 2,000 rows in PackedSampler's shuffled order, one ``ds[i]`` each,
   then the same through ``__getitems__`` in batches of 8 (what a DataLoader does);
   ``vs_one_shard`` divides by the same reads from a build of 1 shard (the same file)
@@ -40,10 +41,13 @@ CHILD = r"""
 import json, os, pickle, resource, sys, time
 import numpy as np
 from packer import PackedDataset, PackedSampler
-out, rows = sys.argv[1], int(sys.argv[2])
+out, rows, warm = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def rss():
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) / 1024
+w = PackedDataset(warm)  # imports and first-call costs (pyarrow.compute, ...) are not the open's
+w[0], w.__getitems__([0, 1])
+del w
 base = rss()
 t = time.perf_counter()
 ds = PackedDataset(out)
@@ -110,9 +114,9 @@ def make_build(src: str, out: str, n: int, shard: int = -1) -> str:
     return out
 
 
-def measure(out: str, rows: int = ROWS) -> dict:
+def measure(out: str, warm: str, rows: int = ROWS) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
-    r = subprocess.run([sys.executable, "-c", CHILD, out, str(rows)], capture_output=True, text=True, env=env)
+    r = subprocess.run([sys.executable, "-c", CHILD, out, str(rows), warm], capture_output=True, text=True, env=env)
     if r.returncode:
         sys.exit(f"measuring {out} failed:\n{r.stderr}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -130,21 +134,23 @@ def main() -> None:
     from common import emit_json
 
     src = a.source or source_build(os.path.join(a.dir, "source"))
-    one = measure(make_build(src, os.path.join(a.dir, "n1"), 1, shard=0))
+    n1 = make_build(src, os.path.join(a.dir, "n1"), 1, shard=0)
+    warm = make_build(src, os.path.join(a.dir, "warm"), 2, shard=0)
+    one = measure(n1, warm)
     print(f"1 shard: {one['rows_us']:.1f} us/row, {one['batch_rows_us']:.1f} us/row in batches of 8", file=sys.stderr)
     results = []
     for n in a.sizes:
         t = time.perf_counter()
         out = make_build(src, os.path.join(a.dir, f"n{n}"), n, shard=0)
         made = time.perf_counter() - t
-        r = measure(out)
+        r = measure(out, warm)
         r.update(shards=n, make_s=round(made, 1), manifest_mb=os.path.getsize(os.path.join(out, "manifest.json")) / 1e6,
                  index_mb=os.path.getsize(os.path.join(out, "index.arrow")) / 1e6,
                  open_us_per_shard=r["open_s"] / n * 1e6, vs_one_shard=r["rows_us"] / one["rows_us"],
                  batch_vs_one_shard=r["batch_rows_us"] / one["batch_rows_us"])
         if n <= a.no_index_max:
             os.rename(os.path.join(out, "index.arrow"), os.path.join(out, "index.arrow.off"))
-            old = measure(out, rows=200)
+            old = measure(out, warm, rows=200)
             os.rename(os.path.join(out, "index.arrow.off"), os.path.join(out, "index.arrow"))
             r.update(no_index_open_s=old["open_s"], no_index_open_rss_mib=old["open_rss_mib"])
         emit_json(r, a.json)
