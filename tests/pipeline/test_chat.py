@@ -438,3 +438,30 @@ def test_a_resumed_build_renders_with_the_recorded_date(small_folders, tmp_path)
     tk = transformers.AutoTokenizer.from_pretrained(small_folders["qwen3"])
     t = pa.ipc.open_file(os.path.join(out, m["shards"][-1]["path"])).read_all()
     assert "Today: 2020-01-02" in tk.decode(t.column("input_ids")[0].as_py())
+
+
+def test_hostile_conversations_are_counted_skips_and_the_build_goes_on(small_folders, tmp_path, monkeypatch):
+    """Issue 33.7/33.8: a template that renders '' for one conversation, or runs away on another, and a
+    field nested 1,000 deep: counted skips, the other conversations built."""
+    from packer.tokenize import chat_sandbox
+
+    monkeypatch.setattr(chat_sandbox, "RENDER_SECONDS", 0.5)  # (the local engine's workers fork: they see it)
+    tpl = tmp_path / "t.jinja"
+    tpl.write_text("{% if messages[0].content == 'quiet' %}{% elif messages[0].content == 'spin' %}"
+                   "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+                   "{% else %}" + QWEN3 + "{% endif %}")
+    good = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"}]}
+    recs = [good, {"messages": [{"role": "user", "content": "quiet"}, {"role": "assistant", "content": "x"}]},
+            {"messages": [{"role": "user", "content": "spin"}, {"role": "assistant", "content": "x"}]},
+            {"messages": [{"role": "user", "content": "hi", "extra": "@DEEP@"}, {"role": "assistant", "content": "x"}]},
+            good]
+    src = _write(tmp_path / "c.jsonl", recs)
+    with open(src) as f:
+        text = f.read().replace('"@DEEP@"', '{"k": ' * 1000 + '"leaf"' + "}" * 1000)
+    with open(src, "w") as f:
+        f.write(text)
+    m = build([src], str(tmp_path / "o"), seq_len=256, tokenizer=small_folders["qwen3"], chat=True,
+              chat_template=str(tpl), workers=1).manifest
+    t = m["totals"]
+    assert t["skipped"].get("empty_render") == 1 and t["skipped"].get("template_limit") == 1
+    assert t["documents"] + sum(t["skipped"].values()) == 5 and t["documents"] >= 2
