@@ -27,11 +27,11 @@ ROW_BYTES_PER_SLOT = 80
 
 
 def _memory_bytes() -> int:
-    """Physical memory of this machine in bytes (a very large number where unknown)."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62
+    """The memory this process may use, in bytes: the machine's, or less where a cgroup (a container,
+    a batch job) or RLIMIT_AS sets less (packer/io/memory.py); a very large number where unknown."""
+    from ..io.memory import memory_limit
+
+    return memory_limit().bytes
 ENGINES = ("local", "ray")
 
 
