@@ -19,25 +19,29 @@ string took 0.11 s of every build's serial start (bench/start_cost.py).
 from __future__ import annotations
 
 import hashlib
+import os
 
 from .check_cache import folder, read_json, read_text, write_json, write_text
 
-VERSION = "2"  # bump when what resolve_tokenizer derives changes
+VERSION = "3"  # bump when what resolve_tokenizer derives changes
 FIELDS = {"kind": str, "vocab_size": int, "eos_id": (int, type(None)), "pad_id": int, "fingerprint": str,
           "json": str, "notes": list, "prefix": list, "suffix": (list, type(None)), "added": str,
-          "split_special": bool, "specials": list}  # the TokenizerInfo fields recorded, with their JSON types
+          "split_special": bool, "specials": list, "plain_added": list, "follows": str}  # the TokenizerInfo fields recorded, with their JSON types
 RECORD = {k: t for k, t in FIELDS.items() if k != "json"} | {"json_chars": int}  # the record; json is its own file
 
 
-def key(path: str, options: tuple) -> str | None:
-    """The record's name for tokenizer file ``path`` resolved with ``options``; None if unreadable."""
+def key(path: str, options: tuple, also: list[str] = ()) -> str | None:
+    """The record's name for tokenizer file ``path`` resolved with ``options``; None if unreadable.
+    ``also``: the other files that decide the result (a model folder's configs: follows.py)."""
     import tokenizers
 
     h = hashlib.sha256(f"{VERSION}\0{tokenizers.__version__}\0{options!r}\0".encode())
     try:
-        with open(path, "rb") as f:
-            while block := f.read(1 << 22):
-                h.update(block)
+        for p in (path, *also):
+            h.update(f"\0{os.path.basename(p)}\0".encode())
+            with open(p, "rb") as f:
+                while block := f.read(1 << 22):
+                    h.update(block)
     except OSError:
         return None
     return h.hexdigest()[:32]

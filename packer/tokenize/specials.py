@@ -97,6 +97,12 @@ def special_ids(tok, tokenizer_json: str | None = None) -> dict[int, str]:
             if t.special and t.content and t.content != unk}
 
 
+def plain_added_ids(tok) -> dict[int, str]:
+    """{id: string} of the added tokens that are not special: HF cuts them out of text too (one id each),
+    with or without ``encode_special_tokens``."""
+    return {i: t.content for i, t in tok.get_added_tokens_decoder().items() if not t.special and t.content}
+
+
 def unknown_token(tok, tokenizer_json: str | None = None) -> str | None:
     """The model's unknown token: ``unk_token`` for BPE, WordPiece and WordLevel; a Unigram model
     names it by id (``unk_id``) in tokenizer.json only, not as an attribute."""

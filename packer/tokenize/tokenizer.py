@@ -16,17 +16,15 @@ The ids, and so the shards, are the same whichever runs.
 
 from __future__ import annotations
 
-import contextlib
-import glob
 import hashlib
-import os
-import sys
 from array import array
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from . import follows as follow
 from . import info_cache, long_texts
+from .sources import _load_hf, _local_file  # noqa: F401 (where a tokenizer.json comes from)
 from . import specials as around_text
 from ..errors import PackerError
 from .backends import check_backend
@@ -70,6 +68,8 @@ class TokenizerInfo:
     added: str = ""  # one line naming prefix and suffix by string and id, for the summary and the manifest
     split_special: bool = False  # --split-special-tokens: special-token strings in text encoded as plain text
     specials: tuple[tuple[int, str], ...] = ()  # (id, string) of the special tokens HF cuts out of text
+    plain_added: tuple[tuple[int, str], ...] = ()  # (id, string) of the added tokens that are not special (<think>)
+    follows: str = "transformers"  # a model folder run as transformers builds it, or "file" (follows.py)
 
     @property
     def after(self) -> tuple[int, ...]:
@@ -89,6 +89,8 @@ class TokenizerInfo:
             if self.adds_more_than_eos() else {}
         if self.split_special:
             extra["split_special_tokens"] = True
+        if self.follows != "transformers":  # recorded only when not the default: other manifests keep their bytes
+            extra["tokenizer_follows"] = self.follows
         return {
             "name": self.name,
             "kind": self.kind,
@@ -104,14 +106,17 @@ class TokenizerInfo:
 
 
 def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None = None, bos: bool = True,
-                      bos_token: str | None = None, split_special: bool = False) -> TokenizerInfo:
+                      bos_token: str | None = None, split_special: bool = False,
+                      follows: str = "transformers") -> TokenizerInfo:
     """Turn ``--tokenizer`` into a ``TokenizerInfo``.
 
     ``spec`` is None (built-in bytes), a tokenizer.json, a folder holding one,
     or a hub name (used only if the hub or its local cache answers). What
     goes around each document (``bos``, ``bos_token``, the template): see
-    packer/tokenize/specials.py.
+    packer/tokenize/specials.py. ``follows``: a model folder as transformers
+    builds it ("transformers") or its tokenizer.json as it is ("file"): follows.py.
     """
+    follow.check_follows(follows)
     if spec is None or spec == BYTES_NAME:
         if bos_token is not None:
             raise PackerError("--bos needs a --tokenizer: the built-in byte tokenizer has no BOS token")
@@ -121,22 +126,24 @@ def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None 
                              added=f"no bos; eos {BYTES_EOS} (the byte tokenizer's)" if eos else "no bos; no eos (--no-eos)")
 
     path = _local_file(spec)
-    record = info_cache.key(path, (eos, eos_token, bos, bos_token, split_special)) if path else None
+    options = (eos, eos_token, bos, bos_token, split_special, follows, follow.transformers_version(spec))
+    record = info_cache.key(path, options, follow.config_paths(spec)) if path else None
     known = info_cache.load(record)
     if known is not None:  # resolved before, from these very bytes: no parse (0.75 s for Llama 3)
         known.update(notes=tuple(known["notes"]), prefix=tuple(known["prefix"]),
                      suffix=None if known["suffix"] is None else tuple(known["suffix"]),
-                     specials=tuple((int(i), str(t)) for i, t in known["specials"]))
+                     specials=tuple((int(i), str(t)) for i, t in known["specials"]),
+                     plain_added=tuple((int(i), str(t)) for i, t in known["plain_added"]))
         return TokenizerInfo(spec, **known)
-    info = _resolve_hf(spec, eos, eos_token, bos, bos_token, split_special)
+    info = _resolve_hf(spec, eos, eos_token, bos, bos_token, split_special, follows)
     info_cache.store(record, {k: getattr(info, k) for k in info_cache.FIELDS})
     return info
 
 
 def _resolve_hf(spec: str, eos: bool, eos_token: str | None, bos: bool, bos_token: str | None,
-                split_special: bool) -> TokenizerInfo:
-    tok = _load_hf(spec)
-    notes = []
+                split_special: bool, follows: str = "transformers") -> TokenizerInfo:
+    tok, said = follow.as_used(spec, _load_hf(spec), follows)
+    notes = [said] if said else []
     if tok.truncation is not None:
         notes.append(f"truncation (max_length={tok.truncation.get('max_length')}) switched off: no text is cut")
         tok.no_truncation()
@@ -173,7 +180,8 @@ def _resolve_hf(spec: str, eos: bool, eos_token: str | None, bos: bool, bos_toke
     store(_LOADED, (fp, split_special), tok)  # an in-process Encoder reuses it instead of parsing the JSON again
     return TokenizerInfo(spec, "hf", vocab_size, eos_id, pad_id, fp, as_json, tuple(notes), prefix=prefix,
                          suffix=suffix, added=added, split_special=split_special,
-                         specials=tuple(sorted(around_text.special_ids(tok, as_json).items())))
+                         specials=tuple(sorted(around_text.special_ids(tok, as_json).items())),
+                         plain_added=tuple(sorted(around_text.plain_added_ids(tok).items())), follows=follows)
 
 
 def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: []) -> TokenizerInfo:
@@ -230,62 +238,6 @@ def loaded_hf(info: TokenizerInfo):
     return remember(_LOADED, (info.fingerprint, info.split_special), parse)
 
 
-def _local_file(spec: str) -> str | None:
-    """The tokenizer.json that ``spec`` names on this machine (a file, or a folder holding one), else None."""
-    path = os.path.join(spec, "tokenizer.json") if os.path.isdir(spec) else spec
-    return path if os.path.isfile(path) else None
-
-
-def _load_hf(spec: str):
-    from tokenizers import Tokenizer
-
-    if os.path.isdir(spec) and not os.path.exists(os.path.join(spec, "tokenizer.json")):
-        raise PackerError(f"no tokenizer.json in folder {spec}")
-    path = _local_file(spec)
-    if path is not None:
-        try:
-            return Tokenizer.from_file(path)
-        except Exception as e:
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise PackerError(f"cannot load tokenizer {path}: {first}") from None
-    looks_like_path = spec.endswith(".json") or spec.startswith((".", "/", "~")) or spec.count("/") > 1
-    if looks_like_path:
-        raise PackerError(f"tokenizer not found: {spec}")
-    cached = _hub_cache_file(spec)
-    if cached:
-        return Tokenizer.from_file(cached)
-    try:
-        with _quiet_stderr():  # the hub client logs its network errors; we say one line instead
-            return Tokenizer.from_pretrained(spec)
-    except Exception:
-        raise PackerError(
-            f"could not load tokenizer {spec!r} from the hub or its local cache: "
-            "pass a path to a tokenizer.json or a folder holding one"
-        ) from None
-
-
-@contextlib.contextmanager
-def _quiet_stderr():
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def _hub_cache_file(name: str) -> str | None:
-    home = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub"
-    )
-    pattern = os.path.join(home, "models--" + name.replace("/", "--"), "snapshots", "*", "tokenizer.json")
-    hits = sorted(glob.glob(pattern))
-    return hits[-1] if hits else None
-
-
 class Encoder:
     """Encodes batches of text to token ids, EOS appended. One per process.
 
@@ -300,6 +252,7 @@ class Encoder:
         self._eos = np.array([info.eos_id] if info.eos_id is not None else [], dtype=np.uint32)
         self._pre, self._post = list(info.prefix), list(info.after)
         self._specials = dict(info.specials) if not info.split_special else {}
+        self._plain = dict(info.plain_added)  # cut out of text whatever --split-special-tokens says
         self._tk = None
         if info.kind == "hf" and info.backend in ("tiktoken", "fastokens"):  # fastokens: tokenize/fastokens_backend.py
             from .tiktoken_backend import encoder_for
@@ -360,6 +313,11 @@ class Encoder:
         """(document index, token string) for every special token's string met in a text and encoded
         as the special id (never with --split-special-tokens). ``ids``, ``lengths``: ``encode_flat(texts)``."""
         return around_text.found_in(texts, ids, lengths, len(self._pre), len(self._post), self._specials)
+
+    def added_found(self, texts: list[str], ids: np.ndarray, lengths: np.ndarray) -> list[tuple[int, str]]:
+        """``specials_found`` for the added tokens that are not special (Qwen3's ``<think>``, Gemma 3's
+        ``<unusedN>``): HF gives their one id for their string in text, --split-special-tokens or not."""
+        return around_text.found_in(texts, ids, lengths, len(self._pre), len(self._post), self._plain)
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         """Return one uint32 array per text: its ids, then EOS (if on)."""

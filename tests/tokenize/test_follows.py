@@ -1,0 +1,159 @@
+"""A model folder is encoded as transformers builds it (follows.py), with the config's special tokens.
+
+Reference: ``transformers.AutoTokenizer.from_pretrained(folder)`` on folders built here
+(tokenizer.json + tokenizer_config.json); the real folders in ../shared/data where present.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+from packer.errors import PackerError
+from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
+from packer.tokenize import follows as F
+
+from tests.conftest import REAL_TOKENIZERS
+
+TEXTS = ["  two", "two", " two  two", "<s> two", "a</s>  two", "tw<mask>o <think>two</think>", "\ttwo\n  tw", ""]
+
+
+def llama2_like(folder, **config) -> str:
+    """A SentencePiece-style BPE as Llama-2 ships it (Prepend + Replace normalizer, byte fallback, a <s> template),
+    named LlamaTokenizer by its tokenizer_config.json, with a plain <mask> the config names and a plain <think>."""
+    os.makedirs(folder, exist_ok=True)
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for i in range(256):
+        vocab[f"<0x{i:02X}>"] = len(vocab)
+    for t in ["▁", "t", "w", "o", "▁t", "tw", "▁tw", "two", "▁two", "▁▁", "a", "<", ">", "/"]:
+        vocab.setdefault(t, len(vocab))
+    merges = [("▁", "t"), ("t", "w"), ("▁t", "w"), ("tw", "o"), ("▁tw", "o"), ("▁", "▁")]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=True, fuse_unk=True, unk_token="<unk>"))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<unk>", "<s>", "</s>")])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ("<mask>", "<think>", "</think>")])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)])
+    tok.save(os.path.join(folder, "tokenizer.json"))
+    cfg = {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+           "mask_token": "<mask>", **config}
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(cfg, f)
+    return str(folder)
+
+
+def ids(info, texts=TEXTS):
+    return [a.tolist() for a in Encoder(choose_backend(info, "auto")).encode_batch(texts)]
+
+
+def transformers_ids(folder, texts=TEXTS, eos=2, **kw):
+    tf = pytest.importorskip("transformers")
+    hf = tf.AutoTokenizer.from_pretrained(folder, **kw)
+    return [i + [eos] for i in hf(texts)["input_ids"]]
+
+
+@pytest.mark.parametrize("config", [{}, {"legacy": True}, {"add_prefix_space": False}])
+def test_llama2_folder_follows_transformers_and_says_so(tmp_path, config):
+    folder = llama2_like(tmp_path / "llama2", **config)
+    info = resolve_tokenizer(folder)
+    assert ids(info) == transformers_ids(folder)
+    said = [n for n in info.notes if "differ in" in n]
+    assert len(said) == 1 and "pre-tokenizer" in said[0] and "packer follows transformers" in said[0]
+    assert "tokenizer_follows" not in info.manifest()
+
+
+def test_follows_file_runs_the_file_and_is_recorded(tmp_path):
+    folder = llama2_like(tmp_path / "llama2")
+    info = resolve_tokenizer(folder, follows="file")
+    ref = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    assert ids(info) == [e.ids + [2] for e in ref.encode_batch(TEXTS)]
+    assert ids(info) != transformers_ids(folder)  # "  two" is where they part
+    assert any("packer follows tokenizer.json" in n for n in info.notes)
+    assert info.manifest()["tokenizer_follows"] == "file"
+    assert resolve_tokenizer(folder).fingerprint != info.fingerprint
+    with pytest.raises(PackerError, match="unknown --tokenizer-follows 'both'"):
+        resolve_tokenizer(folder, follows="both")
+
+
+@pytest.mark.parametrize("config", [{}, {"legacy": True}, {"add_prefix_space": False},
+                                    {"tokenizer_class": "PreTrainedTokenizerFast", "additional_special_tokens": ["<think>"]}])
+def test_the_recorded_rule_is_what_transformers_builds(tmp_path, monkeypatch, config):
+    """Without transformers, the recorded rule gives the very tokenizer transformers builds."""
+    pytest.importorskip("transformers")
+    folder = llama2_like(tmp_path / "m", **config)
+    with_tf = resolve_tokenizer(folder)
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers now fails
+    monkeypatch.setenv("PACKER_CACHE", str(tmp_path / "cache"))
+    without = resolve_tokenizer(folder)
+    assert without.json == with_tf.json and without.fingerprint == with_tf.fingerprint
+    assert any("transformers' rule for" in n for n in without.notes)
+
+
+def test_config_special_tokens_split_and_are_counted_as_transformers_does(tmp_path):
+    folder = llama2_like(tmp_path / "m", tokenizer_class="PreTrainedTokenizerFast")
+    with open(os.path.join(folder, "special_tokens_map.json"), "w") as f:
+        json.dump({"additional_special_tokens": ["</think>"]}, f)
+    texts = ["a<mask>b", "x</think>", "<think>y"]
+    split = resolve_tokenizer(folder, split_special=True)
+    assert ids(split, texts) == transformers_ids(folder, texts, split_special_tokens=True)
+    whole = resolve_tokenizer(folder)
+    assert ids(whole, texts) == transformers_ids(folder, texts)
+    enc = Encoder(choose_backend(whole, "auto"))
+    flat, lengths = enc.encode_flat(texts)
+    # <mask> is the config's mask_token; </think> is named besides, and plain in tokenizer.json: transformers
+    # keeps it plain (one id, never split), and packer reports it with the plain added tokens
+    assert enc.specials_found(texts, flat, lengths) == [(0, "<mask>")]
+    assert enc.added_found(texts, flat, lengths) == [(1, "</think>"), (2, "<think>")]
+    flat, lengths = Encoder(choose_backend(split, "auto")).encode_flat(texts)
+    assert Encoder(split).added_found(texts, flat, lengths) == [(1, "</think>"), (2, "<think>")]
+
+
+def test_a_folder_transformers_cannot_load_is_one_note_and_the_file(tmp_path):
+    pytest.importorskip("transformers")
+    folder = llama2_like(tmp_path / "m")
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        f.write("{not json")
+    info = resolve_tokenizer(folder)
+    assert any("transformers cannot load it" in n and "follows tokenizer.json" in n for n in info.notes)
+    ref = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    assert ids(info) == [e.ids + [2] for e in ref.encode_batch(TEXTS)]
+
+
+def test_the_resolve_record_is_keyed_on_the_config_files(tmp_path):
+    folder = llama2_like(tmp_path / "m", tokenizer_class="PreTrainedTokenizerFast")
+    first = resolve_tokenizer(folder)
+    with open(os.path.join(folder, "tokenizer_config.json")) as f:
+        cfg = json.load(f)
+    cfg["mask_token"] = "<think>"  # a named special token now: special to transformers
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(cfg, f)
+    again = resolve_tokenizer(folder)
+    assert "<think>" in dict(again.specials).values() and "<think>" in dict(first.plain_added).values()
+
+
+def test_a_lone_tokenizer_json_is_run_as_it_is(tmp_path):
+    folder = llama2_like(tmp_path / "m")
+    path = os.path.join(folder, "tokenizer.json")
+    info = resolve_tokenizer(path)
+    assert not info.notes and F.config_paths(path) == []
+    assert ids(info) == [e.ids + [2] for e in Tokenizer.from_file(path).encode_batch(TEXTS)]
+
+
+@pytest.mark.parametrize("name", ["llama3", "mistral-v3"])
+def test_real_folders_agree_with_transformers(name):
+    path = REAL_TOKENIZERS.get(name, os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", name))
+    if not os.path.isdir(path):
+        pytest.skip(f"{path} not present")
+    tf = pytest.importorskip("transformers")
+    info = resolve_tokenizer(path)
+    assert not [n for n in info.notes if "differ in" in n]  # the file is what transformers runs: nothing said
+    hf = tf.AutoTokenizer.from_pretrained(path)
+    texts = TEXTS + ["<|begin_of_text|>hi  there", "[INST] x [/INST]", " leading", "e\u0301 \u00e9"]
+    got = ids(info, texts)
+    assert got == [i if i[-1:] == [info.eos_id] else i + [info.eos_id] for i in hf(texts)["input_ids"]]
