@@ -97,7 +97,7 @@ class ShardIndex:
     def _load(self, table: pa.Table) -> None:
         self.table = table
         self.n = table.num_rows
-        col = {name: table.column(name).combine_chunks() for name in ("path", "row_start", "rows", "bytes", CHECKSUM)}
+        col = {name: _one_array(table.column(name)) for name in ("path", "row_start", "rows", "bytes", CHECKSUM)}
         self._paths, self._sums = col["path"], col[CHECKSUM]
         try:
             self.starts, self.rows, self.nbytes = (col[k].to_numpy(zero_copy_only=True) for k in ("row_start", "rows", "bytes"))
@@ -134,7 +134,12 @@ class ShardIndex:
         """A count column ((n,) int64) where the index has it, else None."""
         if name not in self.table.column_names:
             return None
-        return self.table.column(name).combine_chunks().to_numpy(zero_copy_only=False)
+        return _one_array(self.table.column(name)).to_numpy(zero_copy_only=False)
+
+
+def _one_array(col: pa.ChunkedArray) -> pa.Array:
+    """The column as one array: its only chunk as it lies in the map (``combine_chunks`` copies)."""
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
 def open_index(store: Storage) -> ShardIndex:
