@@ -15,6 +15,14 @@ It prints one row per tokenizer and exits 1 on any difference.
 
     python bench/real_corpus.py bench_out/real --mb 60      # once: real text from this machine
     python bench/family_exact.py bench_out/real/real.jsonl  # or: sample_data
+    python bench/family_exact.py sample_data --normalize-cost  # what NFC costs the fast backend
+
+``--normalize-cost`` times the fast backend of a Qwen-class tokenizer (NFC, built
+now) on the corpus, alternating per round: with packer's normalizer (tokenizers'
+own NFC, skipped on texts of boundary characters: packer/tokenize/normalize.py),
+with tokenizers' NFC on every non-ASCII text, with Python's ``unicodedata`` (what
+the backend used before: not exact), and with no normalizer (the ids then differ;
+a floor). Medians over rounds of CPU seconds, as ratios to ``unicodedata``.
 """
 
 from __future__ import annotations
@@ -81,12 +89,58 @@ def one(name: str, path: str, inputs: list[str], texts: list[str], work: str) ->
     return row
 
 
+def normalize_cost(texts: list[str], rounds: int) -> None:
+    import statistics
+    import unicodedata
+
+    from tokenizers import normalizers
+
+    from packer.tokenize import normalize as N
+    from packer.tokenize import tiktoken_backend as T
+
+    with tempfile.TemporaryDirectory() as work:
+        js = open(os.path.join(families.build_all(work, families.sample_texts(), ["qwen-like"])["qwen-like"],
+                               "tokenizer.json")).read()
+    nfc = normalizers.NFC().normalize_str
+    variants = {"packer (tokenizers NFC, skipped on boundaries)": N.Normalizer("NFC"),
+                "tokenizers NFC on every non-ASCII text": lambda t: t if t.isascii() else nfc(t),
+                "unicodedata (before; not exact)": lambda t: t if t.isascii() else unicodedata.normalize("NFC", t),
+                "no normalizer (floor; ids differ)": lambda t: t}
+    from dataclasses import replace
+
+    base = T.TiktokenEncoder(js, replace(T.convert(js), normalize=None))  # tiktoken alone: each variant normalizes first
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(rounds):
+        for name, norm in variants.items():
+            t0 = time.process_time()
+            for t in texts:
+                base._buffer(norm(t), base._allowed)
+            times[name].append(time.process_time() - t0)
+    ref = statistics.median(times["unicodedata (before; not exact)"])
+    chars = sum(map(len, texts))
+    print(f"{len(texts):,} texts, {chars / 1e6:.2f} M characters, {sum(not t.isascii() for t in texts):,} not ASCII; "
+          f"{rounds} rounds, median CPU s")
+    print("| normalizer before tiktoken | CPU s | / unicodedata |")
+    print("|---|---|---|")
+    for name in variants:
+        m = statistics.median(times[name])
+        print(f"| {name} | {m:.3f} | {m / ref:.2f} |")
+    same = [base.encode_lists([variants["packer (tokenizers NFC, skipped on boundaries)"](t)])[0] for t in texts[:300]]
+    hf = [e.ids for e in __import__("tokenizers").Tokenizer.from_str(js).encode_batch(texts[:300], add_special_tokens=False)]
+    print(f"packer's ids = HF's on the first {len(hf)} texts: {same == hf}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("inputs", nargs="*", default=[os.path.join(REPO, "sample_data", "corpus.jsonl")])
     ap.add_argument("--only", default=None, help="comma-separated tokenizer names")
+    ap.add_argument("--normalize-cost", action="store_true", help="time NFC before the fast backend instead")
+    ap.add_argument("--rounds", type=int, default=5, help="with --normalize-cost")
     a = ap.parse_args(argv)
     texts = corpus_texts(a.inputs)
+    if a.normalize_cost:
+        normalize_cost(texts, a.rounds)
+        return 0
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as work:
         toks = {f"{k} (built)": v for k, v in families.build_all(os.path.join(work, "fam"), families.sample_texts()).items()}

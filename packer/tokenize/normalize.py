@@ -82,7 +82,7 @@ class Normalizer:
 
         self.form = form
         self._norm = getattr(normalizers, form)().normalize_str
-        self._changes = table(form)
+        self._changes = table(form).view(np.uint8)
 
     def __call__(self, text: str) -> str:
         if text.isascii():
@@ -91,4 +91,4 @@ class Normalizer:
             cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
         except UnicodeEncodeError:  # lone surrogates: left as they are, for the encoder to refuse (HF does)
             return text
-        return self._norm(text) if self._changes[cps].any() else text
+        return self._norm(text) if np.take(self._changes, cps).any() else text  # ~8 ns a character
