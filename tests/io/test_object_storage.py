@@ -130,7 +130,7 @@ def test_missing_input_and_bad_names_are_one_line(bucket, tmp_path):
         build(BuildConfig.of(inputs=(f"s3://{bucket}/doc.pdf",), out=out))
     with pytest.raises(PackerError, match="globs are not expanded"):
         build(BuildConfig.of(inputs=(f"s3://{bucket}/*.jsonl",), out=out))
-    with pytest.raises(PackerError, match=r"^cannot write s3://no-such-bucket-x/out/\.packer\.lock: .*bucket") as e:
+    with pytest.raises(PackerError, match=r"^cannot read s3://no-such-bucket-x/out/\.packer\.lock: .*bucket") as e:
         build(BuildConfig.of(inputs=(SAMPLE,), out="s3://no-such-bucket-x/out"))
     assert "\n" not in str(e.value)
 
