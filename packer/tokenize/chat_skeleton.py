@@ -67,13 +67,11 @@ class Skeletons:
     @staticmethod
     def _skeleton(renderer, messages):
         """(skeleton text, [(marker index, at)], {reply: start}) for this shape, or None."""
-        from .chat import ChatError
-
         skel = [{"role": m["role"], "content": _marker(i) if m["content"] else ""} for i, m in enumerate(messages)]
         try:
             text = renderer._render(skel)[0]  # (under the conversation's own budget)
             starts = {i: renderer.turn_start(text, skel, i, 0) for i, m in enumerate(skel) if m["role"] == "assistant"}
-        except ChatError:
+        except ValueError:  # (a ChatError: this shape goes the exact way)
             return None
         marks = sorted((at, i) for i, m in enumerate(skel) if m["content"] and (at := text.find(m["content"])) >= 0)
         return text, [(i, at) for at, i in marks], starts
