@@ -169,16 +169,12 @@ def main(argv=None) -> None:
         best = statistics.median(r["best_possible_ratio"] for r in rows if r["workers"] == n)
         print(f"{n:>7}  median {summary[n]:.3f} (best {max(rs):.3f}; rounds {', '.join(f'{x:.3f}' for x in rs)})"
               f"  |  median {cpu_summary[n]:.3f}  |  median {best:.3f}")
-    if len(args.workers) > 1:
-        base = min(args.workers)
-        for n in args.workers:
-            if n == base:
-                continue
-            sp = [statistics.median([r["ceiling_s"] for r in rows if r["workers"] == base]) /
-                  statistics.median([r["ceiling_s"] for r in rows if r["workers"] == n]),
-                  statistics.median([r["build_s"] for r in rows if r["workers"] == base]) /
-                  statistics.median([r["build_s"] for r in rows if r["workers"] == n])]
-            print(f"speed-up {base}->{n} workers: ceiling x{sp[0]:.2f}, build x{sp[1]:.2f}")
+    base = min(args.workers)
+    for n in sorted(set(args.workers) - {base}):
+        med = {k: [statistics.median(r[k] for r in rows if r["workers"] == m) for m in (base, n)]
+               for k in ("ceiling_s", "build_s")}
+        print(f"speed-up {base}->{n} workers: ceiling x{med['ceiling_s'][0] / med['ceiling_s'][1]:.2f}, "
+              f"build x{med['build_s'][0] / med['build_s'][1]:.2f}")
     result = {"bench": "build_bench", "inputs": args.inputs, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
               "rows": rows, "median_ratio": summary, "median_cpu_ratio": cpu_summary}
     emit_json(result, args.json)

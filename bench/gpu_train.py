@@ -170,14 +170,10 @@ def padded_batches(tokens, lengths, L: int, B: int, n: int, pad_id: int, chunks:
     return out
 
 
-def packed_order(ds: PackedDataset) -> np.ndarray:
-    """The rows every packed variant reads, in order: PackedSampler, seed 0."""
-    return PackedSampler(ds, seed=SEED).epoch_order()
-
-
 def packed_batches(ds: PackedDataset, B: int, n: int, start: int = 0) -> list[dict]:
-    """Batches ``start .. start + n - 1`` of the packed order, built by ``PackedDataset.batch``."""
-    order = packed_order(ds)
+    """Batches ``start .. start + n - 1`` of the packed order (PackedSampler, seed 0), built by
+    ``PackedDataset.batch``."""
+    order = PackedSampler(ds, seed=SEED).epoch_order()
     need = (start + n) * B
     if need > len(order):
         order = np.resize(order, need)

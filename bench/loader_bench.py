@@ -89,17 +89,6 @@ class PerRow(Dataset):
         return self.ds[i]
 
 
-class ListSampler(torch.utils.data.Sampler):
-    def __init__(self, idx):
-        self.idx = idx
-
-    def __iter__(self):
-        return iter(self.idx)
-
-    def __len__(self):
-        return len(self.idx)
-
-
 def nanogpt_get_batch(path, L, rows, B):
     """nanoGPT's train.py get_batch, verbatim in spirit: memmap per batch, stack x and y."""
     for a in range(0, len(rows) - B + 1, B):
@@ -264,11 +253,11 @@ class _Sources:
 
         ds, r = self.ds, self.rows_of
         group = {
-            "packed": loader(lambda: DataLoader(ds, B, sampler=ListSampler(r(0, 5)), collate_fn=collate, num_workers=w)),
-            "packed, per-row": loader(lambda: DataLoader(PerRow(ds), B, sampler=ListSampler(r(1, 5)), collate_fn=collate,
+            "packed": loader(lambda: DataLoader(ds, B, sampler=r(0, 5), collate_fn=collate, num_workers=w)),
+            "packed, per-row": loader(lambda: DataLoader(PerRow(ds), B, sampler=r(1, 5), collate_fn=collate,
                                                          num_workers=w)),
-            "nanoGPT": loader(lambda: DataLoader(self.nano, B, sampler=ListSampler(r(2, 5)), num_workers=w)),
-            "memcpy": loader(lambda: DataLoader(self.memcpy, B, sampler=ListSampler(r(3, 5)), num_workers=w)),
+            "nanoGPT": loader(lambda: DataLoader(self.nano, B, sampler=r(2, 5), num_workers=w)),
+            "memcpy": loader(lambda: DataLoader(self.memcpy, B, sampler=r(3, 5), num_workers=w)),
         }
         if w == 0:
             group["nanoGPT get_batch"] = get_batch
