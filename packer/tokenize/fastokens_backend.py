@@ -29,9 +29,6 @@ from . import check_cache
 from .tiktoken_check import CheckResult, check, hard_strings, suspect_strings
 
 BACKEND = "fastokens"
-# Its load is serial start (0.25 s GPT-2, 1.1 s Llama 3, 1.4 s Qwen on one core); it saves ~0.17 CPU-s
-# per MB of text a worker encodes: below this much input per worker, tiktoken's start wins.
-MIN_BYTES_PER_WORKER = 8 << 20
 _FASTER: dict = {}  # (fingerprint, split_special) -> FastokensEncoder, or None where it did not pass
 
 
@@ -45,11 +42,6 @@ def version() -> str | None:
         return v("fastokens")
     except Exception:  # not installed, or a broken install: tiktoken stays
         return None
-
-
-def worth_it(input_bytes: int, workers: int) -> bool:
-    """Whether a build of ``input_bytes`` (on disk) over ``workers`` should load fastokens at all."""
-    return input_bytes >= MIN_BYTES_PER_WORKER * max(1, workers)
 
 
 class FastokensEncoder:
