@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from ..formats import REGISTRY, Skip, read_slice
 from ..tokenize import TokenizerInfo, choose_backend
-from ..tokenize import tiktoken_backend
+from ..tokenize import fastokens_backend, tiktoken_backend
 from ..tokenize.tiktoken_backend import SAMPLE_CHARS, SAMPLE_DOCS, SAMPLE_TEXT_CHARS
 from ..tokenize.tokenizer import choose_backend_later, loaded_hf, with_choice
 from .config import BuildConfig
@@ -50,10 +50,12 @@ def decide(cfg: BuildConfig, tok: TokenizerInfo, units, chat) -> tuple[Tokenizer
         return replace(tok, backend="hf", backend_reason=CHAT_REASON), None
     slices = [s for u in units for s in u.slices]
     text_field = cfg.output.text_field
-    if cfg.run.engine == "local" and (cfg.run.workers or os.cpu_count() or 1) > 1:
-        tok, later = choose_backend_later(tok, cfg.run.tokenizer_backend)
+    workers = cfg.run.workers or os.cpu_count() or 1
+    fast = fastokens_backend.worth_it(sum({s.file.path: s.file.size for s in slices}.values()))  # not workers
+    if cfg.run.engine == "local" and workers > 1:
+        tok, later = choose_backend_later(tok, cfg.run.tokenizer_backend, fast)
         return tok, (DeferredCheck(later, tok, slices, text_field) if later is not None else None)
-    return choose_backend(tok, cfg.run.tokenizer_backend, lambda: sample_texts(slices, text_field)), None
+    return choose_backend(tok, cfg.run.tokenizer_backend, lambda: sample_texts(slices, text_field), fast), None
 
 
 def check_input(job: Job, slices: list, text_field: str):

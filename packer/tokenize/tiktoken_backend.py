@@ -247,7 +247,7 @@ def encoder_for(tokenizer_json: str, fingerprint: str, hf=None, split_special: b
 
 
 def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=None, split_special: bool = False,
-           defer_input: bool = False) -> Choice:
+           defer_input: bool = False, fast: bool = True) -> Choice:
     """Pick the backend for a build: ``requested`` is "auto", "hf" or "tiktoken";
     ``sample()`` returns input texts to compare on (called only if needed).
     ``hf``: the HF tokenizer, or a function that returns it (called only if needed:
@@ -257,7 +257,8 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
 
     "tiktoken" that cannot be exact raises ``PackerError``; "auto" falls back to HF.
     ``defer_input``: where tiktoken passed all but the input check, return it with
-    ``later`` set (an ``InputCheck``) instead of running that check.
+    ``later`` set (an ``InputCheck``) instead of running that check. ``fast``: "auto" may take
+    fastokens (fastokens_backend.worth_it: off for a small input, whose start it would lengthen).
     """
     if requested == "hf":
         return Choice("hf", "asked for (--tokenizer-backend hf)")
@@ -286,7 +287,7 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
     if not hard.ok:
         return _refuse(requested, f"tiktoken gave other ids than HF on {hard.difference}", True)
     backend = "tiktoken"
-    if requested == "auto":  # fastokens where installed and exact on the same hard strings (fastokens_backend.py)
+    if requested == "auto" and fast:  # fastokens where installed and exact on the same hard strings (fastokens_backend.py)
         from . import fastokens_backend
 
         fast, fast_hard = fastokens_backend.faster(enc, tokenizer_json, fingerprint, get_hf)

@@ -150,7 +150,8 @@ def test_not_used_where_it_cannot_load(families, monkeypatch):
     F._FASTER.clear()
 
 
-def test_build_shards_identical_to_tiktoken(tmp_path, families):
+def test_build_shards_identical_to_tiktoken(tmp_path, families, monkeypatch):
+    monkeypatch.setattr(F, "MIN_INPUT_BYTES", 0)  # a small input would keep tiktoken (worth_it)
     src = tmp_path / "in.jsonl"
     write_jsonl(str(src), corpus() * 3)
     outs = {}
@@ -162,10 +163,11 @@ def test_build_shards_identical_to_tiktoken(tmp_path, families):
     assert outs["auto"] and outs["auto"] == outs["tiktoken"]
 
 
-def test_two_workers_check_on_a_worker_with_fastokens(tmp_path, families):
+def test_two_workers_check_on_a_worker_with_fastokens(tmp_path, families, monkeypatch):
     """The deferred input check (on a worker, pipeline/backend_check.py) runs with fastokens too."""
     from packer import build
 
+    monkeypatch.setattr(F, "MIN_INPUT_BYTES", 0)
     src = tmp_path / "in.jsonl"
     write_jsonl(str(src), [f"doc {i}: " + t for i, t in enumerate(corpus() * 4)])
     got = {}
@@ -176,3 +178,15 @@ def test_two_workers_check_on_a_worker_with_fastokens(tmp_path, families):
         d = tmp_path / backend / "shards"
         got[backend] = {p.name: p.read_bytes() for p in d.iterdir()}
     assert len(got["auto"]) > 1 and got["auto"] == got["tiktoken"]
+
+
+def test_a_small_build_keeps_tiktoken(tmp_path, families):
+    """Loading fastokens is serial start (1.1 s for Llama 3): a build of less than MIN_INPUT_BYTES does not
+    pay it, whatever its worker count (the manifest records the backend); the ids are the same either way."""
+    from packer import build
+
+    src = tmp_path / "in.jsonl"
+    write_jsonl(str(src), corpus())
+    assert not F.worth_it(os.path.getsize(src)) and F.worth_it(F.MIN_INPUT_BYTES)
+    r = build([str(src)], str(tmp_path / "o"), tokenizer=families["gpt2-like"], seq_len=64, workers=1, quiet=True)
+    assert r.manifest["tokenizer"]["backend"] == "tiktoken"
