@@ -1,42 +1,24 @@
 """End-to-end `packer build` against the tokenizer's own ceiling, side by side.
 
-For each worker count N (default 1 and 2), in one run and interleaved over
-``--rounds``:
+For each worker count N (default 1 and 2), interleaved over ``--rounds``:
 
-- ceiling: HF tokenizers encoding the corpus's texts, already in memory, on
-  N cores (a subprocess pinned to cores 0..N-1; RAYON_NUM_THREADS=N). Both
-  ``encode_batch`` and ``encode_batch_fast`` are timed on a sample first and
-  the faster is timed on the whole corpus. Only the encode calls are timed:
-  no reading, parsing, id extraction, packing or writing.
-- build: the ``packer build`` command, end to end (process start to exit,
-  with --workers N), pinned to the same N cores, with ``--tokenizer-backend
-  hf`` (the engine the ceiling measures) where packer has that option.
+- ceiling: HF tokenizers encoding the corpus's texts (read by ``packer.formats``, so exactly what the
+  build tokenizes), already in memory, on N cores (a subprocess pinned to cores 0..N-1,
+  RAYON_NUM_THREADS=N); the faster of ``encode_batch`` and ``encode_batch_fast`` on a sample is timed
+  on the whole corpus, encode calls only;
+- build: ``packer build --workers N`` end to end (process start to exit) on the same cores, with
+  ``--tokenizer-backend hf`` (the backend the ceiling measures);
+- start-up floor: a bare process importing numpy, pyarrow and tokenizers and parsing the tokenizer
+  file: what any build pays before its first token. ceiling / (ceiling + floor) is "best possible".
 
-- start-up floor: a bare process that imports numpy, pyarrow and tokenizers
-  and parses the tokenizer file, pinned the same way: what any build pays
-  before its first token and the ceiling does not time. On a small corpus
-  it caps the ratio: ceiling / (ceiling + floor) is printed as "best
-  possible".
-
-It prints the ratio ceiling_time / build_time (1.0 = the build costs
-nothing beyond tokenizing) per round, the median, and a JSON line; and the
-same ratio of CPU seconds (all processes and threads), which shows the
-work added on top of tokenizing even when other jobs share the machine and
-make wall-clock times wander.
+Printed: ceiling_time / build_time (1.0 = nothing beyond tokenizing) per round and the median, the
+same ratio of CPU seconds (steadier when other jobs share the machine), and a JSON line.
+``--concurrent`` runs ceiling and build at once on disjoint cores (swapped every other round), so
+that both meet the same load on a machine whose speed drifts from one minute to the next.
 
     python bench/build_bench.py bench_out/real/real.jsonl --workers 1 2 --rounds 2
     python bench/build_bench.py bench_out/real/txt --workers 1 2      # many small files
-    python bench/build_bench.py sample_data --workers 1 2
     python bench/build_bench.py bench_out/real/real.jsonl --workers 1 --rounds 4 --concurrent
-
-``--concurrent`` runs the ceiling and the build at the same time on disjoint
-cores (N each, swapped every other round) instead of one after the other: on
-a machine shared with other jobs, whose speed drifts by 10-20% from one
-minute to the next, both then meet the same conditions.
-
-Inputs: a .jsonl file, a folder of .txt files, or any folder packer reads
-(texts for the ceiling come from ``packer.formats.read_slice``, so they are
-exactly what the build tokenizes).
 """
 
 from __future__ import annotations
@@ -51,7 +33,7 @@ import tempfile
 import threading
 import time
 
-from common import GPT2, child_env, emit_json, hf_engine_args, pin  # bench/common.py
+from common import GPT2, child_env, emit_json, pin  # bench/common.py
 
 
 _CEILING = r"""
@@ -156,7 +138,7 @@ def main(argv=None) -> None:
     tok = os.path.abspath(args.tokenizer)
     extra = args.build_args.split()
     if "--tokenizer-backend" not in extra:
-        extra += hf_engine_args()  # the engine the ceiling measures
+        extra += ["--tokenizer-backend", "hf"]  # the backend the ceiling measures
     rows = []
     for rnd in range(args.rounds):
         for n in args.workers:
@@ -187,16 +169,12 @@ def main(argv=None) -> None:
         best = statistics.median(r["best_possible_ratio"] for r in rows if r["workers"] == n)
         print(f"{n:>7}  median {summary[n]:.3f} (best {max(rs):.3f}; rounds {', '.join(f'{x:.3f}' for x in rs)})"
               f"  |  median {cpu_summary[n]:.3f}  |  median {best:.3f}")
-    if len(args.workers) > 1:
-        base = min(args.workers)
-        for n in args.workers:
-            if n == base:
-                continue
-            sp = [statistics.median([r["ceiling_s"] for r in rows if r["workers"] == base]) /
-                  statistics.median([r["ceiling_s"] for r in rows if r["workers"] == n]),
-                  statistics.median([r["build_s"] for r in rows if r["workers"] == base]) /
-                  statistics.median([r["build_s"] for r in rows if r["workers"] == n])]
-            print(f"speed-up {base}->{n} workers: ceiling x{sp[0]:.2f}, build x{sp[1]:.2f}")
+    base = min(args.workers)
+    for n in sorted(set(args.workers) - {base}):
+        med = {k: [statistics.median(r[k] for r in rows if r["workers"] == m) for m in (base, n)]
+               for k in ("ceiling_s", "build_s")}
+        print(f"speed-up {base}->{n} workers: ceiling x{med['ceiling_s'][0] / med['ceiling_s'][1]:.2f}, "
+              f"build x{med['build_s'][0] / med['build_s'][1]:.2f}")
     result = {"bench": "build_bench", "inputs": args.inputs, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
               "rows": rows, "median_ratio": summary, "median_cpu_ratio": cpu_summary}
     emit_json(result, args.json)

@@ -263,15 +263,13 @@ def main(argv=None) -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--ceiling", action="store_true", help="also time N processes encoding the texts in memory")
-    ap.add_argument("--cli", action="store_true", help="also time `packer build` itself (pinned to N cores) each round")
-    ap.add_argument("--cli-only", action="store_true", help="time `packer build` only (no traced build)")
+    ap.add_argument("--cli-only", action="store_true", help="time `packer build` (pinned to N cores), not a traced build")
     ap.add_argument("--clock", action="store_true", help="also time a pure integer loop on 1 and on N cores at once")
     ap.add_argument("--loaded", action="store_true",
-                    help="with --cli/--cli-only: also the 1-worker build while the other N-1 cores run a busy loop")
+                    help="with --cli-only: also the 1-worker build while the other N-1 cores run a busy loop")
     ap.add_argument("--part-kb", type=int, default=0, help="an experiment: input per chunk (packer's is 256 KB)")
     ap.add_argument("--mmap-threshold-kb", type=int, default=0,
                     help="an experiment: glibc's mmap threshold in the workers (packer fixes it at 4 MB)")
-    ap.add_argument("--json", help="append the figures as JSON lines to this file")
     args = ap.parse_args(argv)
     if args.part_kb:
         local.PART_BYTES = base.PART_BYTES = args.part_kb << 10
@@ -298,18 +296,16 @@ def main(argv=None) -> None:
                 f = trace(args.inputs, args.tokenizer, n)
                 runs.setdefault(n, []).append(f)
                 print(f"round {rnd} " + _row(f), flush=True)
-                if args.json:
-                    with open(args.json, "a") as fh:
-                        fh.write(json.dumps(f) + "\n")
-            if args.cli or args.cli_only:
+            if args.cli_only:
                 c = cli(args.inputs, args.tokenizer, n)
                 clis.setdefault(n, []).append(c)
                 print(f"round {rnd} x{n:<3} packer build (CLI): {c['wall']:6.2f}s  "
                       f"{c['tokens'] / c['wall'] / 1e6:6.2f} Mtok/s", flush=True)
                 if args.loaded and n == 1 and top > 1:
                     loaded.append(cli(args.inputs, args.tokenizer, 1, loaded=top - 1))
-                    print(f"round {rnd} x1   packer build (CLI), {top - 1} other cores busy: {loaded[-1]['wall']:6.2f}s",
-                          flush=True)
+                    c = loaded[-1]
+                    print(f"round {rnd} x1   packer build (CLI), {top - 1} other cores busy: {c['wall']:6.2f}s  "
+                          f"{c['tokens'] / c['wall'] / 1e6:6.2f} Mtok/s", flush=True)
     if runs:
         _scaling("in-process builds", runs, [])
     if clis:

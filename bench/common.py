@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -47,13 +46,6 @@ def child_env(**extra: str) -> dict:
     """The environment for a ``python -c`` child that imports ``common``, plus ``extra``."""
     path = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
     return {**os.environ, "PYTHONPATH": path, **extra}
-
-
-def hf_engine_args() -> list[str]:
-    """``--tokenizer-backend hf`` where this packer has the option (it picks tiktoken by default,
-    which would change what a ceiling of HF tokenizers measures); [] for a packer without it."""
-    r = subprocess.run([sys.executable, "-m", "packer.cli", "build", "--help"], capture_output=True, text=True)
-    return ["--tokenizer-backend", "hf"] if "--tokenizer-backend" in r.stdout else []
 
 
 def corpus_texts(inputs: list[str]) -> list[str]:

@@ -13,7 +13,7 @@
 
 The model is examples/train_gpt.py's GPT (imported from there, not copied):
 ``--model 124m`` is 12 layers, d 768, 12 heads, vocab rounded up to a
-multiple of 64 (GPT-2: 50304), the one-GPU benchmark's model (bench/gpu_train.py);
+multiple of 64 (GPT-2: 50304), the one-GPU benchmark's model (bench/gpu_train.py at commit 99450b8);
 ``--tiny`` is 2 layers, d 32. Packed rows with the document mask
 (``--attn auto``: flex with packer's BlockMask on CUDA, dense SDPA on CPU),
 bf16 autocast on CUDA, fused AdamW, DistributedDataParallel.
@@ -26,7 +26,7 @@ bf16 autocast on CUDA, fused AdamW, DistributedDataParallel.
   the loader window delivered, already on the device: the same rows, the
   same work, no data path. Per rank: each window's time (synchronized at its
   ends), the seconds the loop waited in ``next()``; globally: useful tokens/s
-  (useful = non-padding tokens, as bench/gpu_train.py) = tokens of all ranks
+  (useful = non-padding tokens, as bench/gpu_train.py did) = tokens of all ranks
   / the slowest rank's time.
 - **steps** (``--steps N``): a plain training loop to global step N, across
   epochs; ``--save-at K --ckpt F`` saves model, optimizer and the loader

@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from common import corpus_texts, emit_json, spin, start_together  # noqa: E402
+from common import char_batches, corpus_texts, emit_json, spin, start_together  # noqa: E402
 
 _STATE: dict = {}
 
@@ -95,14 +95,7 @@ def main(argv=None) -> None:
         picked.append(t)
         size += len(t)
     info = choose_backend(resolve_tokenizer(args.tokenizer), "tiktoken", lambda: texts[:200])
-    batches, b, chars = [], [], 0
-    for t in picked:  # the build's chunks: ~256 KB of text each
-        b.append(t)
-        chars += len(t)
-        if chars >= 256 << 10:
-            batches.append(b)
-            b, chars = [], 0
-    batches += [b] if b else []
+    batches = char_batches(picked, 256 << 10)  # the build's chunks: ~256 KB of text each
     _STATE.update(encoder=Encoder(info), batches=batches, loop_s=args.loop_s,
                   cores=[_core_for(i) for i in range(args.workers)])
     n = args.workers

@@ -4,34 +4,21 @@
     python bench/loader_bench.py --build out/ --batches 200 --rounds 3
     python bench/loader_bench.py --ipc                  # only: how a worker hands a batch over
 
-All variants read the same token bytes: the packer build's shards, and
-``tokens.bin`` (the build's input_ids written out flat as uint16, what
-nanoGPT's prepare.py makes). Each reads its own random rows (disjoint
-slices of one permutation), so no variant reads rows that another has just
-brought into the CPU caches:
+All variants read the same token bytes: the build's shards, and ``tokens.bin`` (its input_ids flat as
+uint16, what nanoGPT's prepare.py makes), each its own random rows (disjoint slices of one
+permutation, so none reads rows another has just pulled into the CPU caches):
 
-- random access, one row per call:
-  ``packed ds[i]``: input_ids, labels, position_ids, doc_lens (int64/int32);
-  ``nanoGPT row``: x and y as int64 from np.memmap (nanoGPT's get_batch, per row);
-  ``memcpy row``: the row's uint16 bytes copied into a preallocated buffer;
-- DataLoader, batch 8 x seq_len, 0/1/2 workers:
-  ``packed``: PackedDataset + packer.collate (input_ids, labels, position_ids,
-  document_ids, cu_seqlens, max_seqlen), rows fetched by __getitems__;
-  ``packed, per-row``: the same through ds[i] one row at a time (no __getitems__);
-  ``nanoGPT``: a map-style dataset returning nanoGPT's (x, y), default_collate;
-  ``memcpy``: a dataset returning the row's uint16 bytes, default_collate;
-- ``nanoGPT get_batch``: nanoGPT's own loop (np.memmap opened per batch, no DataLoader).
+- random access, one row per call: ``packed ds[i]`` (input_ids, labels, position_ids, doc_lens);
+  ``nanoGPT row`` (x and y as int64 from np.memmap); ``memcpy row`` (the row's uint16 bytes copied);
+- DataLoader, batch 8 x seq_len, 0/1/2 workers: ``packed`` (PackedDataset + packer.collate, rows by
+  __getitems__); ``packed, per-row`` (ds[i] one row at a time); ``nanoGPT`` (its (x, y),
+  default_collate); ``memcpy``; and ``nanoGPT get_batch`` (its own loop, memmap opened per batch).
 
-Variants of a group are timed in alternating chunks (20 rows, or 2
-batches; who goes first rotates), so that load from other processes hits
-them alike. Single-process variants are timed in CPU time of the thread
-(time.thread_time: rows per CPU-second, which other processes' load barely
-changes); DataLoaders with workers in wall time (the main process mostly
-waits). The median of the rounds is reported, with the median of the
-per-round ratios to the nanoGPT loader of the same group, and to what an H200 trains GPT-2
-small at (--gpu-tokens-per-s, default 0.4M: /work/shared/gpu-reference.md).
-Data is in the page cache (read once before timing): this measures the
-loader, not the disk.
+Variants of a group run in alternating chunks (20 rows or 2 batches, who goes first rotating), so
+load from other processes hits them alike; single-process variants in the thread's CPU time,
+DataLoaders with workers in wall time. Reported: the median of the rounds, the median of the
+per-round ratios to nanoGPT's loader of the same group, and the multiple of what an H200 trains GPT-2
+small at (--gpu-tokens-per-s, default 0.4M). Data is in the page cache: this measures the loader.
 """
 
 from __future__ import annotations
@@ -100,17 +87,6 @@ class PerRow(Dataset):
 
     def __getitem__(self, i):
         return self.ds[i]
-
-
-class ListSampler(torch.utils.data.Sampler):
-    def __init__(self, idx):
-        self.idx = idx
-
-    def __iter__(self):
-        return iter(self.idx)
-
-    def __len__(self):
-        return len(self.idx)
 
 
 def nanogpt_get_batch(path, L, rows, B):
@@ -277,11 +253,11 @@ class _Sources:
 
         ds, r = self.ds, self.rows_of
         group = {
-            "packed": loader(lambda: DataLoader(ds, B, sampler=ListSampler(r(0, 5)), collate_fn=collate, num_workers=w)),
-            "packed, per-row": loader(lambda: DataLoader(PerRow(ds), B, sampler=ListSampler(r(1, 5)), collate_fn=collate,
+            "packed": loader(lambda: DataLoader(ds, B, sampler=r(0, 5), collate_fn=collate, num_workers=w)),
+            "packed, per-row": loader(lambda: DataLoader(PerRow(ds), B, sampler=r(1, 5), collate_fn=collate,
                                                          num_workers=w)),
-            "nanoGPT": loader(lambda: DataLoader(self.nano, B, sampler=ListSampler(r(2, 5)), num_workers=w)),
-            "memcpy": loader(lambda: DataLoader(self.memcpy, B, sampler=ListSampler(r(3, 5)), num_workers=w)),
+            "nanoGPT": loader(lambda: DataLoader(self.nano, B, sampler=r(2, 5), num_workers=w)),
+            "memcpy": loader(lambda: DataLoader(self.memcpy, B, sampler=r(3, 5), num_workers=w)),
         }
         if w == 0:
             group["nanoGPT get_batch"] = get_batch

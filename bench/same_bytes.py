@@ -13,7 +13,7 @@ anything the script checks that packer.cli really loads from that checkout
 (an editable install elsewhere would otherwise hide it).
 
 The matrix covers two corpora: sample_data/, and real text from this machine
-gathered by bench/real_corpus.py (man pages, docs, stdlib source, headers; the
+gathered by this checkout's bench/real_corpus.py (man pages, docs, stdlib source, headers; the
 same every run). It then crosses the byte tokenizer and ../shared/data/gpt2-
 tokenizer.json, --pack bfd and concat, --workers 1 and 2, and output to local
 disk and to s3:// on a moto server that the script starts itself. The real
@@ -43,70 +43,31 @@ import os
 import resource
 import shutil
 import statistics
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, HERE)
+from tests._services import S3_ENV, MotoServer, folder_files as read_tree  # noqa: E402
+
 GPT2 = os.path.abspath(os.path.join(HERE, "..", "shared", "data", "gpt2-tokenizer.json"))
 BUCKET, S3_OUT = "same-bytes", "s3://same-bytes/x"
-S3_ENV = {"AWS_ACCESS_KEY_ID": "same-bytes-key", "AWS_SECRET_ACCESS_KEY": "same-bytes-secret",
-          "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
 
 
 def git(*args: str) -> str:
     return subprocess.run(["git", "-C", HERE, *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def real_corpus(dest: str, mb: float, checkouts: list[str]) -> None:
-    """dest/real.jsonl from bench/real_corpus.py of the first checkout that has it, else a plain walk."""
-    os.makedirs(dest, exist_ok=True)
-    for co in checkouts:
-        script = os.path.join(co, "bench", "real_corpus.py")
-        if os.path.exists(script) and subprocess.run(
-                [sys.executable, script, dest, "--mb", str(mb), "--no-txt"], capture_output=True).returncode == 0:
-            return
-    import json
-    budget = int(mb * 1e6)
-    with open(os.path.join(dest, "real.jsonl"), "w", encoding="utf-8") as f:
-        for root, ext in ((os.path.dirname(os.__file__), ".py"), ("/usr/share/doc", ".txt")):
-            for dp, dirs, names in os.walk(root):
-                dirs.sort()
-                for n in sorted(x for x in names if x.endswith(ext)):
-                    try:
-                        text = open(os.path.join(dp, n), encoding="utf-8").read()
-                    except (OSError, UnicodeDecodeError):
-                        continue
-                    f.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
-                    budget -= len(text.encode())
-                    if budget <= 0:
-                        return
-
-
-class Moto:
-    """`python -m moto.server` on a free loopback port, with one bucket."""
+class Moto(MotoServer):
+    """A moto server on loopback with one bucket; ``env`` points a build at it."""
 
     def __init__(self):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.env = dict(S3_ENV, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError("moto server did not start")
-                time.sleep(0.1)
+        super().__init__()
         import boto3
-        self.c = boto3.client("s3", endpoint_url=self.env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+        self.env = dict(S3_ENV, AWS_ENDPOINT_URL=self.endpoint)
+        self.c = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
                               aws_access_key_id=S3_ENV["AWS_ACCESS_KEY_ID"],
                               aws_secret_access_key=S3_ENV["AWS_SECRET_ACCESS_KEY"])
         self.c.create_bucket(Bucket=BUCKET)
@@ -119,24 +80,6 @@ class Moto:
                 out[o["Key"][2:]] = self.c.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()
                 self.c.delete_object(Bucket=BUCKET, Key=o["Key"])
         return out
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def read_tree(folder: str) -> dict[str, bytes]:
-    out = {}
-    for root, _, names in os.walk(folder):
-        for n in names:
-            with open(os.path.join(root, n), "rb") as f:
-                out[os.path.relpath(os.path.join(root, n), folder).replace(os.sep, "/")] = f.read()
-    return out
 
 
 def side_env(checkout: str, extra: dict, cache: str) -> dict:
@@ -193,7 +136,8 @@ def main(argv=None) -> int:
         work = os.path.join(tmp, "work")  # both sides run here: same cwd, inputs, out path
         os.makedirs(work)
         shutil.copytree(os.path.join(base, "sample_data"), os.path.join(work, "sample_data"))
-        real_corpus(os.path.join(work, "real"), 8 if args.quick else 24, [new, base])
+        subprocess.run([sys.executable, os.path.join(HERE, "bench", "real_corpus.py"), os.path.join(work, "real"),
+                        "--mb", "8" if args.quick else "24", "--no-txt"], check=True, capture_output=True)
         print(f"real corpus: {os.path.getsize(os.path.join(work, 'real', 'real.jsonl')) / 1e6:.1f} MB", file=sys.stderr)
 
         corpora = {"sample": (["sample_data"], "1"), "real": (["real/real.jsonl"], "1")}

@@ -21,23 +21,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
-from same_bytes import HERE, git, side_env
+from same_bytes import HERE, build, git, side_env
 
 SHARED = os.path.join(HERE, "..", "shared", "data")
 
 
 def run(checkout: str, work: str, tok: str, env: dict) -> float:
     """Wall seconds of one tiny build in a new process (exits 1 with its error if it fails)."""
-    out = os.path.join(work, "out")
-    shutil.rmtree(out, ignore_errors=True)
-    t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "packer.cli", "build", "tiny.jsonl", "out", "--tokenizer", tok, "-q"],
-                       cwd=work, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        sys.exit(f"{checkout}: build failed: {p.stderr.strip()[-300:]}")
+    shutil.rmtree(os.path.join(work, "out"), ignore_errors=True)
+    err, wall, _ = build(checkout, work, ["tiny.jsonl", "out", "--tokenizer", tok], env)
+    if err:
+        sys.exit(f"{checkout}: build failed: {err}")
     return wall
 
 

@@ -1,36 +1,23 @@
 """Tokenizer backends: raw ceilings of HF tokenizers and tiktoken, and whole builds with each, side by side.
 
-Everything runs on the same texts (read with ``packer.formats``, so exactly
-what a build tokenizes), in subprocesses pinned to the first N cores
-(``taskset``), over ``--rounds``. The two targets are ratios of runs made
-next to each other in time (per round: the tiktoken ceiling, the auto build,
-the HF build), reported as the median over rounds, in wall time and in CPU
-seconds (which other jobs on a shared machine disturb less); single figures
-are the best round. The slow raw HF variants run in the first
-``--hf-raw-rounds`` rounds only.
+Everything runs on the same texts (read with ``packer.formats``: what a build tokenizes), in
+subprocesses pinned to the first N cores, over ``--rounds``. The targets are ratios of runs made next
+to each other (per round: the tiktoken ceiling, the auto build, the HF build), the median over rounds,
+in wall time and CPU seconds; single figures are the best round.
 
-raw (``--raw``), per thread count N:
+``--raw``, per thread count N (the slow HF variants in the first ``--hf-raw-rounds`` rounds only):
+``hf batch`` / ``hf fast`` (``encode_batch`` / ``encode_batch_fast``, RAYON_NUM_THREADS=N);
+``tiktoken`` (``encode_ordinary_batch(num_threads=N)`` of the converted encoding); ``tiktoken procs``
+(N>1: N forked processes on contiguous shares; the slowest share's time); ``packer hf`` / ``packer
+tiktoken`` (N=1: ``Encoder.encode_flat``, what a build worker runs per chunk). Texts go in batches of
+``--batch-mb`` MB; only encode calls are timed; every variant's ids are hashed and must agree.
 
-- ``hf batch``:   HF ``encode_batch``, RAYON_NUM_THREADS=N
-- ``hf fast``:    HF ``encode_batch_fast`` (no offsets), RAYON_NUM_THREADS=N
-- ``tiktoken``:   ``Encoding.encode_ordinary_batch(num_threads=N)`` of the converted encoding
-- ``tiktoken procs`` (N>1): N forked processes, each ``encode_ordinary_batch(num_threads=1)`` over a
-  contiguous share of the batches; time = the slowest share's encode time (what N cores can do at
-  best). A build with N workers is compared with the higher of the two tiktoken ceilings.
-- ``packer hf`` / ``packer tiktoken`` (N=1 only): ``packer.tokenize.Encoder.encode_flat`` with
-  that backend, what one build worker runs per chunk (ids + EOS into one flat array).
-
-Texts go in batches of ``--batch-mb`` MB of characters; only the encode
-calls are timed. Every variant's ids are hashed (outside the timing) and
-must agree: tiktoken's identity with HF on the whole input is checked here.
-
-build (``--build``), per worker count N: ``packer build --tokenizer-backend
-hf|auto --workers N``, end to end (process start to exit), with shard
-checksums compared between backends (they must be byte-identical).
+``--build``, per worker count N: ``packer build --tokenizer-backend hf|auto --workers N`` end to end,
+shard checksums compared between backends (they must be byte-identical). ``--timeline N``: one build
+in this process, each step timed. ``--sweep``: every code point in 8 contexts, HF against tiktoken.
 
     python bench/tokenizer_bench.py bench_out/real/real.jsonl --raw --build --rounds 5
-    python bench/tokenizer_bench.py sample_data --raw --build --rounds 5
-    python bench/tokenizer_bench.py --sweep     # every code point, HF vs tiktoken, 8 contexts (~3 min)
+    python bench/tokenizer_bench.py --sweep     # (~3 min)
 """
 
 from __future__ import annotations

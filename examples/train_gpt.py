@@ -16,7 +16,7 @@ prediction would cross a boundary. Three ways to apply the mask (``--attn``):
 - ``dense``: SDPA with a (B, 1, L, L) boolean mask (anywhere; the CPU default).
 
 ``--compile`` compiles every block with ``torch.compile`` (static shapes;
-varlen stays outside the graph). bench/gpu_train.py trains this same model.
+varlen stays outside the graph). bench/gpu_train.py at commit 99450b8 trained this same model.
 
 ``--ckpt PATH`` saves model, optimizer and data-loader state every
 ``--save-every`` steps; ``--resume`` continues from it and reads exactly

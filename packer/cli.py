@@ -214,9 +214,8 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
     for line in summary_lines(m):
         click.echo(line, err=True)
     tk = m.get("tokenizer", {})
-    added = "nothing: the chat template writes BOS, end of turn" if "chat" in m.get("settings", {}) else result.added
-    if added and not tk.get("added"):  # the manifest names it only when more than EOS is added
-        click.echo(f"around text     {added}", err=True)
+    if result.added and not tk.get("added"):  # the manifest names it only when more than EOS is added
+        click.echo(f"around text     {result.added}", err=True)
     if tk.get("backend") not in (None, "bytes"):
         click.echo(f"backend         {tk['backend']}: {tk.get('backend_reason', '')}", err=True)
     for w in result.warnings:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 
 import pytest
 
@@ -117,3 +118,16 @@ def test_torch_stays_on_the_training_side():
                 assert not any(a.name.split(".")[0] == "torch" for a in node.names), f"{name} imports torch"
             elif isinstance(node, ast.ImportFrom) and not node.level:
                 assert (node.module or "").split(".")[0] != "torch", f"{name} imports torch"
+
+
+def test_bench_stays_small_and_docs_benchmarks_names_every_script():
+    """bench/ holds what docs/benchmarks.md cites, at most 4,000 lines of Python (issue 28): a script
+    whose figures are all that is left of it goes, and its figures name the commit where it last was."""
+    bench = os.path.join(os.path.dirname(ROOT), "bench")
+    files = [os.path.join(top, f) for top, _, names in os.walk(bench) for f in names if f.endswith(".py")]
+    lines = sum(len(open(f).read().splitlines()) for f in files)
+    assert lines <= 4000, f"bench/ holds {lines} lines of Python (at most 4,000)"
+    with open(os.path.join(os.path.dirname(ROOT), "docs", "benchmarks.md")) as f:
+        doc = f.read()
+    unnamed = sorted(f for f in os.listdir(bench) if f.endswith(".py") and not re.search(rf"(?<!\w){re.escape(f)}", doc))
+    assert not unnamed, f"docs/benchmarks.md names no {unnamed} (bench/ holds what it cites)"

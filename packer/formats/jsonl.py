@@ -192,6 +192,7 @@ def _utf8_ok(text: str) -> bool:
 
 
 _SPACE = b" \t\n\r\x0b\x0c"  # what bytes.strip() strips: a line of only these is blank
+_NEWLINES = b"\n" * (1 << 20)  # as long as a read buffer
 
 
 class BlankRun(bytes):
@@ -215,14 +216,18 @@ def _blank_run(s, first: bytes) -> bytes:
     if not first.endswith(b"\n"):
         return first
     while True:
-        buf = s.peek(1 << 16)
+        buf = s.peek(1 << 16)  # what the buffer holds (up to 1 MiB)
         if not buf:
             break
-        ws = len(buf) - len(buf.lstrip(_SPACE))
-        end = buf.rfind(b"\n", 0, ws) + 1  # whole blank lines only
-        if end == 0:
-            break
-        lines += buf.count(b"\n", 0, end)
+        if _NEWLINES.startswith(buf):  # only "\n": one memcmp (lstrip and count look at each byte)
+            end = count = len(buf)
+        else:
+            ws = len(buf) - len(buf.lstrip())  # (bytes.strip's whitespace is _SPACE)
+            end = buf.rfind(b"\n", 0, ws) + 1  # whole blank lines only
+            if end == 0:
+                break
+            count = buf.count(b"\n", 0, end)
+        lines += count
         nbytes += end
         s.read(end)
         if end < len(buf):

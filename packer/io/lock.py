@@ -50,6 +50,9 @@ class NoLock:
     def release(self, finished: bool) -> None:
         pass
 
+    def check(self) -> None:
+        pass
+
 
 class OutLock:
     """``flock`` on ``folder/.packer.lock``; ``previous``: what the last holder wrote (a dict, or None)."""
@@ -102,6 +105,9 @@ class OutLock:
             os.ftruncate(self.fd, 0)
             os.pwrite(self.fd, data, 0)
         self.recorded = True
+
+    def check(self) -> None:
+        """Nothing to check: a flock cannot be taken from its holder (``ObjectLock.check`` can fail)."""
 
     def release(self, finished: bool) -> None:
         """Drop the lock; ``finished``: the build completed, so its state is not needed any more."""

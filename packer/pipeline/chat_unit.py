@@ -53,8 +53,9 @@ def chat_job(o, tok):
     pads = [*PAD_CANDIDATES, *(c for c in EOS_CANDIDATES if c in specials or c == "<|endoftext|>"),
             dict(spec.specials).get("eos_token"), *spec.end_tokens]
     pad = next((vocab[c] for c in pads if c in vocab), tok.pad_id)
-    return replace(tok, pad_id=pad), ChatJob(spec, ChatFields(o.messages_field, o.prompt_field, o.completion_field),
-                                             o.truncate)
+    around = "nothing: the chat template writes BOS and the end-of-turn tokens"  # (the summary's "around text")
+    fields = ChatFields(o.messages_field, o.prompt_field, o.completion_field)
+    return replace(tok, pad_id=pad, added=around), ChatJob(spec, fields, o.truncate)
 
 
 def resumed(chat: ChatJob, out) -> ChatJob:

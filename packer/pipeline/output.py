@@ -19,16 +19,19 @@ from .unit import HOLDOUT_DIR, MAX_EXAMPLES, unit_sources
 LIST_THREADS = 32  # unit records read at once when resuming (small GETs on an object store)
 
 
-def out_action(out: str, tops: list[str], cfg, settings: dict, old_settings, stamps: tuple = (None, None)) -> str:
+def out_action(out: str, tops: list[str], cfg, settings: dict, old_build, stamps: tuple = (None, None, None)) -> str:
     """What a build does with output location ``out``, whose top-level names are ``tops``.
 
     The rules of ``--resume`` and ``--overwrite``. Returns
     "done" (resume: a finished build with the same settings), "continue"
     (resume it), "replace" (overwrite: delete ``tops``) or "fresh";
-    raises PackerError with the one-line reason otherwise. ``old_settings()``
-    reads the settings in the old build.json, only when needed.
+    raises PackerError with the one-line reason otherwise. ``old_build()``
+    reads the old build.json, only when needed. ``stamps``: the inputs' stamp now
+    (plan.input_stamp), the one the killed build's lock file holds (None: no lock
+    file, e.g. an OUT copied without its dotfiles), and the content-only stamp now
+    (compared with build.json's ``inputs`` when the lock holds none).
     """
-    ours = {S.MANIFEST, S.BUILD_JSON, S.SHARD_DIR, S.UNIT_DIR, HOLDOUT_DIR}
+    ours = {S.MANIFEST, S.INDEX, S.BUILD_JSON, S.SHARD_DIR, S.UNIT_DIR, HOLDOUT_DIR}
     if cfg.run.resume and "build.json" not in tops and all(t in ours or t.startswith(".tmp-") for t in tops):
         return "fresh"  # killed before build.json was written: nothing to keep, start afresh
     if not tops:
@@ -36,19 +39,22 @@ def out_action(out: str, tops: list[str], cfg, settings: dict, old_settings, sta
     if cfg.run.resume:
         if "build.json" not in tops:
             raise PackerError(f"cannot resume: {out} holds no packer build (no build.json)")
-        old = old_settings()
+        recorded = old_build()
+        old = recorded["settings"]
         diff = [k for k in {**old, **settings} if old.get(k) != settings.get(k)]
         if diff:
             k = diff[0]
             what = "input files changed" if k == "input_plan" else f"{k} was {old.get(k)!r}, now {settings.get(k)!r}"
             raise PackerError(f"cannot resume {out}: it was built with other settings ({what}); use --overwrite or another folder")
         if S.MANIFEST not in tops:
-            now, before = stamps
+            now, before, content = stamps
+            if before is None and content is not None and recorded.get("inputs") not in (None, content):
+                before, now = recorded["inputs"], content  # no lock record: the content stamp build.json holds
             if before is not None and now != before:
-                # Same sizes (the input plan matched), other times or inodes: an
-                # edit since the kill would mix old and new text in one build.
+                # Same sizes (the input plan matched), other content, times or inodes:
+                # an edit since the kill would mix old and new text in one build.
                 raise PackerError(f"cannot resume {out}: input files changed since the build was interrupted "
-                                  "(modification time or inode); use --overwrite or another folder")
+                                  "(their content, modification time or inode); use --overwrite or another folder")
         return "done" if S.MANIFEST in tops else "continue"
     if cfg.run.overwrite:
         foreign = [t for t in tops if t not in ours]
@@ -72,28 +78,29 @@ def holdout_settings(settings: dict) -> dict:
     return {**settings, "split": "holdout"}
 
 
-def prepare_out(out: Storage, cfg, settings: dict, stamp: str | None = None, previous: dict | None = None) -> bool:
+def prepare_out(out: Storage, cfg, settings: dict, stamp: str | None = None, previous: dict | None = None,
+                content: str | None = None) -> bool:
     """Make ``out`` ready for the build; return True if it already holds a finished, matching build.
 
     --overwrite deletes the manifest first, so no reader sees a manifest
     without its shards; temp files of a killed build are removed.
     ``stamp``: the inputs' stamp now (plan.input_stamp); ``previous``: what
-    the lock file of a killed build holds (its ``inputs`` stamp is compared).
+    the lock file of a killed build holds (its ``inputs`` stamp is compared);
+    ``content``: the content-only stamp, recorded in build.json (``inputs``).
     """
     tops = [t for t in out.tops() if t != LOCK_NAME]
 
-    def old_settings() -> dict:
+    def old_build() -> dict:
         try:
             old = json.loads(out.read(S.BUILD_JSON))
         except (OSError, ValueError, RecursionError) as e:
             raise PackerError(f"cannot resume: {out.path(S.BUILD_JSON)} is unreadable ({e}); use --overwrite") from None
-        settings = old.get("settings", {}) if isinstance(old, dict) else None
-        if not isinstance(settings, dict):
+        if not isinstance(old, dict) or not isinstance(old.get("settings", {}), dict):
             raise PackerError(f"cannot resume: {out.path(S.BUILD_JSON)} holds no settings; use --overwrite")
-        return settings
+        return {**old, "settings": old.get("settings", {})}
 
     before = previous.get("inputs") if isinstance(previous, dict) else None
-    action = out_action(out.root, tops, cfg, settings, old_settings, (stamp, before))
+    action = out_action(out.root, tops, cfg, settings, old_build, (stamp, before, content))
     if action == "done":
         _remove_temp_files(out)  # a kill during a last write may have left one (format.md: --resume cleans them)
         return True
@@ -110,7 +117,11 @@ def prepare_out(out: Storage, cfg, settings: dict, stamp: str | None = None, pre
     out.make_dirs([S.SHARD_DIR, S.UNIT_DIR])
     _remove_temp_files(out)
     if S.BUILD_JSON not in tops:
-        out.put_json(S.BUILD_JSON, {"format": S.FORMAT_NAME, "format_version": S.FORMAT_VERSION, "settings": settings})
+        # "inputs": the content stamp, outside the settings (a copy of the corpus has the same), which a
+        # resume compares when the lock file is gone (an OUT copied without its dotfiles).
+        extra = {"inputs": content} if content is not None else {}
+        out.put_json(S.BUILD_JSON, {"format": S.FORMAT_NAME, "format_version": S.FORMAT_VERSION, "settings": settings,
+                                    **extra})
     return False
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..io import stamp
 from ..formats import DEFAULT_MAX_RECORD, Document, Skip, Slice, iter_parts, parse_part
 from ..tokenize import TokenizerInfo
 from .config import BuildConfig
@@ -95,16 +96,13 @@ def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit], c
     return settings
 
 
-def input_stamp(files) -> str:
-    """A digest of every input's path, size, modification time and inode
-    (``packer.formats.InputFile``): what a same-size edit changes. Kept out of
-    the recorded settings (a copy of the corpus has other times and inodes,
-    and must build the same bytes); ``--resume`` compares it with the one
-    the killed build left in its lock file."""
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f"{f.path}\0{f.size}\0{f.stamp[0]}\0{f.stamp[1]}\n".encode("utf-8", "surrogateescape"))
-    return h.hexdigest()
+def input_stamp(files, content_only: bool = False) -> str:
+    """A digest of every input's stamp (``packer.io.stamp``: path, size, modification time, inode and a
+    hash of its content): what a same-size edit changes, even one with its time put back. Kept out of
+    the recorded settings; ``--resume`` compares it with the one the killed build left in its lock
+    file. ``content_only``: path, size and content alone, the same for a copy of the corpus (build.json
+    records it, for a resume without the lock)."""
+    return stamp.digest(files, content_only)
 
 
 def limit_slices(slices: list[tuple[Slice, int]], limit: int, text_field: str) -> list[tuple[Slice, int]]:

@@ -138,7 +138,7 @@ def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
     finished = False
     try:
         stamp = input_stamp(plan.found.files)
-        already = prepare_out(out, cfg, settings, stamp, lock.previous)
+        already = prepare_out(out, cfg, settings, stamp, lock.previous, input_stamp(plan.found.files, content_only=True))
         lock.record(stamp)
         if already:
             result = BuildResult(S.read_manifest(out), phase.seconds(), 0, len(plan.units),
@@ -149,7 +149,7 @@ def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
             todo = [u for u in plan.units if u.index not in records]
             job, notes = run(cfg, job, todo, plan.units, records, progress, check)
             phase("units (workers)")
-            m, warn = finish(cfg, job, settings, plan, records, out, held)
+            m, warn = finish(cfg, job, settings, plan, records, out, held, lock)
             phase("manifest")
             result = BuildResult(m, phase.seconds(), len(todo), len(plan.units) - len(todo),
                                  _notes(job.tokenizer, plan.found) + notes, job.tokenizer.added, phase.phases,
@@ -212,7 +212,7 @@ def run(cfg: BuildConfig, job: Job, todo: list[Unit], units: list[Unit], records
 
 
 def finish(cfg: BuildConfig, job: Job, settings: dict, plan: Plan, records: dict, out: Storage,
-           held: Storage | None) -> tuple[dict, str | None]:
+           held: Storage | None, lock) -> tuple[dict, str | None]:
     """Step 5: the manifests (the holdout's first, the build's last); returns the build's manifest and
     the mostly-skipped warning, if any."""
     units, tok = plan.units, job.tokenizer
@@ -229,9 +229,10 @@ def finish(cfg: BuildConfig, job: Job, settings: dict, plan: Plan, records: dict
         raise no_documents_error(m["totals"], [s for u in units for s in u.slices], cfg.output.text_field)
     warn = skipped_warning({**m["totals"], "holdout_documents": hm["totals"]["documents"] if hm else 0})
     if hm is not None:
-        held.put_json(S.MANIFEST, hm)
+        S.write_manifest(held, hm)  # index.arrow, then manifest.json
     faults.point("manifest")
-    out.put_json(S.MANIFEST, m)
+    lock.check()  # an object-store lease taken over meanwhile (a long stall): this build must not finish
+    S.write_manifest(out, m)
     return m, warn
 
 
@@ -251,7 +252,7 @@ def _out_state(out: Storage, cfg: BuildConfig, settings: dict) -> str:
     """What a real build would do with the output location (for --dry-run), without touching it."""
     try:
         tops = out.tops()
-        action = out_action(out.root, tops, cfg, settings, lambda: json.loads(out.read(S.BUILD_JSON)).get("settings", {}))
+        action = out_action(out.root, tops, cfg, settings, lambda: {"settings": {}, **json.loads(out.read(S.BUILD_JSON))})
     except PackerError as e:
         return f"the build would stop: {e}"
     return {"fresh": "would be created" if not tops else "would be built into",

@@ -41,6 +41,7 @@ import numpy as np
 from ..errors import PackerError
 from . import chat_sandbox as sandbox
 from .chat_sandbox import LIMIT_FACTOR, MIN_CHARS, Budget, TemplateLimit, has_generation_tags, new_environment, uses_date
+from .chat_skeleton import Skeletons
 
 ROLES = ("system", "user", "assistant", "tool")
 # What --train-on trains (docs/chat.md, "The loss mask"): assistant = every assistant reply as the model
@@ -208,6 +209,7 @@ class ChatRenderer:
         self._tpl = self._env.from_string(spec.template)
         self._kw = dict(spec.specials)
         self._chars = MIN_CHARS
+        self._skeletons = Skeletons()  # per conversation shape: where its replies start (chat_skeleton.py)
 
     def _render(self, messages: list[dict], generation_prompt: bool = False) -> tuple[str, list]:
         """(text, generation spans): one bounded render, as ``apply_chat_template`` renders it."""
@@ -266,17 +268,19 @@ class ChatRenderer:
         if self.spec.generation:  # the tags give the replies' spans; a prompt's own replies are not trained
             replies = [i for i in which if messages[i]["role"] == "assistant"]
             if replies:
-                floor = 0 if all(trained) else self._turn_start(text, messages, replies[0], 0)
+                floor = 0 if all(trained) else self.turn_start(text, messages, replies[0], 0)
                 spans += [s for s in tagged if s[0] >= floor]
             which = [i for i in which if messages[i]["role"] != "assistant"]
+        replies = [i for i in which if messages[i]["role"] == "assistant"]
+        fast = (self._skeletons.reply_starts(self, text, messages, replies) or {}) if replies else {}
         floor = 0
         for i in which:
-            span = self._span(text, messages, i, floor)
+            span = self._close(text, i, *fast[i]) if i in fast else self._span(text, messages, i, floor)
             spans.append(span)
             floor = span[1]
         return text, _merged(spans)
 
-    def _turn_start(self, text: str, messages: list[dict], i: int, floor: int) -> int:
+    def turn_start(self, text: str, messages: list[dict], i: int, floor: int) -> int:
         """Where message i's turn starts in ``text``: a reply, after its generation prompt (the
         conversation before it rendered with ``add_generation_prompt=True``: where that stops
         agreeing with ``text``); another message, after the conversation before it, and not before
@@ -301,18 +305,23 @@ class ChatRenderer:
     def _span(self, text: str, messages: list[dict], i: int, floor: int) -> tuple[int, int]:
         """Message i's trained span: from its turn's start through the first end-of-turn token after its
         content (its content as rendered: as is, or trimmed as templates trim)."""
-        start = self._turn_start(text, messages, i, floor)
+        start = self.turn_start(text, messages, i, floor)
         first = self._end_after(text, start)
-        after = start
+        after = start  # (the content is looked for only to step over an end-of-turn token in it)
         content = messages[i].get("content")
-        if isinstance(content, str) and content:  # (only to step over an end-of-turn token in the content)
+        if isinstance(content, str) and content:
             for cand in (content, content.strip(), content.lstrip("\n"), content.strip("\n"), content.rstrip(),
                          content.lstrip()):
                 at = text.find(cand, start) if cand else -1
                 if 0 <= at and (first is None or at < first[0]):
                     after = at + len(cand)
                     break
-        end = self._end_after(text, after) if after > start else first
+        return self._close(text, i, start, after)
+
+    def _close(self, text: str, i: int, start: int, after: int) -> tuple[int, int]:
+        """Message i's span from ``start`` (its turn), through the first end-of-turn token at or after
+        ``after`` (the end of its content as rendered)."""
+        end = self._end_after(text, after)
         if end is None:
             if after > start:
                 return start, after

@@ -54,7 +54,7 @@ class Budget:
 
     def tick(self) -> None:
         self.ticks += 1
-        if not self.ticks & 63 and time.monotonic() > self.deadline:
+        if not self.ticks & 255 and time.monotonic() > self.deadline:
             raise TemplateLimit(f"the template ran over its {self.seconds:g} s budget for one conversation")
 
     def size(self, n: int, what: str = "a value") -> None:
@@ -187,6 +187,10 @@ def _environment_class():
         def call_binop(self, context, operator, left, right):
             b = self.budget
             b.tick()
+            if operator == "+" and type(left) is type(right) and type(left) in (str, list):  # (most calls)
+                if len(left) + len(right) > b.chars:
+                    b.size(len(left) + len(right))
+                return left + right
             if operator == "**" and isinstance(left, int) and isinstance(right, int) and right > 0:
                 if abs(left) > 1 and right * math.log2(abs(left)) > 4096:
                     raise TemplateLimit(f"{left} ** {right} in the template")

@@ -184,7 +184,7 @@ def _resolve_hf(spec: str, eos: bool, eos_token: str | None, bos: bool, bos_toke
                          plain_added=tuple(sorted(around_text.plain_added_ids(tok).items())), follows=follows)
 
 
-def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: []) -> TokenizerInfo:
+def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: [], fast: bool = True) -> TokenizerInfo:
     """``info`` with the backend set: ``requested`` is "auto", "hf" or "tiktoken".
 
     "auto" uses tiktoken where it runs the tokenizer exactly and gives HF's
@@ -192,15 +192,15 @@ def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: 
     a fallback for a surprising reason (tiktoken missing, a difference found)
     is added to ``notes``. "tiktoken" that cannot be exact raises PackerError.
     """
-    info, later = _choose(info, requested, sample, False)
+    info, later = _choose(info, requested, sample, False, fast)
     return info
 
 
-def choose_backend_later(info: TokenizerInfo, requested: str = "auto"):
+def choose_backend_later(info: TokenizerInfo, requested: str = "auto", fast: bool = True):
     """``choose_backend`` up to the check on input texts, which it leaves to the caller:
     (info, None) when decided, else (info with tiktoken, the ``InputCheck`` to run; then
     ``with_choice(info, check.outcome(result))``). A build runs it on a worker (packer/pipeline/local.py)."""
-    return _choose(info, requested, lambda: [], True)
+    return _choose(info, requested, lambda: [], True, fast)
 
 
 def with_choice(info: TokenizerInfo, c) -> TokenizerInfo:
@@ -209,7 +209,7 @@ def with_choice(info: TokenizerInfo, c) -> TokenizerInfo:
     return replace(info, backend=c.backend, backend_reason=c.reason, notes=notes)
 
 
-def _choose(info: TokenizerInfo, requested: str, sample, defer: bool):
+def _choose(info: TokenizerInfo, requested: str, sample, defer: bool, fast: bool = True):
     from .tiktoken_backend import choose
 
     check_backend(requested)
@@ -220,7 +220,8 @@ def _choose(info: TokenizerInfo, requested: str, sample, defer: bool):
     hf = _LOADED.get((info.fingerprint, info.split_special))
     if hf is None:
         hf = lambda: loaded_hf(info)  # noqa: E731  (parsed only if a check needs it)
-    c = choose(info.json, info.fingerprint, requested, sample, hf, info.split_special, defer_input=defer)
+    c = choose(info.json, info.fingerprint, requested, sample, hf, info.split_special, defer_input=defer,
+               fast=fast)  # fast: fastokens may take auto (tokenize/fastokens_backend.py)
     return with_choice(info, c), c.later
 
 

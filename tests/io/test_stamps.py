@@ -105,10 +105,8 @@ def _killed_build(corpus, out):
     assert r.returncode != 0 and not os.path.exists(os.path.join(out, "manifest.json"))
 
 
-# These two need the content part of the stamp compared on resume: plan.input_stamp hashing
-# InputFile.stamp[2] (the lock's record), and build.json holding stamp.digest(files, content_only=True)
-# (a resume without the lock). The lead owns both; strict: they fail loudly once it is wired, so the mark goes.
-@pytest.mark.xfail(strict=True, reason="plan.input_stamp does not hash InputFile.stamp[2] yet (lead: plan.py)")
+# The content part of the stamp is compared on resume: through the lock's record (plan.input_stamp),
+# and through build.json's "inputs" when the lock file is gone (a copied OUT).
 def test_same_size_edit_with_time_and_inode_put_back_is_refused_on_resume(tmp_path, corpus):
     out = str(tmp_path / "out")
     _killed_build(corpus, out)
@@ -117,7 +115,7 @@ def test_same_size_edit_with_time_and_inode_put_back_is_refused_on_resume(tmp_pa
         build(corpus, out, seq_len=128, unit_mb=0.02, workers=1, resume=True)
 
 
-@pytest.mark.xfail(strict=True, reason="build.json does not record the content stamp yet (lead: output.py)")
+
 def test_resume_of_an_out_copied_without_its_lock_still_sees_an_edit(tmp_path, corpus):
     out = str(tmp_path / "out")
     _killed_build(corpus, out)

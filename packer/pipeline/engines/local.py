@@ -31,11 +31,12 @@ from typing import Iterator, Literal
 
 from ...errors import PackerError
 from ...formats import PART_BYTES
+from ...io.object_lock import LEASE_THREAD
 from .. import spill
 from ..plan import ChunkResult, Unit
 from ..unit import Job, assemble_unit, encode_chunk, encoder_for
 from .base import Chunk, FirstTask, Progress, UnitEnd, chunks_at_most
-from .reader import ReaderFailed, Window, read_units
+from .reader import ReaderFailed, Window, read_units, units_for
 from .worker import JOBS, bounded_malloc, one_core_tokenizer, start_pool_worker
 
 QUIET_S = 5.0  # seconds between looks at the workers (and the longest wait for one event)
@@ -106,9 +107,11 @@ def _first_task(key: str, fn, args: tuple):
 def make_pool(workers: int, job: Job, key: str) -> ProcessPoolExecutor:
     """Worker processes. Forked when this process runs no other thread: a fork
     starts in milliseconds and inherits the loaded tokenizer (``encoder_for``'s
-    cache). Otherwise (a fork would copy other threads' locks) from a forkserver."""
+    cache). Otherwise (a fork would copy other threads' locks) from a forkserver. An object-store lock's
+    renewal thread does not count: a fork waits for its renewal (packer/io/object_lock.py)."""
     methods = mp.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
+    others = [t for t in threading.enumerate() if t is not threading.current_thread() and t.name != LEASE_THREAD]
+    if "fork" in methods and not others:
         ctx = mp.get_context("fork")
     else:
         ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
@@ -132,10 +135,12 @@ class _Scheduler:
     def __init__(self, todo: list[Unit], job: Job, workers: int, progress: Progress, first: FirstTask | None):
         self.todo, self.job, self.progress, self.first = todo, job, progress, first
         biggest = max(u.weight for u in todo)
-        self.window = Window(max(4 * workers * PART_BYTES, 2 * biggest), waiting=first is not None)
+        units = units_for(workers)
+        self.window = Window(max(4 * workers * PART_BYTES, 2 * biggest), waiting=first is not None, units=units)
         # Pool workers hand chunk tokens to the assembler in files: up to 4 bytes of ids per input byte,
         # for the window's units (two more while the first task runs). Made before the pool: it may refuse.
-        self.folder = spill.SpillFolder(4 * (self.window.limit + 2 * biggest)) if workers > 1 else None
+        open_bytes = max(self.window.limit, units * biggest) + 2 * biggest
+        self.folder = spill.SpillFolder(4 * open_bytes) if workers > 1 else None
         key = uuid.uuid4().hex
         try:
             self.pool = make_pool(workers, job, key) if workers > 1 else None

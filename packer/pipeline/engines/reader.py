@@ -31,14 +31,20 @@ class Stopped(Exception):
 
 
 class Window:
-    """Units read but not yet written: at most two, or more while their input
+    """Units read but not yet written: at most ``units``, or more while their input
     bytes stay under ``limit`` (small units, many cores). While the first task
     holds assembly back (``waiting``), two more units may be read: otherwise
     16 workers finish two units' chunks before Llama 3's input check (0.9 s)
-    is done, and wait idle (a 480 ms gap on the GPU host)."""
+    is done, and wait idle (a 480 ms gap on the GPU host).
 
-    def __init__(self, limit: int, waiting: bool = False):
-        self.limit, self.count, self.used = limit, 0, 0
+    ``units`` grows with the workers (``units_for``): a unit is packed and written
+    by one worker while the others tokenize the next units' chunks, and with only
+    two units open, 16 workers ran out of chunks during every 64 MB unit's
+    assembly (8.9 of 16 cores busy on the GPU host, 0.65 of the encode-only
+    ceiling, docs/benchmarks.md)."""
+
+    def __init__(self, limit: int, waiting: bool = False, units: int = 2):
+        self.limit, self.count, self.used, self.units = limit, 0, 0, units
         self.extra = 2 if waiting else 0
         self.cond = threading.Condition()
 
@@ -49,7 +55,8 @@ class Window:
 
     def enter(self, weight: int, timeout: float = 0.1) -> bool:
         with self.cond:
-            ok = self.cond.wait_for(lambda: self.count < 2 + self.extra or self.used + weight <= self.limit, timeout)
+            ok = self.cond.wait_for(lambda: self.count < self.units + self.extra or self.used + weight <= self.limit,
+                                    timeout)
             if ok:
                 self.count += 1
                 self.used += weight
@@ -60,6 +67,11 @@ class Window:
             self.count -= 1
             self.used -= weight
             self.cond.notify_all()
+
+
+def units_for(workers: int) -> int:
+    """Units a build on ``workers`` cores keeps open: 2, plus one per 4 workers (6 at 16)."""
+    return 2 + workers // 4
 
 
 def read_units(todo, job, events: queue.Queue, slots: threading.Semaphore, window: Window,

@@ -1,0 +1,203 @@
+"""A billion-token build on one machine: tokens/s against the host's encode-only ceiling, peak memory
+of the whole process tree, and kill -9 half way then --resume, byte-identical to an uninterrupted build.
+
+    python bench/billion.py SOURCE.jsonl[.zst] --tokenizer gpt2.json --tokens 1e9 --workers 16 --work /tmp/bb
+
+1. The input: SOURCE's documents (real text, e.g. bench/real_corpus.py's) written again and again, each
+   copy in another order (seeded), as ~128 MB .jsonl files, until about ``--tokens`` GPT-2 tokens.
+2. The ceiling: ``--workers`` pinned processes encode the same texts from memory with the build's
+   encoder at once (bench/encode_scaling.py's weak scaling): their tokens over the slowest's wall.
+3. An uninterrupted build (`packer build --workers N`), sampled every 0.5 s: tokens written (unit
+   records), PSS of the whole process tree. Steady state: tokens/s between 20% and 80% of the tokens.
+4. The same build killed with SIGKILL (whole process group) once half the units are written, then
+   `--resume`: units redone (at most one per worker may be), and every file against step 3's.
+Prints one table; ``--json`` appends it as a JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+import encode_scaling as ES  # noqa: E402
+from common import corpus_texts, emit_json  # noqa: E402
+
+
+def make_input(texts: list[str], target_bytes: int, folder: str, file_bytes: int = 128 << 20) -> int:
+    """Copies of ``texts`` in seeded orders as .jsonl files in ``folder`` until ``target_bytes``."""
+    os.makedirs(folder, exist_ok=True)
+    lines = [json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts]
+    written, k, f, in_file = 0, 0, None, 0
+    while written < target_bytes:
+        order = list(range(len(lines)))
+        random.Random(k).shuffle(order)
+        for i in order:
+            if f is None or in_file >= file_bytes:
+                f and f.close()
+                f, in_file = open(os.path.join(folder, f"part-{len(os.listdir(folder)):05d}.jsonl"), "w"), 0
+            n = f.write(lines[i])
+            written += n
+            in_file += n
+            if written >= target_bytes:
+                break
+        k += 1
+    f.close()
+    return written
+
+
+def tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for t in glob.glob(f"/proc/{p}/task/*/children"):
+            try:
+                todo += [int(c) for c in open(t).read().split()]
+            except OSError:
+                pass
+    return out
+
+
+def pss_mb(pid: int) -> float:
+    total = 0
+    for p in tree(pid):
+        try:
+            for line in open(f"/proc/{p}/smaps_rollup"):
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def run_build(args, inp, out, extra=(), kill_at=None) -> dict:
+    """One `packer build`, sampled; ``kill_at``: SIGKILL its group once that many unit records exist."""
+    cmd = [sys.executable, "-m", "packer.cli", "build", inp, out, "--seq-len", str(args.seq_len), "--tokenizer",
+           args.tokenizer, "--workers", str(args.workers), "-q", "--summary-json", out + ".summary.json", *extra]
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, start_new_session=True)
+    seen, samples, peak = {}, [], 0.0
+    while p.poll() is None:
+        time.sleep(0.5)
+        peak = max(peak, pss_mb(p.pid))
+        for r in glob.glob(os.path.join(out, "units", "*.json")):
+            if r not in seen:
+                try:
+                    seen[r] = json.load(open(r))["tokens"]
+                except (OSError, ValueError):
+                    continue
+        samples.append((time.monotonic() - t0, sum(seen.values())))
+        if kill_at is not None and len(seen) >= kill_at:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            return {"killed_after_units": len(seen), "wall": time.monotonic() - t0}
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    summary = json.load(open(out + ".summary.json")) if os.path.exists(out + ".summary.json") else {}
+    return {"rc": p.returncode, "wall": time.monotonic() - t0, "cpu": (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime),
+            "peak_pss_mb": peak, "samples": samples, "summary": summary}
+
+
+def steady(samples, total: int) -> float:
+    """Tokens/s between 20% and 80% of ``total`` tokens written."""
+    a = next((s for s in samples if s[1] >= 0.2 * total), None)
+    b = next((s for s in samples if s[1] >= 0.8 * total), None)
+    return (b[1] - a[1]) / (b[0] - a[0]) if a and b and b[0] > a[0] else float("nan")
+
+
+def files(out: str) -> dict[str, str]:
+    import xxhash
+
+    got = {}
+    for root, _, names in os.walk(out):
+        for n in names:
+            p = os.path.join(root, n)
+            h = xxhash.xxh3_128()
+            with open(p, "rb") as f:
+                while b := f.read(1 << 24):
+                    h.update(b)
+            got[os.path.relpath(p, out)] = h.hexdigest()
+    return got
+
+
+def ceiling(args, texts) -> float:
+    """Tokens/s of ``--workers`` pinned processes encoding the same texts from memory at once."""
+    from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
+
+    info = choose_backend(resolve_tokenizer(args.tokenizer), "auto", lambda: texts[:200])
+    picked, size = [], 0
+    for t in texts:
+        if size >= args.ceiling_mb * 1e6:
+            break
+        picked.append(t)
+        size += len(t)
+    from common import char_batches
+
+    ES._STATE.update(encoder=Encoder(info), batches=char_batches(picked, 256 << 10), loop_s=1.0,
+                     cores=[ES._core_for(i) for i in range(args.workers)])
+    best = max(args.workers * r["tokens"] / r["wall_max"] for r in (ES.run("shared", args.workers) for _ in range(2)))
+    return best
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("source")
+    ap.add_argument("--tokenizer", required=True)
+    ap.add_argument("--tokens", type=float, default=1e9)
+    ap.add_argument("--bytes-per-token", type=float, default=0, help="0: measured on the source")
+    ap.add_argument("--workers", type=int, default=16)
+    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--ceiling-mb", type=float, default=20)
+    ap.add_argument("--work", default="/tmp/billion")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    texts = corpus_texts([args.source])
+    from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
+
+    bpt = args.bytes_per_token
+    if not bpt:
+        sample = texts[:2000]
+        enc = Encoder(choose_backend(resolve_tokenizer(args.tokenizer), "auto", lambda: sample[:200]))
+        bpt = sum(len(t.encode()) for t in sample) / len(enc.encode_flat(sample)[0])
+    inp = os.path.join(args.work, "in")
+    t = time.monotonic()
+    size = make_input(texts, int(args.tokens * bpt * 1.02), inp)
+    print(f"input: {size / 1e9:.2f} GB in {len(os.listdir(inp))} files ({bpt:.2f} bytes/token), {time.monotonic() - t:.0f} s",
+          flush=True)
+    ceil = ceiling(args, texts)
+    print(f"ceiling: {ceil / 1e6:.1f} M tok/s ({args.workers} processes, encode only)", flush=True)
+    full = run_build(args, inp, os.path.join(args.work, "full"))
+    totals = full["summary"].get("totals", {})
+    rate = steady(full["samples"], totals.get("tokens", 0))
+    units = len(glob.glob(os.path.join(args.work, "full", "units", "*.json")))
+    print(f"build: rc {full['rc']}, {totals.get('tokens', 0) / 1e9:.3f} B tokens, {units} units, wall {full['wall']:.1f} s, "
+          f"CPU {full['cpu']:.0f} s, peak PSS {full['peak_pss_mb']:.0f} MiB; steady {rate / 1e6:.1f} M tok/s = "
+          f"{rate / ceil:.3f} of the ceiling; whole build {totals.get('tokens', 0) / full['wall'] / 1e6:.1f} M tok/s", flush=True)
+    killed = run_build(args, inp, os.path.join(args.work, "killed"), kill_at=units // 2)
+    resumed = run_build(args, inp, os.path.join(args.work, "killed"), extra=("--resume",))
+    redone = resumed["summary"].get("units_run", -1) - (units - killed["killed_after_units"])
+    same = files(os.path.join(args.work, "full")) == files(os.path.join(args.work, "killed"))
+    print(f"kill -9 after {killed['killed_after_units']} of {units} units ({killed['wall']:.1f} s), resume: rc {resumed['rc']}, "
+          f"{resumed['summary'].get('units_run')} units run ({redone} redone; at most {args.workers} allowed), "
+          f"wall {resumed['wall']:.1f} s, peak PSS {resumed['peak_pss_mb']:.0f} MiB; byte-identical: {same}", flush=True)
+    emit_json({"bench": "billion", "tokenizer": args.tokenizer, "workers": args.workers, "tokens": totals.get("tokens"),
+               "ceiling_tok_s": ceil, "steady_tok_s": rate, "of_ceiling": rate / ceil, "wall": full["wall"],
+               "cpu": full["cpu"], "peak_pss_mb": full["peak_pss_mb"], "units": units, "phases": full["summary"].get("phases"),
+               "timeline": full["samples"][::4], "killed_after": killed["killed_after_units"], "redone": redone,
+               "identical": same}, args.json)
+
+
+if __name__ == "__main__":
+    main()
