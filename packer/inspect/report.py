@@ -42,7 +42,6 @@ KINDS = {
     "totals": "the manifest's totals differ from the sum of its shard entries",
     "manifest": "the manifest contradicts itself (dtype too narrow for the vocabulary, path outside the build)",
     "extra": "a file in the build folder that the manifest does not account for",
-    "index": "index.arrow (the shard list beside the manifest) does not match manifest.json",
 }
 
 

@@ -122,9 +122,6 @@ def check(out: str, deep: bool = True, progress=None) -> Report:
         except ShardError as e:
             rep.problems.append(Problem(sub, "missing", f"holdout build: {e}"))
     rep.problems.extend(_extra_files(entries, objects))
-    if S.INDEX in objects and not S.open_index(store).from_index:
-        rep.problems.append(Problem(S.INDEX, "index", "does not match manifest.json (the manifest was changed since, or "
-                                    "it is another build's): readers ignore it and read the manifest's list"))
     return rep
 
 

@@ -15,10 +15,15 @@ from packer.io import storage_for
 
 @pytest.fixture
 def indexed(sample_build, copy_build):
+    """A build with its index (builds write one; written again here, so this holds for any sample)."""
     out = copy_build(sample_build)
     store = storage_for(out)
     S.write_manifest(store, S.read_manifest(store))
     return out
+
+
+def test_a_build_writes_its_index(sample_build):
+    assert S.open_index(storage_for(sample_build)).from_index
 
 
 def test_the_index_is_the_manifests_list_readable_by_pyarrow_alone(indexed):
@@ -36,14 +41,25 @@ def test_the_index_is_the_manifests_list_readable_by_pyarrow_alone(indexed):
 
 
 def test_write_manifest_leaves_the_manifests_bytes_as_they_were(sample_build, indexed):
+    """(and the index's: a build is byte-identical run to run)"""
+    assert open(os.path.join(indexed, "index.arrow"), "rb").read() == open(os.path.join(sample_build, "index.arrow"), "rb").read()
     assert open(os.path.join(indexed, "manifest.json"), "rb").read() == open(os.path.join(sample_build, "manifest.json"), "rb").read()
 
 
-def test_a_matching_index_is_used_and_an_older_build_reads_the_manifest(sample_build, indexed):
+def test_a_matching_index_is_used_and_an_older_build_reads_the_manifest(indexed, tmp_path):
+    import shutil
+
+    from packer import PackedDataset
+
     x = S.open_index(storage_for(indexed))
     assert x.from_index and x.source.endswith("index.arrow")
-    old = S.open_index(storage_for(sample_build))  # no index.arrow (built before it existed)
+    older = str(tmp_path / "older")
+    shutil.copytree(indexed, older)
+    os.unlink(os.path.join(older, "index.arrow"))  # as a packer before the index wrote it
+    old = S.open_index(storage_for(older))
     assert not old.from_index
+    a, b = PackedDataset(indexed), PackedDataset(older)
+    assert len(a) == len(b) and (a[len(a) - 1]["input_ids"] == b[len(b) - 1]["input_ids"]).all()
     assert x.n == old.n and x.total_rows == old.total_rows and x.head == old.head
     assert [x.path(k) for k in range(x.n)] == [old.path(k) for k in range(old.n)]
     assert (x.starts == old.starts).all() and (x.nbytes == old.nbytes).all()
