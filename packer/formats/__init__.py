@@ -149,12 +149,18 @@ def _capped(parts: Iterator[Part], max_items: int) -> Iterator[Part]:
     left = max_items
     try:
         for part in parts:
-            if len(part.items) >= left:
-                cut = part.items[:left]
+            k, seen = 0, 0
+            for item in part.items:  # a run of blank lines (jsonl's BlankRun) counts as the lines it holds
+                seen += getattr(item, "lines", 1)
+                k += 1
+                if seen >= left:
+                    break
+            if seen >= left:
+                cut = part.items[:k]
                 nbytes = part.nbytes * len(cut) // max(1, len(part.items))
                 yield Part(part.sl, cut, part.line0, part.pos0, part.tail if len(cut) == len(part.items) else None, nbytes)
                 return
-            left -= len(part.items)
+            left -= seen
             yield part
     finally:
         close = getattr(parts, "close", None)

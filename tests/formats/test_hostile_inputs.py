@@ -154,3 +154,17 @@ def test_arrow_dictionary_and_run_end_encoded_text_columns_are_read(tmp_path):
         recs = records(p)
         assert recs[:2] == [Document("a"), Document("b")] and recs[3] == Document("a"), name
         assert [r.reason for r in (recs[2], recs[4])] == ["not_string", "empty"], name
+
+
+def test_limit_counts_the_lines_a_run_of_blank_lines_holds(tmp_path):
+    """--limit N reads the first N lines, blank ones included, as before blank runs were one item."""
+    from dataclasses import replace
+
+    from packer.formats import parse_part
+
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(b'{"text": "one"}\n' + b"\n" * 5 + b'{"text": "two"}\n{"text": "three"}\n')
+    (sl, _), = plan_slices(discover([str(p)]).files, 1 << 30)
+    for limit, want in ((1, ["one"]), (6, ["one"]), (7, ["one", "two"]), (8, ["one", "two", "three"])):
+        got = [r.text for part in iter_parts(replace(sl, max_items=limit)) for r in parse_part(part, ("text",))]
+        assert got == want, limit
