@@ -282,8 +282,9 @@ class _Progress:
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
               help="Also write a PNG: document-length histogram and row fill (needs matplotlib: packer[plot]).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@click.option("--workers", type=click.IntRange(1, 256), default=1, help="Shards checked at once, in threads.")
 @_user_errors
-def stats(out, as_json, no_verify, plot_path, quiet):
+def stats(out, as_json, no_verify, plot_path, quiet, workers):
     """Verify the shards in OUT against the manifest and print what was built.
 
     OUT is a build folder, or the URI a build wrote to (s3://bucket/out, gs://...,
@@ -308,7 +309,7 @@ def stats(out, as_json, no_verify, plot_path, quiet):
         st.require_matplotlib()  # say so before the long read, not after
     bar = _bytes_bar(out, "verify" if not no_verify else "stats", quiet)
     try:
-        rep = st.check(out, deep=not no_verify, progress=bar.update if bar else None)
+        rep = st.check(out, deep=not no_verify, progress=bar.update if bar else None, workers=workers)
     finally:
         if bar:
             bar.close()

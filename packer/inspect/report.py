@@ -59,9 +59,17 @@ class Dist:
     def add(self, samples: np.ndarray) -> None:
         if not len(samples):
             return
-        v, c = np.unique(np.asarray(samples, dtype=np.int64), return_counts=True)
-        allv = np.concatenate([self.values, v])
-        allc = np.concatenate([self.counts, c.astype(np.int64)])
+        other = Dist()
+        other.values, c = np.unique(np.asarray(samples, dtype=np.int64), return_counts=True)
+        other.counts = c.astype(np.int64)
+        self.merge(other)
+
+    def merge(self, other: "Dist") -> None:
+        """Add the samples of ``other`` (as ``add`` of them would)."""
+        if not len(other.values):
+            return
+        allv = np.concatenate([self.values, other.values])
+        allc = np.concatenate([self.counts, other.counts])
         self.values, inv = np.unique(allv, return_inverse=True)
         self.counts = np.zeros(len(self.values), dtype=np.int64)
         np.add.at(self.counts, inv, allc)

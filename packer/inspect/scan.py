@@ -178,8 +178,8 @@ class ShardScan:
 
         fill = np.minimum(row_tok, L)
         self.padding += int((L - fill).sum())
-        self.rep.row_tokens = _added(self.rep.row_tokens, np.bincount(fill))  # as long as the fullest row, not seq_len
-        self.rep.pieces_per_row = _added(self.rep.pieces_per_row, np.bincount(pieces))
+        self.rep.row_tokens = added(self.rep.row_tokens, np.bincount(fill))  # as long as the fullest row, not seq_len
+        self.rep.pieces_per_row = added(self.rep.pieces_per_row, np.bincount(pieces))
         self.piece_doc.append(pdoc)
         self.piece_off.append(poff)
         self.piece_len.append(plen)
@@ -225,7 +225,7 @@ class ShardScan:
         self.rep.doc_lengths.add(lengths[present])
 
 
-def _added(total: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def added(total: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """``total + counts``, the shorter padded with zeros (histograms that grow as values appear)."""
     if len(counts) > len(total):
         total = np.concatenate([total, np.zeros(len(counts) - len(total), np.int64)])

@@ -34,7 +34,7 @@ from ..errors import ShardError
 from ..io import storage_for
 from . import loss_mask
 from .report import Problem, ShardFigures, Report
-from .scan import ShardScan, scan_deep, scan_shallow
+from .scan import ShardScan, added, scan_deep, scan_shallow
 
 # --------------------------------------------------------------------------
 # The whole build.
@@ -52,13 +52,14 @@ def _need(m: dict, out: str, *keys):
     return cur
 
 
-def check(out: str, deep: bool = True, progress=None) -> Report:
+def check(out: str, deep: bool = True, progress=None, workers: int = 1) -> Report:
     """Verify the build in ``out`` (a folder, or a URI prefix such as
     ``s3://bucket/out``) and measure it.
 
     ``deep``: read every byte (checksums, token ids, padding); otherwise read
     only the piece columns. ``progress(nbytes)`` is called as shard bytes are
-    read. Raises ``ShardError`` only for an unreadable manifest. A remote
+    read. ``workers``: shards checked at once, in threads (the report is the
+    same, in manifest order). Raises ``ShardError`` only for an unreadable manifest. A remote
     shard is fetched whole into memory to be verified (one GET per shard).
     Longer than 60 lines: the checks of a build in the order a reader needs them, each a few lines.
     """
@@ -79,50 +80,78 @@ def check(out: str, deep: bool = True, progress=None) -> Report:
         rep.problems.append(Problem("", "manifest", f"manifest: dtype {dtype} cannot hold token ids below vocab_size {vocab}"))
     _check_totals(rep, m, entries)
 
-    for e in entries:
-        rel = e["path"]
-        fig = ShardFigures(rel, e.get("unit"))
-        rep.shards.append(fig)
-        if not store.inside(rel):
-            rep.problems.append(Problem(str(rel), "manifest", "shard path points outside the build folder"))
-            continue
-        size = objects.get(posixpath.normpath(rel))
-        if size is None:
-            rep.problems.append(Problem(rel, "missing", "missing: the manifest names it but there is no such file"))
-            continue
-        fig.bytes = size
-        if size != e["bytes"]:
-            what = "truncated" if size < e["bytes"] else "longer than written"
-            rep.problems.append(Problem(rel, "size", f"{size:,} bytes, the manifest says {e['bytes']:,} ({what})"))
-            if progress is not None:
-                progress(e["bytes"])
-            continue
-        scan = ShardScan(rep, rel, seq_len, dtype, vocab, pad_id, deep)
-        if deep:
-            rep.problems.extend(scan_deep(scan, store, rel, e, fig, progress))
-            rep.bytes_read += size
-        else:
-            rep.problems.extend(scan_shallow(scan, store, rel, size, fig, progress))
-        if fig.rows is not None and fig.documents is not None:
-            if deep:
-                rep.problems.extend(Problem(rel, kind, msg) for kind, msg in loss_mask.shard_problems(fig, e))
-            for k in _COUNTS:
-                got, want = getattr(fig, k), e[k]
-                if got != want:
-                    rep.problems.append(Problem(rel, "count", f"{k}: {got:,} in the shard, the manifest says {want:,}"))
+    def one(e: dict) -> Report:
+        return _check_shard(Report(out, m, deep), store, objects, e, (seq_len, dtype, vocab, pad_id), progress)
+
+    if workers > 1 and len(entries) > 1:  # hashing, Arrow parsing and NumPy release the GIL
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers, thread_name_prefix="packer-stats") as pool:
+            for a in range(0, len(entries), 4 * workers):  # a window at a time: memory stays a few shards'
+                for part in pool.map(one, entries[a:a + 4 * workers]):
+                    _merge(rep, part)
+    else:
+        for e in entries:
+            _merge(rep, one(e))
     held = m.get("holdout")
     if isinstance(held, dict) and isinstance(held.get("path"), str):
         # The holdout split is a build of its own inside this one: check it as one, name its problems by its folder.
         sub = held["path"].strip("/")
         objects = {k: v for k, v in objects.items() if not k.startswith(sub + "/")}
         try:
-            hrep = check(out.rstrip("/") + "/" + sub, deep, progress)
+            hrep = check(out.rstrip("/") + "/" + sub, deep, progress, workers)
             rep.problems.extend(Problem(f"{sub}/{p.path}" if p.path else sub, p.kind, p.message) for p in hrep.problems)
             rep.bytes_read += hrep.bytes_read
         except ShardError as e:
             rep.problems.append(Problem(sub, "missing", f"holdout build: {e}"))
     rep.problems.extend(_extra_files(entries, objects))
     return rep
+
+
+def _check_shard(part: Report, store, objects: dict, e: dict, shape: tuple, progress) -> Report:
+    """One shard's checks and figures, into ``part`` (a report of its own: merged by the caller)."""
+    seq_len, dtype, vocab, pad_id = shape
+    part.row_tokens = np.zeros(1, dtype=np.int64)
+    rel = e["path"]
+    fig = ShardFigures(rel, e.get("unit"))
+    part.shards.append(fig)
+    if not store.inside(rel):
+        part.problems.append(Problem(str(rel), "manifest", "shard path points outside the build folder"))
+        return part
+    size = objects.get(posixpath.normpath(rel))
+    if size is None:
+        part.problems.append(Problem(rel, "missing", "missing: the manifest names it but there is no such file"))
+        return part
+    fig.bytes = size
+    if size != e["bytes"]:
+        what = "truncated" if size < e["bytes"] else "longer than written"
+        part.problems.append(Problem(rel, "size", f"{size:,} bytes, the manifest says {e['bytes']:,} ({what})"))
+        if progress is not None:
+            progress(e["bytes"])
+        return part
+    scan = ShardScan(part, rel, seq_len, dtype, vocab, pad_id, part.deep)
+    if part.deep:
+        part.problems.extend(scan_deep(scan, store, rel, e, fig, progress))
+        part.bytes_read += size
+    else:
+        part.problems.extend(scan_shallow(scan, store, rel, size, fig, progress))
+    if fig.rows is not None and fig.documents is not None:
+        if part.deep:
+            part.problems.extend(Problem(rel, kind, msg) for kind, msg in loss_mask.shard_problems(fig, e))
+        for k in _COUNTS:
+            got, want = getattr(fig, k), e[k]
+            if got != want:
+                part.problems.append(Problem(rel, "count", f"{k}: {got:,} in the shard, the manifest says {want:,}"))
+    return part
+
+
+def _merge(rep: Report, part: Report) -> None:
+    rep.shards.extend(part.shards)
+    rep.problems.extend(part.problems)
+    rep.bytes_read += part.bytes_read
+    rep.row_tokens = added(rep.row_tokens, part.row_tokens)
+    rep.pieces_per_row = added(rep.pieces_per_row, part.pieces_per_row)
+    rep.doc_lengths.merge(part.doc_lengths)
 
 
 def verify(out: str) -> Report:

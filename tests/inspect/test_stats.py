@@ -431,3 +431,17 @@ def test_shard_path_outside_the_build(sample_build, copy_build):
     res = run("stats", out)
     assert_caught(res, "../../etc/passwd", "outside the build folder")
     assert_caught(res, "shards/000000.arrow", "extra")  # the real file is now unaccounted for
+
+
+def test_workers_give_the_same_report(sample_build, copy_build):
+    """--workers N checks shards in threads: the same figures and the same problems, in manifest order."""
+    out = copy_build(sample_build)
+    with open(shard_path(out, 1), "r+b") as f:
+        f.seek(5000)
+        f.write(b"\xff\xff")
+    os.truncate(shard_path(out, 3), 1000)
+    one, four = run("stats", out, "--json"), run("stats", out, "--json", "--workers", "4")
+    assert one.exit_code == four.exit_code == 1
+    assert json.loads(one.stdout) == json.loads(four.stdout)
+    assert one.stderr == four.stderr and "000001.arrow" in one.stderr and "000003.arrow" in one.stderr
+    assert run("stats", sample_build, "--workers", "3").exit_code == 0
