@@ -31,6 +31,9 @@ FOLLOWS = ("transformers", "file")
 CONFIG_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "config.json")
 NAMED = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 LLAMA_CLASSES = ("LlamaTokenizer", "LlamaTokenizerFast", "CodeLlamaTokenizer", "CodeLlamaTokenizerFast")
+QWEN2_CLASSES = ("Qwen2Tokenizer", "Qwen2TokenizerFast")
+# transformers 5's Qwen2Tokenizer split pattern (models/qwen2/tokenization_qwen2.py PRETOKENIZE_REGEX)
+QWEN2_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 _PARTS = (("normalizer", "normalizer"), ("pre_tokenizer", "pre-tokenizer"), ("model", "model"),
           ("post_processor", "post-processor"))
 
@@ -115,11 +118,18 @@ def transformers_view(folder: str, file_tok):
 def differences(a, b) -> list[str]:
     """The parts (normalizer, pre-tokenizer, model, post-processor, special tokens) in which two tokenizers differ."""
     da, db = json.loads(a.to_str()), json.loads(b.to_str())
+    for d in (da, db):  # transformers puts a template that adds nothing where the file has none: the same ids
+        d["post_processor"] = None if d.get("post_processor") == _NOOP_TEMPLATE else d.get("post_processor")
     out = [name for key, name in _PARTS if da.get(key) != db.get(key)]
     added = [(t["id"], t["content"], t.get("special")) for t in da.get("added_tokens") or []]
     if added != [(t["id"], t["content"], t.get("special")) for t in db.get("added_tokens") or []]:
         out.append("added/special tokens")
     return out
+
+
+_NOOP_TEMPLATE = {"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}}],
+                  "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                  "special_tokens": {}}  # what TokenizersBackend.update_post_processor sets with no BOS/EOS flag
 
 
 def _config(folder: str, name: str) -> dict:
@@ -154,18 +164,29 @@ def named_specials(folder: str, extra: bool = True) -> list[str]:
 
 def _by_rule(folder: str, file_tok):
     """What transformers 5.x builds, without transformers: the file's model and added tokens; for the
-    Llama classes, LlamaTokenizer's own normalizer (none), Metaspace pre-tokenizer and decoder; the
+    Llama classes, LlamaTokenizer's own normalizer (none), Metaspace pre-tokenizer and decoder; for the
+    Qwen2 classes, Qwen2Tokenizer's NFC, split pattern and ByteLevel; for both, their BPE flags; the
     config's named special tokens (``NAMED``) marked special; those it names besides, special where
     the vocabulary lacks them (transformers adds them) and as tokenizer.json has them otherwise."""
-    from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 
-    cfg = _config(folder, "tokenizer_config.json")
+    cfg, cls = _config(folder, "tokenizer_config.json"), _config_class(folder)
     d = json.loads(file_tok.to_str())
-    if _config_class(folder) in LLAMA_CLASSES and (d.get("model") or {}).get("type") == "BPE":
+    bpe = (d.get("model") or {}).get("type") == "BPE"
+    if cls in LLAMA_CLASSES and bpe:
         # LlamaTokenizer.__init__: BPE(vocab, merges, fuse_unk=True, byte_fallback=True, dropout=None), no unk_token
         d["model"].update(unk_token=None, fuse_unk=True, byte_fallback=True, dropout=None)
+    if cls in QWEN2_CLASSES and bpe:  # Qwen2Tokenizer.__init__'s BPE
+        d["model"].update(unk_token=None, fuse_unk=False, byte_fallback=False, dropout=None, ignore_merges=False,
+                          continuing_subword_prefix="", end_of_word_suffix="")
     tok = Tokenizer.from_str(json.dumps(d))
-    if _config_class(folder) in LLAMA_CLASSES:
+    if cls in QWEN2_CLASSES and bpe:
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=bool(cfg.get("add_prefix_space") or False), use_regex=False)])
+        tok.decoder = decoders.ByteLevel()
+    if cls in LLAMA_CLASSES:
         prefix = cfg.get("add_prefix_space")
         prefix = True if prefix is None else bool(prefix)
         scheme = ("always" if cfg.get("legacy", False) else "first") if prefix else "never"
@@ -184,4 +205,6 @@ def _by_rule(folder: str, file_tok):
                                     normalized=t.normalized, special=True))
     if marks:
         tok.add_special_tokens(marks)
+    if tok.post_processor is None:  # TokenizersBackend.update_post_processor (transformers 5 drops the add_*_token flags)
+        tok.post_processor = processors.TemplateProcessing(single="$A:0", pair="$A:0 $B:1", special_tokens=[])
     return tok

@@ -157,3 +157,41 @@ def test_real_folders_agree_with_transformers(name):
     texts = TEXTS + ["<|begin_of_text|>hi  there", "[INST] x [/INST]", " leading", "e\u0301 \u00e9"]
     got = ids(info, texts)
     assert got == [i if i[-1:] == [info.eos_id] else i + [info.eos_id] for i in hf(texts)["input_ids"]]
+
+
+def qwen2_folder(folder, **config) -> str:
+    """A byte-level BPE whose tokenizer.json splits digits in threes (not Qwen2's one by one), named Qwen2Tokenizer."""
+    from tests.tokenize.test_normalize import QWEN_PATTERN, qwen_like
+
+    d = json.loads(qwen_like("NFC"))
+    d["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = QWEN_PATTERN.replace(r"\p{N}|", r"\p{N}{1,3}|")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "tokenizer.json"), "w") as f:
+        json.dump(d, f)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|endoftext|>", **config}, f)
+    return str(folder)
+
+
+@pytest.mark.parametrize("config", [{}, {"add_prefix_space": True}])
+def test_qwen2_folder_follows_transformers_on_the_fast_backend(tmp_path, monkeypatch, config):
+    pytest.importorskip("tiktoken")
+    folder = qwen2_folder(tmp_path / "q", **config)
+    texts = ["12345 a1b22c333", " x 2024-01-01", "e\u0301 caf\u00e9 1000000"]
+    info = choose_backend(resolve_tokenizer(folder), "auto", lambda: texts)
+    if not config:  # transformers' tokenizer is still one the fast backend runs (a prefix space it refuses)
+        assert info.backend != "hf", info.backend_reason
+    eos = info.eos_id
+    assert [a.tolist() for a in Encoder(info).encode_batch(texts)] == transformers_ids(folder, texts, eos)
+    assert any("differ in the pre-tokenizer" in n for n in info.notes)
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    monkeypatch.setenv("PACKER_CACHE", str(tmp_path / "cache"))
+    assert resolve_tokenizer(folder).json == info.json  # the recorded rule builds the same tokenizer
+
+
+def test_a_folder_that_agrees_with_transformers_keeps_its_fingerprint(tmp_path):
+    """No post-processor in the file, a template that adds nothing in transformers: the same ids, nothing said."""
+    folder = qwen2_folder(tmp_path / "q", tokenizer_class="PreTrainedTokenizerFast")
+    info = resolve_tokenizer(folder)
+    assert info.fingerprint == resolve_tokenizer(os.path.join(folder, "tokenizer.json")).fingerprint
+    assert not [n for n in info.notes if "differ" in n]
