@@ -7,6 +7,7 @@ Reference: ``transformers.AutoTokenizer.from_pretrained(folder)`` on folders bui
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import os
 import sys
 
@@ -195,3 +196,12 @@ def test_a_folder_that_agrees_with_transformers_keeps_its_fingerprint(tmp_path):
     info = resolve_tokenizer(folder)
     assert info.fingerprint == resolve_tokenizer(os.path.join(folder, "tokenizer.json")).fingerprint
     assert not [n for n in info.notes if "differ" in n]
+
+
+def test_a_folder_resolved_before_is_read_back_without_transformers(tmp_path, monkeypatch):
+    monkeypatch.setenv("PACKER_CACHE", str(tmp_path / "cache"))
+    folder = llama2_like(tmp_path / "m")
+    first = resolve_tokenizer(folder)
+    monkeypatch.setattr(F, "transformers_view", lambda *a: pytest.fail("transformers consulted again"))
+    again = resolve_tokenizer(folder)
+    assert again == replace(first, name=again.name) and again.notes == first.notes
