@@ -209,6 +209,7 @@ class ChatRenderer:
         self._tpl = self._env.from_string(spec.template)
         self._kw = dict(spec.specials)
         self._chars = MIN_CHARS
+        self._timeouts = 0  # conversations in a row over their time budget
         self._skeletons = Skeletons()  # per conversation shape: where its replies start (chat_skeleton.py)
 
     def _render(self, messages: list[dict], generation_prompt: bool = False) -> tuple[str, list]:
@@ -216,7 +217,8 @@ class ChatRenderer:
         import jinja2
 
         env = self._env
-        env.budget = budget = Budget(sandbox.RENDER_SECONDS, self._chars)
+        seconds = sandbox.RENDER_SECONDS * (1 + self._chars / LIMIT_FACTOR / (8 << 20))
+        env.budget = budget = Budget(seconds, self._chars)
         blocks: list[str] = []
         env.packer_blocks, env.packer_spans = blocks, []
         n = 0
@@ -228,6 +230,11 @@ class ChatRenderer:
                 budget.size(n, "an output")
                 budget.tick()
         except TemplateLimit as e:
+            self._timeouts = self._timeouts + 1 if e.timeout else 0
+            if self._timeouts >= sandbox.TIMEOUTS_IN_A_ROW:
+                raise PackerError(f"the chat template from {self.spec.source or 'the tokenizer'} ran over its time "
+                                  f"budget on {self._timeouts} conversations in a row: it does not finish "
+                                  "(docs/chat.md, Bounds)") from None
             raise ChatError("template_limit", str(e)) from None
         except jinja2.exceptions.TemplateError as e:
             raise ChatError("template_error", str(e)) from None
@@ -239,6 +246,7 @@ class ChatRenderer:
             raise ChatError("template_error", f"{type(e).__name__}: {e}") from None
         finally:
             env.packer_blocks = None
+        self._timeouts = 0
         text = "".join(blocks)
         if not text:
             raise ChatError("empty_render", "the template rendered nothing for this conversation")

@@ -27,7 +27,9 @@ import re
 import time
 from datetime import datetime
 
-RENDER_SECONDS = 5.0  # one conversation's render (a real template: well under a millisecond)
+RENDER_SECONDS = 2.0  # one conversation's render (a real template: well under a millisecond), and as much
+# again per 8 MiB of the conversation's text
+TIMEOUTS_IN_A_ROW = 8  # this many conversations over their time budget, none rendered between: the build stops
 MIN_CHARS = 1 << 20  # the size budget: at least this, else LIMIT_FACTOR x the conversation's own text
 LIMIT_FACTOR = 16
 MAX_INT_ARG = 100_000  # an int passed to a filter or method (a width, an indent, a count)
@@ -36,9 +38,13 @@ _FMT_WIDTH = re.compile(r"%[-+ #0]*(\d+)?(?:\.(\d+))?|\{[^{}]*?:[^{}]*?(\d+)[^{}
 
 
 class TemplateLimit(Exception):
-    """A render over its time or size budget; ``reason`` is the skip reason."""
+    """A render over its time or size budget; ``reason`` is the skip reason, ``timeout`` which budget."""
 
     reason = "template_limit"
+
+    def __init__(self, message: str, timeout: bool = False):
+        super().__init__(message)
+        self.timeout = timeout
 
 
 class Budget:
@@ -55,7 +61,7 @@ class Budget:
     def tick(self) -> None:
         self.ticks += 1
         if not self.ticks & 255 and time.monotonic() > self.deadline:
-            raise TemplateLimit(f"the template ran over its {self.seconds:g} s budget for one conversation")
+            raise TemplateLimit(f"the template ran over its {self.seconds:g} s budget for one conversation", True)
 
     def size(self, n: int, what: str = "a value") -> None:
         if n > self.chars:

@@ -112,6 +112,25 @@ def test_hostile_templates_end_in_a_counted_skip(template, monkeypatch):
     assert e.value.reason in ("template_limit", "template_error")
 
 
+def test_a_template_that_never_finishes_stops_the_build(monkeypatch):
+    """One runaway conversation is a skip; TIMEOUTS_IN_A_ROW of them with none rendered between: one line."""
+    monkeypatch.setattr(chat_sandbox, "RENDER_SECONDS", 0.05)
+    r = _renderer("{% if messages[0].content == 'spin' %}{% for i in range(100000) %}{% for j in range(100000) %}"
+                  "{% endfor %}{% endfor %}{% endif %}{% for m in messages %}{{ m.content }}</s>{% endfor %}", "</s>")
+    spin = [{"role": "user", "content": "spin"}, {"role": "assistant", "content": "x"}]
+    ok = [{"role": "user", "content": "fine"}, {"role": "assistant", "content": "x"}]
+    for _ in range(3):
+        for _ in range(chat_sandbox.TIMEOUTS_IN_A_ROW - 1):
+            with pytest.raises(ChatError, match="budget"):
+                r.render(spin, [True, True])
+        assert r.render(ok, [True, True]) == ("fine</s>x</s>", [(8, 13)])
+    for _ in range(chat_sandbox.TIMEOUTS_IN_A_ROW - 1):
+        with pytest.raises(ChatError):
+            r.render(spin, [True, True])
+    with pytest.raises(PackerError, match="in a row: it does not finish"):
+        r.render(spin, [True, True])
+
+
 def test_a_render_in_progress_still_serves_signals(tmp_path):
     """A template that never ends under a long budget: SIGTERM still ends the process at once."""
     code = ("import signal, sys; import packer.tokenize.chat_sandbox as s; s.RENDER_SECONDS = 3600\n"
