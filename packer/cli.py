@@ -307,18 +307,15 @@ def stats(out, as_json, no_verify, plot_path, quiet, workers):
         raise PackerError(f"no such build folder: {out}")
     if plot_path:
         st.require_matplotlib()  # say so before the long read, not after
-    bar = _bytes_bar(out, "verify" if not no_verify else "stats", quiet)
+    bar = _bytes_bar(store, "verify" if not no_verify else "stats", quiet)
     try:
         rep = st.check(out, deep=not no_verify, progress=bar.update if bar else None, workers=workers)
     finally:
         if bar:
             bar.close()
     fig = st.figures(rep)
-    if as_json:
-        click.echo(st.to_json(fig))
-    else:
-        for line in st.table_lines(fig):
-            click.echo(line)
+    for line in [st.to_json(fig)] if as_json else st.table_lines(fig):
+        click.echo(line)
     if plot_path:
         st.plot(rep, plot_path)
         click.echo(f"plot written to {plot_path}", err=True)
@@ -332,17 +329,16 @@ def stats(out, as_json, no_verify, plot_path, quiet, workers):
     click.echo(what, err=as_json)
 
 
-def _bytes_bar(out, desc, quiet):
+def _bytes_bar(store, desc, quiet):
     """A tqdm bar over the manifest's shard bytes on stderr; None when quiet, not a TTY, or no manifest."""
     if quiet or not sys.stderr.isatty():
         return None
     from tqdm import tqdm
 
-    from .io import storage_for
     from .shards import open_index
 
     try:
-        total = int(open_index(storage_for(out)).nbytes.sum())
+        total = int(open_index(store).nbytes.sum())
     except PackerError:
         return None  # check() reports it
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, file=sys.stderr,
