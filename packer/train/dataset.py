@@ -178,7 +178,7 @@ class PackedDataset(Dataset):
         self._fork = _Forks.count  # maps made before a fork are dropped in the child
         self._maps: OrderedDict[int, Mapped] = OrderedDict()
         if verify:
-            self._verify_all()
+            verify_all(self._shards.n, self._check)  # every shard, in threads
 
     # -- sizes --------------------------------------------------------------
 
@@ -396,6 +396,3 @@ class PackedDataset(Dataset):
             check_size(e)
             check_checksum(e)
         self._map(k).check_all()
-
-    def _verify_all(self) -> None:
-        verify_all(self._shards.n, self._check)
