@@ -70,32 +70,6 @@ def test_compressed_line_formats_matrix_and_cut_tail(tmp_path, base, ext):
     assert skipped(m) == {**MATRIX_SKIPS, "truncated": 1}
 
 
-def test_json_array_matrix_streamed(tmp_path):
-    """A pretty-printed array: each element is one record at its own line; the cut-off end counts once."""
-    good = json.dumps([{"text": "first"}, {"text": ""}, {"other": 1}, {"text": None}, {"text": "a,b]{c\"d"}], indent=2).encode()
-    # Elements with bad UTF-8 and malformed JSON in the middle of an array that is cut off.
-    body = b'[\n{"text": "one"},\n{"text": "caf\xe9"},\n{"text": 1,,},\n{"text": "two", "m": {"x": [1, 2]}},\n{"text": "thr'
-    texts, m = run(tmp_path, {"a.json": good, "b.json": body, "c.json": b"[]", "d.json": b""})
-    assert texts == [b"first", b'a,b]{c"d', b"one", b"two"]
-    assert skipped(m) == {"empty": 1, "missing_field": 1, "not_string": 1, "invalid_utf8": 1, "malformed_json": 1,
-                          "truncated": 1}
-    ex = m["totals"]["skipped_examples"]
-    assert ex["invalid_utf8"] == [str(tmp_path / "in" / "b.json") + ":3"]
-    assert ex["missing_field"] == [str(tmp_path / "in" / "a.json") + ":8"]
-    accounted(m, 5 + 5)
-
-
-def test_json_array_longer_than_a_read_block(tmp_path):
-    from packer.formats.json_array import split_array
-    import io
-
-    texts = ["x" * 3000 + str(i) + '\\"' for i in range(50)]
-    data = ("[" + ",\n".join(json.dumps({"text": t, "n": [i, {"k": "]"}]}) for i, t in enumerate(texts)) + "]").encode()
-    els = list(split_array(io.BytesIO(data).read, "f.json", block=1000))  # every element spans several reads
-    assert [json.loads(raw)["text"] for _, raw in els] == texts
-    assert [line for line, _ in els] == list(range(1, 51))
-
-
 @pytest.mark.parametrize("ext", ["", ".gz", ".bz2", ".xz", ".zst"])
 def test_text_formats_matrix(tmp_path, ext):
     z = COMPRESS.get(ext, lambda b: b)
@@ -248,17 +222,6 @@ def test_mostly_skipped_warns(tmp_path):
     assert res.warnings and "75%" in res.warnings[0] and "missing_field 3" in res.warnings[0]
     res = build([str(root / "a.jsonl")], str(tmp_path / "out2"), seq_len=64, workers=1, text_field="txt")
     assert res.warnings == []  # 3 of 4 were used
-
-
-@pytest.mark.parametrize("text", ['plain', 'a\\"b', 'ends in a backslash \\', '\\\\\\"', '"', '', 'é ] } , {'])
-def test_json_string_end_respects_escapes(text):
-    from packer.formats.json_array import string_end
-
-    enc = json.dumps(text).encode()  # the JSON string, quotes included
-    buf = b'{"k": ' + enc + b', "n": 1}'
-    start = buf.index(enc) + 1
-    assert string_end(buf, start) == start + len(enc) - 1
-    assert string_end(enc[:-1], 1) == -1  # not closed within the buffer
 
 
 def test_max_record_applies_to_json_arrays_and_arrow_batches(tmp_path):
