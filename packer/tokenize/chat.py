@@ -137,12 +137,11 @@ def load_chat_template(tokenizer: str | None, template_file: str | None, special
     """The chat template for ``tokenizer`` (a folder or tokenizer.json path), or from ``template_file``.
 
     ``special_tokens`` are the tokenizer's special added tokens (the
-    candidates for an end-of-turn token); ``date``: the date a resumed build
+    candidates for an end-of-turn token); ``train_on``: one of TRAIN_ON (BuildConfig.validate checks
+    it); ``date``: the date a resumed build
     recorded (ISO), else now. Raises ``PackerError`` in one line when there
     is no template, or it cannot be read or compiled.
     """
-    if train_on not in TRAIN_ON:
-        raise PackerError(f"unknown --train-on {train_on!r}: choose from {', '.join(TRAIN_ON)}")
     if tokenizer is None:
         raise PackerError("--chat needs --tokenizer: a folder with tokenizer.json and tokenizer_config.json")
     try:
