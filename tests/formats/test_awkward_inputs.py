@@ -60,18 +60,6 @@ def test_invalid_utf8_jsonl_line_is_skipped_and_counted(tmp_path):
     assert m["totals"]["skipped_examples"]["invalid_utf8"][0].endswith("a.jsonl:2")
 
 
-def test_invalid_utf8_txt_is_skipped(tmp_path):
-    texts, m = run(tmp_path, {"a.txt": b"fine", "b.txt": b"bad \xff\xfe bytes"})
-    assert texts == [b"fine"]
-    assert skipped(m) == {"invalid_utf8": 1}
-
-
-# 3-4: a byte-order mark is encoding, not text.
-def test_bom_in_txt_is_dropped(tmp_path):
-    texts, m = run(tmp_path, {"a.txt": b"\xef\xbb\xbfhello"})
-    assert texts == [b"hello"]
-
-
 def test_bom_at_start_of_jsonl_is_dropped(tmp_path):
     texts, m = run(tmp_path, {"a.jsonl": b"\xef\xbb\xbf" + jl({"text": "one"}, {"text": "two"})})
     assert texts == [b"one", b"two"] and skipped(m) == {}
@@ -87,12 +75,6 @@ def test_crlf(tmp_path):
 def test_nul_bytes_are_text(tmp_path):
     texts, m = run(tmp_path, {"a.txt": b"a\x00b", "b.jsonl": jl({"text": "c\u0000d"})})
     assert texts == [b"a\x00b", b"c\x00d"]
-
-
-# 7-8: empty files.
-def test_empty_txt_is_counted(tmp_path):
-    texts, m = run(tmp_path, {"a.txt": b"", "b.txt": b"x"})
-    assert texts == [b"x"] and skipped(m) == {"empty": 1}
 
 
 def test_empty_jsonl_file_holds_no_records(tmp_path):
@@ -162,12 +144,6 @@ def test_truncated_archives(tmp_path, ext):
 def test_corrupt_gzip_header(tmp_path):
     texts, m = run(tmp_path, {"a.jsonl.gz": b"this is not gzip at all", "b.txt": b"x"})
     assert texts == [b"x"] and skipped(m) == {"truncated": 1}
-
-
-# 18: a binary file named .txt.
-def test_binary_named_txt(tmp_path):
-    texts, m = run(tmp_path, {"img.txt": bytes(range(256)) * 10, "b.txt": b"x"})
-    assert texts == [b"x"] and skipped(m) == {"invalid_utf8": 1}
 
 
 # 19: parquet without the text column: every row counted.

@@ -70,19 +70,6 @@ def test_compressed_line_formats_matrix_and_cut_tail(tmp_path, base, ext):
     assert skipped(m) == {**MATRIX_SKIPS, "truncated": 1}
 
 
-@pytest.mark.parametrize("ext", ["", ".gz", ".bz2", ".xz", ".zst"])
-def test_text_formats_matrix(tmp_path, ext):
-    z = COMPRESS.get(ext, lambda b: b)
-    files = {"a.txt" + ext: z(b"fine text"), "b.md" + ext: z(b"bad \xff bytes"), "c.txt" + ext: z(b"")}
-    if ext:
-        files["d.txt" + ext] = z(" ".join(str(i * i) for i in range(50000)).encode())[:-40]
-    texts, m = run(tmp_path, files)
-    assert texts == [b"fine text"]
-    want = {"invalid_utf8": 1, "empty": 1, **({"truncated": 1} if ext else {})}
-    assert skipped(m) == want
-    accounted(m, len(files))
-
-
 def _arrow_stream(path, batches: list[pa.RecordBatch]) -> None:
     with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, batches[0].schema) as w:
         for b in batches:
@@ -239,15 +226,6 @@ def test_max_record_applies_to_json_arrays_and_arrow_batches(tmp_path):
     assert ex[0].startswith(str(root / "a.json") + ":5") and ex[1].startswith(str(root / "b.arrow") + ": row 1")
     texts, m = run(tmp_path, {}, overwrite=True)  # the default limit keeps them
     assert len(texts) == 6 and "too_long" not in skipped(m)
-
-
-def test_max_record_bounds_a_compressed_text_file_decompressed(tmp_path):
-    """A .txt.zst whose text is over --max-record-mb once decompressed is skipped as too_long under
-    that flag (not only under the default limit); a small one beside it is kept."""
-    texts, m = run(tmp_path, {"big.txt.zst": zstandard.compress(b"y" * 5000),
-                              "small.txt.zst": zstandard.compress(b"fine")}, max_record_mb=0.002)
-    assert texts == [b"fine"] and skipped(m) == {"too_long": 1}
-    assert "big.txt.zst (over --max-record-mb" in m["totals"]["skipped_examples"]["too_long"][0]
 
 
 @pytest.mark.parametrize("kind", ["parquet", "arrow"])
