@@ -96,20 +96,6 @@ def test_hf_save_to_disk_folder(tmp_path, quiet_datasets):
     assert "save_to_disk metadata" in notes and "dataset_info.json" in notes
 
 
-def test_arrow_stream_bad_utf8_and_cut_tail(tmp_path):
-    root = tmp_path / "in"
-    root.mkdir()
-    bad = pa.array([b"ok", b"caf\xe9", b"fine"], pa.binary()).view(pa.string())
-    batches = [pa.record_batch({"text": bad})] + [pa.record_batch({"text": [f"b{i}"] * 100}) for i in range(20)]
-    _arrow_stream(root / "a.arrow", batches)
-    data = (root / "a.arrow").read_bytes()
-    (root / "b.arrow").write_bytes(data[: len(data) * 2 // 3])
-    texts, m = run(tmp_path, {})
-    n_b = len(texts) - 2 - 2000
-    assert texts[:2] == [b"ok", b"fine"] and 0 < n_b < 2000
-    assert skipped(m) == {"invalid_utf8": 2, "truncated": 1}  # the bad row in each file, and b's cut
-
-
 def test_parquet_invalid_utf8_row_is_skipped(tmp_path):
     root = tmp_path / "in"
     root.mkdir()
