@@ -10,8 +10,7 @@ from packer.formats import discover, plan_slices, read_slice
 from packer.formats.arrow import FORMAT
 from packer.formats.base import Document, Skip
 
-from tests.formats.test_awkward_inputs import run, skipped
-from tests.formats.test_input_formats import _arrow_stream
+from tests.formats.helpers import arrow_stream, run, skipped
 
 
 def _slice(path):
@@ -24,7 +23,7 @@ def test_both_ipc_layouts_are_read_row_by_row(tmp_path, layout):
     t = pa.table({"text": ["one", "", "two"], "id": [1, 2, 3]})
     p = tmp_path / "a.arrow"
     if layout == "stream":
-        _arrow_stream(p, t.to_batches(max_chunksize=2))
+        arrow_stream(p, t.to_batches(max_chunksize=2))
     else:
         with pa.OSFile(str(p), "wb") as f, pa.ipc.new_file(f, t.schema) as w:
             w.write_table(t, max_chunksize=2)
@@ -46,7 +45,7 @@ def test_arrow_stream_bad_utf8_and_cut_tail(tmp_path):
     root.mkdir()
     bad = pa.array([b"ok", b"caf\xe9", b"fine"], pa.binary()).view(pa.string())
     batches = [pa.record_batch({"text": bad})] + [pa.record_batch({"text": [f"b{i}"] * 100}) for i in range(20)]
-    _arrow_stream(root / "a.arrow", batches)
+    arrow_stream(root / "a.arrow", batches)
     data = (root / "a.arrow").read_bytes()
     (root / "b.arrow").write_bytes(data[: len(data) * 2 // 3])
     texts, m = run(tmp_path, {})

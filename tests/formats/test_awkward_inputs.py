@@ -25,31 +25,7 @@ from packer.formats import discover
 from packer.io.discover import _mode_readable
 
 from tests.conftest import read_documents
-
-
-def run(tmp_path, files: dict[str, bytes], **kw):
-    """Write ``files`` under tmp/in, build with the byte tokenizer; return (texts as bytes, manifest)."""
-    root = tmp_path / "in"
-    for name, data in files.items():
-        p = root / name
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
-    out = str(tmp_path / "out")
-    build(BuildConfig.of(inputs=kw.pop("inputs", (str(root),)), out=out, seq_len=kw.pop("seq_len", 64), workers=1, **kw))
-    docs, m = read_documents(out)
-    texts = []
-    for d in docs:
-        assert d[-1] == 256, "every document ends with EOS"
-        texts.append(bytes(d[:-1].astype("uint8").tolist()))
-    return texts, m
-
-
-def jl(*objs) -> bytes:
-    return b"".join((o if isinstance(o, bytes) else json.dumps(o).encode()) + b"\n" for o in objs)
-
-
-def skipped(m) -> dict:
-    return m["totals"]["skipped"]
+from tests.formats.helpers import jl, run, skipped  # (imported from here by other test files too)
 
 
 # 1-2: invalid UTF-8 is skipped whole and counted (policy: never repaired).

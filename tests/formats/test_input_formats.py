@@ -4,23 +4,18 @@ empty text, a missing field), and every record written is accounted for: a docum
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import json
-import lzma
 import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import zstandard
 
 from packer import BuildConfig, build
 from packer.errors import PackerError
 
-from tests.formats.test_awkward_inputs import jl, run, skipped
+from tests.formats.helpers import COMPRESS, accounted, arrow_stream, jl, run, skipped
 
-COMPRESS = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress, ".zst": zstandard.compress}
 
 # The matrix every record-per-line format gets: 2 documents, and one record for each reason.
 MATRIX = jl({"text": "first"}, b'{"text": "caf\xe9"}', {"text": ""}, {"other": "x"}, {"text": 7}, b"{broken", {"text": "last"})
@@ -39,11 +34,6 @@ def quiet_datasets(monkeypatch):
     datasets.disable_progress_bars()
     yield datasets
     datasets.enable_progress_bars()
-
-
-def accounted(m, records: int) -> None:
-    """Every record written is a document or a counted skip."""
-    assert m["totals"]["documents"] + sum(skipped(m).values()) == records
 
 
 @pytest.mark.parametrize("name", ["a.ndjson", "a.json"])
@@ -68,12 +58,6 @@ def test_compressed_line_formats_matrix_and_cut_tail(tmp_path, base, ext):
     kept = texts[2:]
     assert kept == [f"doc {i}".encode() for i in range(len(kept))], "a prefix of the cut file, in order"
     assert skipped(m) == {**MATRIX_SKIPS, "truncated": 1}
-
-
-def _arrow_stream(path, batches: list[pa.RecordBatch]) -> None:
-    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, batches[0].schema) as w:
-        for b in batches:
-            w.write_batch(b)
 
 
 def test_hf_save_to_disk_folder(tmp_path, quiet_datasets):
@@ -204,7 +188,7 @@ def test_max_record_applies_to_json_arrays_and_arrow_batches(tmp_path):
     root.mkdir()
     big = "x" * 5000
     (root / "a.json").write_bytes(json.dumps([{"text": "one"}, {"text": big}, {"text": "two"}], indent=1).encode())
-    _arrow_stream(root / "b.arrow", [pa.record_batch({"text": ["three", big, "four"]})])
+    arrow_stream(root / "b.arrow", [pa.record_batch({"text": ["three", big, "four"]})])
     texts, m = run(tmp_path, {}, max_record_mb=0.002)  # 2,097 bytes
     assert sorted(texts) == [b"four", b"one", b"three", b"two"]
     assert skipped(m) == {"too_long": 2}
@@ -227,7 +211,7 @@ def test_columnar_file_changed_after_discovery_is_counted_truncated(tmp_path, ki
     if kind == "parquet":
         pq.write_table(table, p)
     else:
-        _arrow_stream(p, table.to_batches())
+        arrow_stream(p, table.to_batches())
     (sl, _), = plan_slices(discover([str(root)]).files, 1 << 30)
     assert [r.text for r in read_slice(sl)] == ["one", "two"]  # as discovered: nothing counted
     st = os.stat(p)

@@ -12,8 +12,7 @@ from packer.formats import discover, plan_slices, read_slice
 from packer.formats.base import Document, Skip, Slice
 from packer.formats.json_array import FORMAT, is_json_lines
 
-from tests.formats.test_awkward_inputs import jl, run, skipped
-from tests.formats.test_input_formats import accounted
+from tests.formats.helpers import accounted, jl, run, skipped
 
 
 def _file(tmp_path, name: str, data: bytes):

@@ -13,8 +13,7 @@ from packer.formats.base import Document, Skip
 from packer.formats.chat import ChatFields
 from packer.formats.text import FORMAT, read_whole
 
-from tests.formats.test_awkward_inputs import run, skipped
-from tests.formats.test_input_formats import COMPRESS, accounted
+from tests.formats.helpers import COMPRESS, accounted, run, skipped
 
 
 def _slice(tmp_path, name: str, data: bytes):
