@@ -50,12 +50,30 @@ import time
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.gpu_train import padded_batches, packed_batches, read_documents, weblike_lengths, weblike_tokens, write_build  # noqa: E402
 from packer import PackedDataset  # noqa: E402
 from packer.train import hf  # noqa: E402
 from packer.train.batching import whole_rows_first  # noqa: E402
+
+
+def _nested(q, k, v, cu, mx, scale):
+    """Every segment through SDPA on nested (jagged) tensors: SDPA picks the kernel (flash, or cuDNN's
+    ragged path under ``sdpa_kernel(SDPBackend.CUDNN_ATTENTION)``). CUDA only (no causal jagged SDPA on CPU).
+    A route on trial (issue 30.4): registered here, for this script only, as kernel "nested"; it goes
+    into packer_attention only if it measures faster than the current route, and exact."""
+    if k.shape[1] != q.shape[1]:
+        k, v = k.repeat_interleave(q.shape[1] // k.shape[1], 1), v.repeat_interleave(q.shape[1] // k.shape[1], 1)
+    offsets = cu.to(torch.int64)
+    qn, kn, vn = (torch.nested.nested_tensor_from_jagged(t, offsets, min_seqlen=1, max_seqlen=mx).transpose(1, 2)
+                  for t in (q, k, v))
+    return F.scaled_dot_product_attention(qn, kn, vn, is_causal=True, scale=scale).transpose(1, 2).values()
+
+
+hf.KERNELS = hf.KERNELS + ("nested",)  # packer_attention("nested") in this process only
+hf._KERNEL_FNS["nested"] = _nested
 
 VARIANTS = ("group", "group_fa2", "packer", "packer_cu", "packer_sorted", "packer_varlen", "packer_nested",
             "packer_nested_cudnn", "hf_sdpa", "padded")

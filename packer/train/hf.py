@@ -60,7 +60,7 @@ from .row_groups import Grouped, RowGroups, Ungrouped
 from .batching import MIN_PADDING_FREE, check_padding_free  # noqa: F401 (re-exported)
 
 NAME = "packer_varlen"
-KERNELS = ("auto", "flash_attn", "torch_varlen", "nested", "sdpa")
+KERNELS = ("auto", "flash_attn", "torch_varlen", "sdpa")
 # transformers detects packed sequences from position_ids (sdpa, eager, flex)
 # from 4.53.1 on; before, a padding-free batch attends across documents.
 
@@ -73,8 +73,7 @@ def packer_attention(kernel: str = "auto") -> str:
     """Register packer's attention with transformers; returns the name to pass
     as ``attn_implementation``. ``kernel``: ``"auto"`` (flash-attn, else
     torch varlen_attn, on CUDA; the exact per-segment SDPA elsewhere), or one
-    of ``"flash_attn"``, ``"torch_varlen"``, ``"nested"`` (SDPA on nested
-    tensors), ``"sdpa"`` to force one.
+    of ``"flash_attn"``, ``"torch_varlen"``, ``"sdpa"`` to force one.
 
     Each kernel has a name of its own (``packer_varlen`` for ``"auto"``,
     ``packer_varlen_<kernel>`` otherwise) whose function carries the kernel,
@@ -324,19 +323,7 @@ def _flash_attn(q, k, v, cu, mx, scale):
     return flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, softmax_scale=scale, causal=True)
 
 
-def _nested(q, k, v, cu, mx, scale):
-    """Every segment through SDPA on nested (jagged) tensors: SDPA picks the kernel (flash, or cuDNN's
-    ragged path under ``sdpa_kernel(SDPBackend.CUDNN_ATTENTION)``). CUDA only (no causal jagged SDPA on CPU).
-    Measured against the other kernels in bench/hf_attention.py (docs/benchmarks.md)."""
-    if k.shape[1] != q.shape[1]:
-        k, v = k.repeat_interleave(q.shape[1] // k.shape[1], 1), v.repeat_interleave(q.shape[1] // k.shape[1], 1)
-    offsets = cu.to(torch.int64)
-    qn, kn, vn = (torch.nested.nested_tensor_from_jagged(t, offsets, min_seqlen=1, max_seqlen=mx).transpose(1, 2)
-                  for t in (q, k, v))
-    return F.scaled_dot_product_attention(qn, kn, vn, is_causal=True, scale=scale).transpose(1, 2).values()
-
-
-_KERNEL_FNS = {"flash_attn": _flash_attn, "torch_varlen": _torch_varlen, "nested": _nested}
+_KERNEL_FNS = {"flash_attn": _flash_attn, "torch_varlen": _torch_varlen}
 
 
 def _per_segment(q, k, v, cu, scale):
