@@ -16,6 +16,7 @@ import click
 from .errors import PackerError
 from .formats import SKIP_REASONS
 from .tokenize.chat import TRAIN_ON as CHAT_TRAIN_ON
+from .tokenize.follows import BACKENDS, FOLLOWS
 
 
 class Terminated(KeyboardInterrupt):
@@ -79,9 +80,8 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 @click.option("--tokenizer", "tokenizer", default=None, metavar="T",
               help="tokenizer.json, a folder holding one, or a hub name. Default: built-in bytes (256 byte ids + EOS), no files needed.")
 @click.option("--workers", default=0, show_default="all cores", help="Worker processes, one core each.")
-@click.option("--tokenizer-backend", type=click.Choice(["auto", "hf", "tiktoken"]), default="auto", show_default=True,
-              help="Engine for an HF tokenizer: auto = tiktoken (~4x faster) where it gives HF's ids exactly, checked "
-                   "before the build; else HF tokenizers. The shards are the same either way.")
+@click.option("--tokenizer-backend", type=click.Choice(list(BACKENDS)), default="auto", show_default=True,
+              help="Backend for an HF tokenizer: auto = tiktoken (~4x faster) where exact (checked first), else HF. Same shards.")
 @click.option("--pack", "pack_mode", type=click.Choice(["bfd", "concat"]), default="bfd", show_default=True,
               help="bfd: best-fit decreasing, documents that fit are never split. concat: concatenate and cut.")
 @click.option("--text-field", default="text", show_default=True, help="Field holding the text in jsonl/parquet; dots reach nested objects (meta.text).")
@@ -99,6 +99,7 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 @click.option("--split-special-tokens", is_flag=True,
               help="Encode special-token strings met in the text (<s>, [MASK], <|endoftext|>) as plain text, as HF's "
                    "split_special_tokens does; by default they become special ids and are counted in the summary.")
+@click.option("--tokenizer-follows", type=click.Choice(list(FOLLOWS)), default="transformers", show_default=True, help="A model folder: encode as transformers builds it, or as its tokenizer.json says (file).")  # noqa: E501
 @click.option("--unit-mb", default=64.0, show_default=True, help="Input MB per work unit (one shard each). Changes the output bytes.")
 @click.option("--limit", default=None, type=int, metavar="N",
               help="Only the first N documents, in input order (deterministic): try settings before the long build.")
@@ -138,7 +139,7 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, text_field, no_eos, eos_token, bos_token, no_bos,
           split_special_tokens, max_record_mb, unit_mb, limit, holdout, dry_run, summary_json, strict, overwrite, resume,
           quiet, engine, ray_address, chat, chat_template, train_on, truncate, messages_field, prompt_field,
-          completion_field):
+          completion_field, tokenizer_follows):
     """Tokenize and pack INPUT... (folders, files, globs) into shards in OUT.
 
     Inputs: .txt/.md (one document per file), .jsonl/.ndjson (one record per line),
@@ -169,7 +170,7 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
         seq_len=seq_len, tokenizer=tokenizer, text_field=text_field, pack=pack_mode, no_eos=no_eos, eos_token=eos_token,
         bos_token=bos_token, no_bos=no_bos, split_special_tokens=split_special_tokens,
         unit_mb=unit_mb, workers=workers, strict=strict, overwrite=overwrite, resume=resume, quiet=quiet,
-        tokenizer_backend=tokenizer_backend, engine=engine, ray_address=ray_address,
+        tokenizer_backend=tokenizer_backend, engine=engine, ray_address=ray_address, tokenizer_follows=tokenizer_follows,
     )
     if max_record_mb != 256.0:  # the default is the library's own (DEFAULT_MAX_RECORD)
         options["max_record_mb"] = max_record_mb

@@ -192,14 +192,20 @@ def summary_lines(m: dict) -> list[str]:
         lines.append("skipped         0 records")
     if tok.get("added"):
         lines.append(f"around text     {tok['added']}")
-    specials = t.get("special_in_text", {})
-    if specials:  # not skipped: encoded, but a special id in the middle of a document
-        lines.append(f"special tokens  {sum(specials.values()):,} document(s) hold a special token's string, encoded as "
-                     "its special id (--split-special-tokens: as plain text):")
-        for token, n in specials.items():
-            ex = ", ".join(t.get("special_in_text_examples", {}).get(token, [])[:3])
-            lines.append(f"  {token:<14}{n:>8,}   e.g. {ex}")
+    for key, head in _MET:  # not skipped: encoded, but one token's id in the middle of a document
+        met = t.get(key, {})
+        if met:
+            lines.append(head.format(n=sum(met.values())))
+            for token, n in met.items():
+                ex = ", ".join(t.get(key + "_examples", {}).get(token, [])[:3])
+                lines.append(f"  {token:<14}{n:>8,}   e.g. {ex}")
     return lines
+
+
+_MET = (("special_in_text", "special tokens  {n:,} document(s) hold a special token's string, encoded as its special id "
+                            "(--split-special-tokens: as plain text):"),
+        ("added_in_text", "added tokens    {n:,} document(s) hold an added token's string, encoded as its one id "
+                          "(not special: --split-special-tokens keeps it):"))
 
 
 def to_json(fig: dict) -> str:

@@ -131,7 +131,7 @@ class Decoder:
             fingerprint = resolve_tokenizer(None).fingerprint
         else:
             try:
-                info = resolve_tokenizer(self.name, eos=False)
+                info = resolve_tokenizer(self.name, eos=False, follows=tok.get("tokenizer_follows", "transformers"))
             except PackerError as e:
                 self.why = f"cannot load tokenizer {self.name!r} to decode ({e}); showing token ids (pass --tokenizer PATH)"
                 return

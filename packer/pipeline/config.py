@@ -16,6 +16,7 @@ from ..errors import PackerError
 from ..formats.base import DEFAULT_MAX_RECORD
 from ..pack import MODES
 from ..tokenize.backends import BACKENDS, check_backend  # noqa: F401 (BACKENDS: the one definition, re-exported)
+from ..tokenize.follows import check_follows
 
 DEFAULT_UNIT_BYTES = 64 << 20
 # The longest row: 2**31 - 1 keeps every offset in an Arrow list and every
@@ -48,6 +49,7 @@ class OutputSettings:
     bos: bool = True  # what the tokenizer's template puts before each text (BOS, [CLS]); False = --no-bos
     bos_token: str | None = None  # --bos TOKEN: this instead of the template's
     split_special_tokens: bool = False  # special-token strings in text encoded as plain text (HF's semantics)
+    tokenizer_follows: str = "transformers"  # a model folder as transformers builds it, or "file" (tokenize/follows.py)
     unit_bytes: int = DEFAULT_UNIT_BYTES  # input bytes per work unit (one shard each)
     max_record_bytes: int = DEFAULT_MAX_RECORD  # a longer record is skipped (too_long): bounds a reader's memory
     # Chat builds (docs/chat.md): conversations through the tokenizer's chat template, with a loss mask.
@@ -161,6 +163,7 @@ class BuildConfig:
         if r.engine not in ENGINES:
             raise PackerError(f"unknown --engine {r.engine!r}: choose local or ray")
         check_backend(r.tokenizer_backend)
+        check_follows(o.tokenizer_follows)
         if o.bos_token is not None and not o.bos:
             raise PackerError("--bos TOKEN and --no-bos contradict each other: pass one")
         if r.resume and r.overwrite:

@@ -173,17 +173,18 @@ def manifest(cfg, tok, job, settings: dict, units, records: dict[int, dict], fou
     recs = [records[u.index] for u in units]
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = {}
-    specials: Counter = Counter()
-    special_examples: dict[str, list[str]] = {}
+    met: dict[str, Counter] = {"special_in_text": Counter(), "added_in_text": Counter()}  # (unit.assemble_unit)
+    met_examples: dict[str, dict[str, list[str]]] = {k: {} for k in met}
     for r in recs:
         skipped.update(r["skipped"])
         for k, v in r["skipped_examples"].items():
             ex = examples.setdefault(k, [])
             ex.extend(v[: MAX_EXAMPLES - len(ex)])
-        specials.update(r.get("special_in_text", {}))
-        for k, v in r.get("special_in_text_examples", {}).items():
-            ex = special_examples.setdefault(k, [])
-            ex.extend(v[: MAX_EXAMPLES - len(ex)])
+        for key, counts in met.items():
+            counts.update(r.get(key, {}))
+            for k, v in r.get(key + "_examples", {}).items():
+                ex = met_examples[key].setdefault(k, [])
+                ex.extend(v[: MAX_EXAMPLES - len(ex)])
     special = getattr(found, "special", ())
     if special:  # FIFOs, devices, sockets named like inputs: counted, never opened
         skipped["not_regular"] += len(special)
@@ -205,9 +206,10 @@ def manifest(cfg, tok, job, settings: dict, units, records: dict[int, dict], fou
         "input_bytes": sum(f.size for f in found.files),
         "ignored_files": len(found.ignored),
     }
-    if specials:  # documents whose text held a special token's string, encoded as its special id
-        totals["special_in_text"] = dict(sorted(specials.items()))
-        totals["special_in_text_examples"] = {k: special_examples[k] for k in sorted(special_examples)}
+    for key, counts in met.items():  # documents whose text held a special (or plain added) token's string, as its id
+        if counts:
+            totals[key] = dict(sorted(counts.items()))
+            totals[key + "_examples"] = {k: met_examples[key][k] for k in sorted(met_examples[key])}
     if job.chat is not None:  # only chat builds: other manifests keep their bytes
         totals["trained_tokens"] = sum(r["trained_tokens"] for r in recs)
         totals["trained_pct"] = round(100.0 * totals["trained_tokens"] / max(1, totals["tokens"]), 4)

@@ -78,6 +78,8 @@ def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit], c
         settings["around_text"] = {"prefix": list(tok.prefix), "suffix": list(tok.after)}
     if tok.split_special:
         settings["split_special_tokens"] = True
+    if o.tokenizer_follows != "transformers":  # recorded only when not the default: other builds keep their bytes
+        settings["tokenizer_follows"] = o.tokenizer_follows
     if chat is not None:  # only chat builds carry the key: other builds keep their bytes
         settings["chat"] = {
             "fields": [chat.fields.messages, chat.fields.prompt, chat.fields.completion],

@@ -164,7 +164,7 @@ def resolve(o: OutputSettings) -> tuple[TokenizerInfo, object]:
     """Step 1: the tokenizer, and a chat build's ChatJob (its template loaded and compiled once)."""
     # A chat template writes BOS and the end-of-turn tokens itself: a chat build adds neither.
     tok = resolve_tokenizer(o.tokenizer, o.eos and not o.chat, o.eos_token, o.bos and not o.chat, o.bos_token,
-                            o.split_special_tokens)
+                            o.split_special_tokens, o.tokenizer_follows)
     if not o.chat:
         return tok, None
     from .chat_unit import chat_job

@@ -103,7 +103,8 @@ def _encode_chunk(job: Job, parts: list[Part]) -> ChunkResult:
         p = int(np.searchsorted(first_doc, d, side="right")) - 1
         return where_of_document(parts[p], field, d - first_doc[p])
 
-    found = tuple((s, where(d)) for d, s in enc.specials_found(texts, ids, lengths)) if texts else ()
+    found = tuple((s, where(d)) for d, s in enc.specials_found(texts, ids, lengths)
+                  + enc.added_found(texts, ids, lengths)) if texts else ()  # (assemble_unit tells them apart)
     if len(lengths) and lengths.min() == 0:  # encodes to nothing (only with --no-eos): cannot be placed
         for d in np.flatnonzero(lengths == 0).tolist():
             skip = Skip("no_tokens", where(d))
@@ -162,20 +163,25 @@ def _assemble_unit(job: Job, unit: Unit, chunks: list[ChunkResult]) -> dict:
         if len(ex) < MAX_EXAMPLES:
             ex.append(rec.where)
 
-    specials: Counter = Counter()  # token string -> documents whose text held it (as a special id)
-    special_examples: dict[str, list[str]] = {}
+    # token string -> documents whose text held it, encoded as its one id: special tokens, and the added
+    # tokens that are not special (Qwen3's <think>: packer/tokenize/specials.py)
+    plain = {s for _, s in job.tokenizer.plain_added}
+    met: dict[str, Counter] = {"special_in_text": Counter(), "added_in_text": Counter()}
+    met_examples: dict[str, dict[str, list[str]]] = {k: {} for k in met}
     for c in chunks:
         for rec in c.skipped:
             skip(rec)
         for tok, where in c.specials:
-            specials[tok] += 1
-            ex = special_examples.setdefault(tok, [])
+            key = "added_in_text" if tok in plain else "special_in_text"
+            met[key][tok] += 1
+            ex = met_examples[key].setdefault(tok, [])
             if len(ex) < MAX_EXAMPLES:
                 ex.append(where)
     extra = {}
-    if specials:  # only when met: a record without any is the record it always was
-        extra["special_in_text"] = dict(sorted(specials.items()))
-        extra["special_in_text_examples"] = {k: special_examples[k] for k in sorted(special_examples)}
+    for key, counts in met.items():  # only when met: a record without any is the record it always was
+        if counts:
+            extra[key] = dict(sorted(counts.items()))
+            extra[key + "_examples"] = {k: met_examples[key][k] for k in sorted(met_examples[key])}
     if job.holdout:
         _write_unit(job, holdout_out(job.out), unit, [c.held for c in chunks], Counter(), {}, {})
     return _write_unit(job, job.out, unit, chunks, skipped, examples, extra)

@@ -27,6 +27,8 @@ import io
 import json
 import os
 
+from .backends import BACKENDS  # noqa: F401,E402 (for the CLI: the choices of both tokenizer options in one import)
+
 FOLLOWS = ("transformers", "file")
 CONFIG_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "config.json")
 NAMED = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")

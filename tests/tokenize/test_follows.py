@@ -205,3 +205,33 @@ def test_a_folder_resolved_before_is_read_back_without_transformers(tmp_path, mo
     monkeypatch.setattr(F, "transformers_view", lambda *a: pytest.fail("transformers consulted again"))
     again = resolve_tokenizer(folder)
     assert again == replace(first, name=again.name) and again.notes == first.notes
+
+
+def test_a_build_counts_plain_added_tokens_and_records_follows_only_when_asked(tmp_path):
+    from click.testing import CliRunner
+
+    from packer import build
+    from packer.cli import main
+    from packer.inspect.stats import summary_lines
+
+    from tests.conftest import write_jsonl
+
+    folder = llama2_like(tmp_path / "m", tokenizer_class="PreTrainedTokenizerFast")
+    src = write_jsonl(tmp_path / "in.jsonl", ["plain two", "a <think>two</think>", "x<mask>y", "<think>"])
+    res = build([src], str(tmp_path / "o"), seq_len=64, tokenizer=folder, workers=1, quiet=True)
+    t = res.manifest["totals"]
+    assert t["special_in_text"] == {"<mask>": 1} and t["special_in_text_examples"] == {"<mask>": [f"{src}:3"]}
+    assert t["added_in_text"] == {"</think>": 1, "<think>": 2}
+    assert t["added_in_text_examples"]["<think>"] == [f"{src}:2", f"{src}:4"]
+    assert any(line.startswith("added tokens    3 document(s)") for line in summary_lines(res.manifest))
+    assert "tokenizer_follows" not in res.manifest["settings"] and "tokenizer_follows" not in res.manifest["tokenizer"]
+    plain = write_jsonl(tmp_path / "plain.jsonl", ["plain two", "two"])
+    t = build([plain], str(tmp_path / "p"), seq_len=64, tokenizer=folder, workers=1, quiet=True).manifest["totals"]
+    assert "added_in_text" not in t and "special_in_text" not in t  # a record without any keeps its bytes
+    r = CliRunner().invoke(main, ["build", plain, str(tmp_path / "f"), "--tokenizer", folder, "--seq-len", "64",
+                                  "--workers", "1", "--tokenizer-follows", "file"])
+    assert r.exit_code == 0, r.output
+    m = json.loads((tmp_path / "f" / "manifest.json").read_text())
+    assert m["settings"]["tokenizer_follows"] == "file" and m["tokenizer"]["tokenizer_follows"] == "file"
+    r = CliRunner().invoke(main, ["build", plain, str(tmp_path / "g"), "--tokenizer", folder, "--tokenizer-follows", "x"])
+    assert r.exit_code == 2 and "Traceback" not in r.output
