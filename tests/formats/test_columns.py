@@ -10,6 +10,8 @@ import pytest
 from packer.formats.base import Document, Skip
 from packer.formats.columns import as_text, column_records, is_text_type, missing_rows
 
+from tests.formats.helpers import records
+
 
 def test_text_types_are_the_three_string_types():
     assert all(is_text_type(t) for t in (pa.string(), pa.large_string(), pa.string_view()))
@@ -42,3 +44,15 @@ def test_each_row_is_a_document_or_a_skip_at_its_row():
                                        "under the limit in characters but over it in UTF-8 bytes is kept")
 def test_the_limit_is_in_utf8_bytes_not_characters():
     assert [r.reason for r in column_records(pa.array(["é" * 3]), "p", 0, max_record=5)] == ["too_long"]
+
+
+def test_arrow_dictionary_and_run_end_encoded_text_columns_are_read(tmp_path):
+    plain = pa.array(["a", "b", None, "a", ""])
+    for name, col in (("dict", plain.dictionary_encode()), ("ree", pc.run_end_encode(plain)),
+                      ("large_dict", plain.cast(pa.large_string()).dictionary_encode())):
+        p = tmp_path / f"{name}.arrow"
+        with pa.ipc.new_stream(str(p), pa.schema([("text", col.type)])) as w:
+            w.write_batch(pa.record_batch([col], names=["text"]))
+        recs = records(p)
+        assert recs[:2] == [Document("a"), Document("b")] and recs[3] == Document("a"), name
+        assert [r.reason for r in (recs[2], recs[4])] == ["not_string", "empty"], name
