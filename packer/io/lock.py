@@ -34,7 +34,7 @@ from ..errors import PackerError
 
 LOCK_NAME = ".packer.lock"
 # packer/io imports nothing else in packer: these are packer.shards.BUILD_JSON and
-# packer.pipeline.unit.HOLDOUT_DIR (tests/io/test_locks.py checks that they agree).
+# packer.pipeline.unit.HOLDOUT_DIR (tests/io/test_lock.py checks that they agree).
 BUILD_MARK = "build.json"
 HOLDOUT = "holdout"
 

@@ -5,8 +5,8 @@ What holds: a build reading s3:// inputs writes the shards a local build of
 the same files writes; a build writing to s3:// holds, object for object,
 the bytes of the local build folder; resume on the store runs exactly the
 units whose record or whole shard is missing; nothing secret reaches a URI,
-a manifest or a message; PackedDataset reads a build on the store through a
-bounded, verified local cache."""
+a manifest or a message. PackedDataset reading a build on the store through its
+bounded, verified local cache: tests/io/test_cache.py."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from packer import BuildConfig, build
-from packer.errors import PackerError, ShardError
+from packer.errors import PackerError
 
 from tests._services import S3_ENV, folder_files, make_bucket, moto_s3, objects, s3_client, upload_tree
 from tests.conftest import SAMPLE, write_jsonl
@@ -199,118 +199,6 @@ def test_a_file_uri_out_is_written_atomically_as_a_local_folder(local_build, tmp
 
 
 S_KEY = "xxh3_128"
-
-
-# --------------------------------------------------------------------------
-# PackedDataset over a build on S3.
-
-
-@pytest.fixture(scope="module")
-def s3_build(s3, local_build) -> str:
-    make_bucket("built")
-    upload_tree(local_build, "built", "out")
-    return "s3://built/out"
-
-
-def _shard_sizes(local_build) -> list[int]:
-    return [sh["bytes"] for sh in json.load(open(os.path.join(local_build, "manifest.json")))["shards"]]
-
-
-def _cache_files(folder) -> dict[str, int]:
-    return {n: os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder) if n.endswith(".arrow")}
-
-
-def test_dataset_on_s3_reads_the_local_rows_through_the_cache(s3_build, local_build, tmp_path):
-    torch = pytest.importorskip("torch")
-    from packer import PackedDataset
-
-    ref = PackedDataset(local_build)
-    cache = tmp_path / "cache"
-    ds = PackedDataset(s3_build, cache_dir=cache)
-    assert len(ds) == len(ref) and not cache.exists()  # nothing fetched on open
-    row = ds[0]
-    want = ref[0]
-    for k in want:
-        assert torch.equal(row[k], want[k])
-    m = json.load(open(os.path.join(local_build, "manifest.json")))
-    assert set(_cache_files(cache)) == {m["shards"][0][S_KEY] + ".arrow"}  # only the shard used
-    for i in range(0, len(ds), 7):
-        assert torch.equal(ds[i]["input_ids"], ref[i]["input_ids"]) and torch.equal(ds[i]["labels"], ref[i]["labels"])
-    b, rb = ds.batch(list(range(len(ds)))), ref.batch(list(range(len(ref))))
-    assert all(torch.equal(b[k], rb[k]) for k in ("input_ids", "labels", "position_ids", "cu_seqlens"))
-
-
-def test_dataset_cache_stays_within_its_bound(s3_build, local_build, tmp_path):
-    torch = pytest.importorskip("torch")
-    from packer import PackedDataset
-
-    sizes = _shard_sizes(local_build)
-    bound = int(2.5 * max(sizes))
-    assert bound < sum(sizes)
-    cache = tmp_path / "cache"
-    ref = PackedDataset(local_build)
-    ds = PackedDataset(s3_build, cache_dir=cache, cache_max_bytes=bound)
-    for i in list(range(len(ds))) + list(range(len(ds) - 1, -1, -5)):
-        assert torch.equal(ds[i]["input_ids"], ref[i]["input_ids"])
-        assert sum(_cache_files(cache).values()) <= bound
-    with pytest.raises(PackerError, match="smaller than shard"):
-        PackedDataset(s3_build, cache_dir=tmp_path / "tiny", cache_max_bytes=min(sizes) - 1)[0]
-
-
-def test_dataset_refuses_a_corrupt_remote_shard_and_caches_nothing_of_it(s3, local_build, tmp_path):
-    pytest.importorskip("torch")
-    from packer import PackedDataset
-
-    make_bucket("corrupt")
-    upload_tree(local_build, "corrupt", "out")
-    c = s3_client()
-    body = bytearray(c.get_object(Bucket="corrupt", Key="out/shards/000000.arrow")["Body"].read())
-    body[len(body) // 2] ^= 0x01  # one flipped bit, same size
-    c.put_object(Bucket="corrupt", Key="out/shards/000000.arrow", Body=bytes(body))
-    cache = tmp_path / "cache"
-    ds = PackedDataset("s3://corrupt/out", cache_dir=cache)
-    with pytest.raises(ShardError, match="000000.arrow: checksum mismatch"):
-        ds[0]
-    assert os.listdir(cache) == [".lock"]  # no shard, no temp file
-    c.delete_object(Bucket="corrupt", Key="out/shards/000001.arrow")
-    with pytest.raises(ShardError, match="000001.arrow: shard is missing"):
-        PackedDataset("s3://corrupt/out", cache_dir=cache)
-
-
-def test_dataset_uses_the_cache_without_downloading_again(s3, local_build, tmp_path):
-    torch = pytest.importorskip("torch")
-    from packer import PackedDataset
-
-    make_bucket("cached")
-    upload_tree(local_build, "cached", "out")
-    cache = tmp_path / "cache"
-    ref = PackedDataset(local_build)
-    PackedDataset("s3://cached/out", cache_dir=cache, verify=True)  # fetches and checks every shard
-    c = s3_client()
-    for key in [k for k in objects("cached", "out") if k.startswith("shards/")]:
-        body = bytearray(c.get_object(Bucket="cached", Key="out/" + key)["Body"].read())
-        body[-100] ^= 0xFF
-        c.put_object(Bucket="cached", Key="out/" + key, Body=bytes(body))  # the store now holds damaged shards
-    ds = PackedDataset("s3://cached/out", cache_dir=cache)
-    for i in range(len(ds)):
-        assert torch.equal(ds[i]["input_ids"], ref[i]["input_ids"])  # served from the verified cache
-
-
-def test_dataloader_workers_share_one_bounded_cache(s3_build, local_build, tmp_path):
-    torch = pytest.importorskip("torch")
-    from torch.utils.data import DataLoader
-
-    from packer import PackedDataset, collate
-
-    bound = int(2.5 * max(_shard_sizes(local_build)))
-    ref = PackedDataset(local_build)
-    ds = PackedDataset(s3_build, cache_dir=tmp_path / "cache", cache_max_bytes=bound)
-    seen = []
-    for batch in DataLoader(ds, batch_size=16, num_workers=2, collate_fn=collate):
-        seen.append(batch["input_ids"])
-    got = torch.cat(seen)
-    assert torch.equal(got, ref.batch(list(range(len(ref))))["input_ids"])
-    assert sum(_cache_files(tmp_path / "cache").values()) <= bound
 
 
 # packer stats over a build on S3.

@@ -9,8 +9,13 @@ import uuid
 
 import pytest
 
-from packer.errors import PackerError
+from packer import build
+from packer import shards as S
+from packer.errors import PackerError, ShardError
 from packer.io import LocalStorage, ObjectStorage, storage_for
+from tests._cli import cli, corpus, one_line  # noqa: F401 - corpus is a fixture
+from tests.conftest import invoke as run_cli
+from tests.inspect.test_stats import manifest, problems, save_manifest, shard_path
 
 
 @pytest.fixture(params=["local", "memory"])
@@ -85,3 +90,65 @@ def test_a_local_root_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "f").write_bytes(b"x")
     with pytest.raises(PackerError, match="exists and is not a folder"):
         storage_for(str(tmp_path / "f")).tops()
+
+
+# 4. Shard paths outside OUT are refused by every reader.
+@pytest.mark.parametrize("bad", ["../x.arrow", "/etc/passwd", "shards/../../x.arrow"])
+def test_shard_paths_outside_the_build_are_refused_everywhere(sample_build, copy_build, bad):
+    from packer import PackedDataset
+
+    out = copy_build(sample_build)
+    open(os.path.join(os.path.dirname(out), "x.arrow"), "wb").write(open(shard_path(out), "rb").read())
+    m = manifest(out)
+    m["shards"][0]["path"] = bad
+    save_manifest(out, m)
+    with pytest.raises(ShardError, match="outside the build folder"):
+        PackedDataset(out)
+    res = run_cli("show", out, "0")
+    assert res.exit_code == 1 and "outside the build folder" in res.stderr
+    res = run_cli("stats", out)
+    assert res.exit_code == 1 and any("outside the build folder" in ln for ln in problems(res))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("kind", ["fifo", "dev/zero"])
+def test_a_manifest_that_is_not_a_regular_file_is_one_line(sample_build, copy_build, kind):
+    out = copy_build(sample_build)
+    path = os.path.join(out, "manifest.json")
+    os.unlink(path)
+    os.mkfifo(path) if kind == "fifo" else os.symlink("/dev/zero", path)
+    for cmd in (["stats", out], ["show", out, "0"]):
+        r = cli(*cmd, timeout=60)
+        assert r.returncode == 1
+        one_line(r, "manifest.json")
+
+
+# 10. --overwrite checks before it deletes; temp files of a killed top-level write are cleaned.
+def test_overwrite_that_cannot_delete_deletes_nothing(tmp_path, corpus, monkeypatch):
+    out = str(tmp_path / "out")
+    build(corpus, out, seq_len=64, workers=1)
+    before = sorted(os.listdir(out))
+    shards = os.path.join(out, "shards")
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if os.fspath(p) == shards else real(p, mode, **kw))
+    with pytest.raises(PackerError, match="nothing was deleted"):
+        build(corpus, out, seq_len=64, workers=1, overwrite=True)
+    assert sorted(os.listdir(out)) == before
+    assert S.read_manifest(out)["seq_len"] == 64
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may delete anything")
+def test_overwrite_of_a_read_only_build_is_one_line_and_keeps_it(tmp_path, corpus):
+    out = str(tmp_path / "out")
+    build(corpus, out, seq_len=64, workers=1)
+    for d in (os.path.join(out, "shards"), out):
+        os.chmod(d, 0o555)
+    try:
+        r = cli("build", corpus, out, "--seq-len", "64", "--workers", "1", "--overwrite")
+        assert r.returncode == 2
+        one_line(r, "cannot overwrite", "nothing was deleted")
+        assert os.path.exists(os.path.join(out, "manifest.json"))
+    finally:
+        for d in (out, os.path.join(out, "shards")):
+            os.chmod(d, 0o755)
+

@@ -12,8 +12,9 @@ from packer import BuildConfig, PackedDataset, build
 from packer.errors import PackerError
 from packer.inspect.stats import check
 
-from tests.formats.test_awkward_inputs import jl
+from tests.formats.test_awkward_inputs import jl, run
 from tests.conftest import read_documents
+from tests._cli import cli, one_line
 
 
 def texts_of(out: str) -> list[str]:
@@ -223,3 +224,17 @@ def test_show_header_says_row_of_once(tmp_path):
     head = render(read_row(out, 1), None, ids=True)[0]
     assert head.startswith("row 1 of 4 in shards/000000.arrow; 1 piece, 41 tokens"), head
     assert head.count("row 1 of") == 1
+
+
+def test_default_max_record_is_not_recorded(tmp_path):
+    _, m = run(tmp_path, {"a.jsonl": jl({"text": "one"})})
+    assert "max_record_bytes" not in m["settings"]  # a build without the option has the bytes it always had
+
+
+# 11. Bounds and exit codes.
+def test_seq_len_that_cannot_be_allocated_is_refused_in_one_line(tmp_path, corpus):
+    for n in ("100000000000", str(10**15)):
+        r = cli("build", corpus, str(tmp_path / "out"), "--seq-len", n, timeout=60)
+        assert r.returncode == 2
+        one_line(r, "--seq-len", "too large")
+

@@ -12,6 +12,8 @@ from packer import build
 from packer.errors import PackerError
 from tests._services import folder_files
 from tests.conftest import write_jsonl
+from tests._cli import ARGS, cli
+from tests.conftest import invoke as run_cli
 
 OPTS = dict(unit_mb=0.02, workers=1, quiet=True)
 
@@ -86,3 +88,23 @@ def test_resume_with_other_settings_is_refused(tmp_path, corpus):
     os.remove(os.path.join(out, "manifest.json"))
     with pytest.raises(PackerError, match="other settings"):
         build(corpus, out, seq_len=256, resume=True, **OPTS)
+
+
+def test_kill_during_build_json_write_then_resume_leaves_no_temp_file(tmp_path, corpus):
+    out = str(tmp_path / "out")
+    r = cli("build", corpus, out, *ARGS, env={"PACKER_FAULT": "rename"})  # the first atomic write: build.json
+    assert r.returncode != 0
+    assert any(n.startswith(".tmp-") for n in os.listdir(out))
+    build(corpus, out, seq_len=128, unit_mb=0.02, workers=1, resume=True)
+    assert not [n for n in os.listdir(out) if n.startswith(".")]
+    assert run_cli("stats", out).exit_code == 0
+
+
+def test_resume_of_a_finished_build_removes_a_stray_temp_file(tmp_path, corpus):
+    out = str(tmp_path / "out")
+    build(corpus, out, seq_len=128, workers=1)
+    open(os.path.join(out, ".tmp-abc-manifest.json"), "wb").write(b"{half")
+    res = build(corpus, out, seq_len=128, workers=1, resume=True)
+    assert res.units_run == 0
+    assert run_cli("stats", out).exit_code == 0
+

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -13,6 +14,8 @@ from packer import shards as S
 from packer.errors import ShardError
 from packer.inspect.stats import check
 from packer.io import write_json
+from tests.conftest import invoke as run_cli
+from tests.inspect.test_stats import manifest, problems, save_manifest, shard_path
 
 
 def rewrite_shard(build: str, change) -> str:
@@ -72,3 +75,53 @@ def test_a_shard_lacking_a_required_column_is_refused_by_every_reader(sample_bui
         PackedDataset(build)[0]  # (without verify: at the shard's first use)
     kinds = {(p.path, p.kind) for p in check(build).problems}
     assert (rel, "schema") in kinds
+
+
+# 5. One schema rule: stats and the dataset accept and refuse the same shards.
+def _rewrite(out, transform, compression=None, prefix=b""):
+    path = shard_path(out)
+    t = pa.ipc.open_file(pa.memory_map(path)).read_all()
+    t = transform(t)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, t.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as w:
+        w.write_table(t, max_chunksize=1024)
+    data = prefix + sink.getvalue().to_pybytes()
+    open(path, "wb").write(data)
+    m = manifest(out)
+    m["shards"][0].update(bytes=len(data), **{S.CHECKSUM: S.checksum(data)})
+    save_manifest(out, m)
+
+
+@pytest.mark.parametrize("case", ["extra column", "reordered columns"])
+def test_stats_and_dataset_both_accept_forward_compatible_shards(sample_build, copy_build, case):
+    from packer import PackedDataset
+
+    out = copy_build(sample_build)
+    if case == "extra column":
+        _rewrite(out, lambda t: t.append_column("score", pa.array(np.zeros(t.num_rows, np.float32))))
+    else:
+        _rewrite(out, lambda t: t.select(list(reversed(t.column_names))))
+    res = run_cli("stats", out)
+    assert res.exit_code == 0, res.stderr
+    ds = PackedDataset(out, verify=True)
+    ref = PackedDataset(sample_build)
+    assert len(ds) == len(ref) and bool((ds[0]["input_ids"] == ref[0]["input_ids"]).all())
+
+
+@pytest.mark.parametrize("case", ["zstd body", "lz4 body", "64 garbage bytes first"])
+def test_stats_and_dataset_both_refuse_unmappable_shards(sample_build, copy_build, case):
+    from packer import PackedDataset
+
+    out = copy_build(sample_build)
+    if case == "64 garbage bytes first":
+        _rewrite(out, lambda t: t, prefix=os.urandom(64))
+        word = "magic"
+    else:
+        _rewrite(out, lambda t: t, compression=case.split()[0])
+        word = "compressed body"
+    res = run_cli("stats", out)
+    assert res.exit_code == 1 and any(word in ln for ln in problems(res)), res.stderr
+    with pytest.raises(ShardError, match=word):
+        PackedDataset(out)[0]  # checked at first use of the shard (opening reads no shard)
+    assert run_cli("show", out, "0").exit_code == 1
+

@@ -15,6 +15,9 @@ from packer.io import stamp as ST
 from packer.io.discover import find
 from packer.io.lock import LOCK_NAME
 
+from tests._cli import ARGS, cli, one_line
+from tests.conftest import invoke as run_cli
+
 
 def _stamps(folder):
     found = find([str(folder)], lambda p: True, ValueError)
@@ -128,3 +131,30 @@ def test_resume_of_an_out_copied_without_its_lock_still_sees_an_edit(tmp_path, c
         f.write(data.replace(b"doc 3-", b"DOC 3-"))
     with pytest.raises(PackerError, match="input files changed"):
         build(corpus, copy, seq_len=128, unit_mb=0.02, workers=1, resume=True)
+
+
+# 1. A same-size edit between a kill and --resume is refused.
+def test_same_size_edit_between_kill_and_resume_is_refused(tmp_path, corpus):
+    out = str(tmp_path / "out")
+    r = cli("build", corpus, out, *ARGS, env={"PACKER_FAULT": "write", "PACKER_FAULT_UNIT": "1"})
+    assert r.returncode != 0 and not os.path.exists(os.path.join(out, "manifest.json"))
+    assert os.path.exists(os.path.join(out, LOCK_NAME)), "a killed build leaves its input stamps"
+    p = os.path.join(corpus, "3.jsonl")
+    data = open(p, "rb").read()
+    edited = data.replace(b"doc 3-", b"DOC 3-")
+    assert len(edited) == len(data) and edited != data
+    st = os.stat(p)
+    with open(p, "wb") as f:
+        f.write(edited)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # whatever the clock's granularity
+    r = cli("build", corpus, out, *ARGS, "--resume")
+    assert r.returncode == 2
+    one_line(r, "input files changed", out)
+    # Put back as it was (content and time): the resume goes on and finishes.
+    with open(p, "wb") as f:
+        f.write(data)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    build(corpus, out, seq_len=128, unit_mb=0.02, workers=1, resume=True)
+    assert not os.path.exists(os.path.join(out, LOCK_NAME)), "a finished build folder holds only the build"
+    assert run_cli("stats", out).exit_code == 0
+

@@ -13,7 +13,10 @@ from packer import shards as S
 from packer.errors import PackerError
 from packer.io import lock as L
 from packer.io.lock import OutLock
+from packer.io.lock import LOCK_NAME
 from packer.pipeline.unit import HOLDOUT_DIR
+
+from tests._cli import ARGS, cli, one_line
 
 OPTS = dict(seq_len=128, unit_mb=0.02, workers=1)
 
@@ -95,3 +98,33 @@ def test_a_build_around_a_running_build_is_refused_naming_it(tmp_path, corpus):
 def test_a_sibling_of_a_running_build_is_not_refused(held_build, corpus, tmp_path):
     r = build(corpus, str(tmp_path / "a-sibling"), **OPTS)
     assert r.units_run > 0
+
+
+# 3. An exclusive lock on OUT: a second build is refused, naming the holder.
+def test_second_build_into_a_locked_folder_is_refused(tmp_path, corpus):
+    out = str(tmp_path / "out")
+    build(corpus, out, seq_len=128, unit_mb=0.02, workers=1)
+    assert not os.path.exists(os.path.join(out, LOCK_NAME))
+    before = {n: open(os.path.join(out, n), "rb").read() for n in ("manifest.json", "build.json")}
+    held = OutLock(out).acquire()  # as a running build holds it
+    held.record("x")
+    try:
+        r = cli("build", corpus, out, "--unit-mb", "0.02", "--workers", "1", "-q", "--overwrite", "--seq-len", "64")
+        assert r.returncode == 2
+        line = one_line(r, "in use by another packer build", f"pid {os.getpid()}", "started")
+        assert os.uname().nodename in line
+        after = {n: open(os.path.join(out, n), "rb").read() for n in before}
+        assert after == before, "the refused build touched nothing"
+    finally:
+        held.release(finished=False)
+    build(corpus, out, seq_len=64, unit_mb=0.02, workers=1, overwrite=True)
+
+
+def test_a_refused_build_leaves_no_lock_file_in_a_foreign_folder(tmp_path, corpus):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    r = cli("build", corpus, str(out), *ARGS)
+    assert r.returncode == 2
+    assert sorted(os.listdir(out)) == ["notes.txt"]
+

@@ -1,0 +1,99 @@
+"""packer/cli.py: signals, a closed stdout and the command's end (the CLI run in processes of its own)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from packer import build
+from tests._cli import ARGS, corpus, one_line  # noqa: F401 - corpus is a fixture
+from tests.conftest import invoke as run_cli
+from tests.formats.test_awkward_inputs import jl
+
+
+# 6. SIGTERM to the main process is handled as Ctrl-C: workers gone, resume command printed.
+def test_sigterm_stops_cleanly_leaves_no_process_and_says_how_to_resume(tmp_path):
+    root = tmp_path / "in"
+    root.mkdir()
+    for i in range(8):
+        (root / f"{i}.jsonl").write_bytes(jl(*({"text": "lorem ipsum dolor " * (1 + k % 50)} for k in range(2000))))
+    out = str(tmp_path / "out")
+    args = ["build", str(root), out, "--seq-len", "256", "--unit-mb", "0.1", "--workers", "2", "-q"]
+    p = subprocess.Popen([sys.executable, "-m", "packer.cli", *args], start_new_session=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    units = os.path.join(out, "units")
+    deadline = time.time() + 60
+    while time.time() < deadline and not (os.path.isdir(units) and os.listdir(units)) and p.poll() is None:
+        time.sleep(0.01)
+    p.send_signal(signal.SIGTERM)  # to the main process only, as kill PID / docker stop send it
+    _, err = p.communicate(timeout=60)
+    if p.returncode == 0:
+        pytest.skip("build finished before SIGTERM arrived")
+    assert p.returncode == 143, err
+    assert "Traceback" not in err and "terminated" in err and "--resume" in err
+    # Workers, the forkserver and the resource tracker are gone with it (none
+    # holds the caller's stderr: communicate() above returned).
+    for _ in range(100):
+        try:
+            os.killpg(p.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("processes of the build outlived it")
+    # ... and so is its folder of chunk files (packer/pipeline/spill.py), in /dev/shm or the temporary folder
+    import tempfile
+
+    for base in ("/dev/shm", tempfile.gettempdir()):
+        left = [n for n in (os.listdir(base) if os.path.isdir(base) else []) if n.startswith(f"packer-spill-{p.pid}-")]
+        assert left == [], (base, left)
+    build(str(root), out, seq_len=256, unit_mb=0.1, workers=2, resume=True)
+    assert run_cli("stats", out).exit_code == 0
+
+
+def test_cli_in_process_leaves_sigterm_as_it_found_it(tmp_path, corpus):
+    before = signal.getsignal(signal.SIGTERM)
+    res = run_cli("build", corpus, str(tmp_path / "out"), *ARGS)
+    assert res.exit_code == 0, res.output
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_stats_into_a_closed_pipe_exits_quietly(sample_build):
+    rfd, wfd = os.pipe()
+    os.close(rfd)  # the reader is gone before the first line, as `| head -0` would be
+    try:
+        r = subprocess.run([sys.executable, "-m", "packer.cli", "stats", sample_build], stdout=wfd,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(wfd)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "Broken pipe" not in r.stderr
+
+
+# The command ends without the interpreter's teardown (0.1 s after every build, serial), yet with
+# all its output written and its exit status kept.
+def test_the_command_ends_at_once_with_its_output_and_status(tmp_path, corpus):
+    code = ("import atexit, sys, packer.cli; atexit.register(lambda: sys.stderr.write('TEARDOWN\\n')); "
+            "packer.cli.run()")
+
+    def packer(*args, **kw):
+        return subprocess.run([sys.executable, "-c", code, *args], text=True, timeout=120, start_new_session=True, **kw)
+
+    out = tmp_path / "o"
+    r = packer("build", corpus, str(out), *ARGS, capture_output=True)
+    assert r.returncode == 0, r.stderr
+    assert "TEARDOWN" not in r.stderr  # the process ended at once: no atexit hook ran
+    with open(tmp_path / "stats.txt", "w") as f:  # a file, not a terminal: block-buffered, flushed before the end
+        r = packer("stats", str(out), stdout=f, stderr=subprocess.PIPE)
+    assert r.returncode == 0, r.stderr
+    written = (tmp_path / "stats.txt").read_text()
+    assert "documents" in written and written == run_cli("stats", str(out)).output  # in process: no exit of ours
+    r = packer("stats", str(tmp_path / "nothing"), capture_output=True)
+    assert r.returncode == 2
+    one_line(r, "no such build folder")
+
