@@ -97,3 +97,74 @@ def test_the_command_ends_at_once_with_its_output_and_status(tmp_path, corpus):
     assert r.returncode == 2
     one_line(r, "no such build folder")
 
+
+
+# --- Option parsing, --help and exit codes (in process: click's runner keeps stdout and stderr apart). ---
+import json  # noqa: E402
+
+
+def _mistake(*args) -> str:
+    """``packer *args`` is a user mistake: exit 2, one line on stderr, no traceback, nothing on stdout."""
+    from click.testing import CliRunner
+
+    from packer.cli import main
+
+    r = CliRunner().invoke(main, list(args))
+    assert r.exit_code == 2 and r.stdout == "" and "Traceback" not in r.stderr, (r.exit_code, r.output)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("packer: error: "), lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["build", "stats", "show"])
+def test_help_lists_every_option_of_the_command(command):
+    from packer.cli import main
+
+    res = run_cli(command, "--help")
+    assert res.exit_code == 0
+    opts = [o for p in main.commands[command].params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")]
+    assert opts and [o for o in opts if o not in res.output] == [] and "--help" in res.output
+    assert res.output.startswith(f"Usage: main {command} [OPTIONS]")
+
+
+@pytest.mark.parametrize("flag, value", [("--chat-template", "t.jinja"), ("--train-on", "all"), ("--truncate", None)])
+def test_a_chat_option_without_chat_exits_2_naming_it(tmp_path, flag, value):
+    (tmp_path / "a.jsonl").write_bytes(jl({"text": "x"}))
+    line = _mistake("build", str(tmp_path / "a.jsonl"), str(tmp_path / "out"), flag, *([value] if value else []))
+    assert flag in line and "add --chat" in line
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+def test_user_mistakes_exit_2_in_one_line_naming_what_is_wrong(tmp_path):
+    (tmp_path / "a.jsonl").write_bytes(jl({"text": "x"}))
+    a, out = str(tmp_path / "a.jsonl"), str(tmp_path / "out")
+    assert "--seq-len" in _mistake("build", a, out, "--seq-len", "1")
+    assert "input not found" in _mistake("build", str(tmp_path / "nope.jsonl"), out) and "nope.jsonl" in _mistake(
+        "build", str(tmp_path / "nope.jsonl"), out)
+    assert "--resume" in _mistake("build", a, out, "--resume", "--overwrite")
+    assert "no such build folder" in _mistake("stats", str(tmp_path / "nothing"))
+
+
+@pytest.mark.parametrize("args, option", [(["--pack", "nope"], "--pack"), (["--seq-len", "abc"], "--seq-len"),
+                                          (["--engine", "spark"], "--engine"), (["--no-such-flag"], "--no-such-flag")])
+def test_an_option_click_refuses_exits_2_naming_it_without_a_traceback(tmp_path, args, option):
+    from click.testing import CliRunner
+
+    from packer.cli import main
+
+    r = CliRunner().invoke(main, ["build", str(tmp_path), str(tmp_path / "out"), *args])
+    assert r.exit_code == 2 and "Traceback" not in r.output and r.stdout == ""
+    assert option in r.stderr.strip().splitlines()[-1]
+
+
+def test_all_skipped_cli_exit_code(tmp_path):
+    from click.testing import CliRunner
+
+    from packer.cli import main
+
+    p = tmp_path / "c.jsonl"
+    p.write_bytes(jl({"body": "x"}, {"body": "y"}))
+    r = CliRunner().invoke(main, ["build", str(p), str(tmp_path / "out"), "-q", "--summary-json", str(tmp_path / "s.json")])
+    assert r.exit_code == 2 and "body" in r.output
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["ok"] is False and "body" in s["error"]

@@ -158,19 +158,6 @@ def test_empty_text_field_is_refused(tmp_path):
         BuildConfig.of(["in"], "out", text_field="")
 
 
-def test_all_skipped_cli_exit_code(tmp_path):
-    from click.testing import CliRunner
-
-    from packer.cli import main
-
-    p = tmp_path / "c.jsonl"
-    p.write_bytes(jl({"body": "x"}, {"body": "y"}))
-    r = CliRunner().invoke(main, ["build", str(p), str(tmp_path / "out"), "-q", "--summary-json", str(tmp_path / "s.json")])
-    assert r.exit_code == 2 and "body" in r.output
-    s = json.loads((tmp_path / "s.json").read_text())
-    assert s["ok"] is False and "body" in s["error"]
-
-
 def test_mostly_skipped_warns(tmp_path):
     root = tmp_path / "in"
     root.mkdir()
