@@ -3,15 +3,11 @@ of the whole process tree, and kill -9 half way then --resume, byte-identical to
 
     python bench/billion.py SOURCE.jsonl[.zst] --tokenizer gpt2.json --tokens 1e9 --workers 16 --work /tmp/bb
 
-1. The input: SOURCE's documents (real text, e.g. bench/real_corpus.py's) written again and again, each
-   copy in another order (seeded), as ~128 MB .jsonl files, until about ``--tokens`` GPT-2 tokens.
-2. The ceiling: ``--workers`` pinned processes encode the same texts from memory with the build's
-   encoder at once (bench/encode_scaling.py's weak scaling): their tokens over the slowest's wall.
-3. An uninterrupted build (`packer build --workers N`), sampled every 0.5 s: tokens written (unit
-   records), PSS of the whole process tree. Steady state: tokens/s between 20% and 80% of the tokens.
-4. The same build killed with SIGKILL (whole process group) once half the units are written, then
-   `--resume`: units redone (at most one per worker may be), and every file against step 3's.
-Prints one table; ``--json`` appends it as a JSON line.
+Input: SOURCE's documents written again in seeded orders (~128 MB .jsonl files) up to ``--tokens``.
+Ceiling: ``--workers`` pinned processes encoding the same texts from memory (encode_scaling.py's weak
+scaling). The build is sampled every 0.5 s (tokens in unit records, PSS of the process tree); steady
+state is 20% to 80% of the tokens. Then the same build is SIGKILLed at half its units and resumed:
+units redone, and every file against the first build's. ``--json`` appends the figures.
 """
 
 from __future__ import annotations
@@ -57,22 +53,16 @@ def make_input(texts: list[str], target_bytes: int, folder: str, file_bytes: int
     return written
 
 
-def tree(pid: int) -> list[int]:
-    out, todo = [], [pid]
+def pss_mb(pid: int) -> float:
+    """PSS of ``pid`` and all its descendants, MiB."""
+    total, todo = 0, [pid]
     while todo:
         p = todo.pop()
-        out.append(p)
         for t in glob.glob(f"/proc/{p}/task/*/children"):
             try:
                 todo += [int(c) for c in open(t).read().split()]
             except OSError:
                 pass
-    return out
-
-
-def pss_mb(pid: int) -> float:
-    total = 0
-    for p in tree(pid):
         try:
             for line in open(f"/proc/{p}/smaps_rollup"):
                 if line.startswith("Pss:"):
@@ -156,7 +146,6 @@ def main(argv=None) -> None:
     ap.add_argument("source")
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--tokens", type=float, default=1e9)
-    ap.add_argument("--bytes-per-token", type=float, default=0, help="0: measured on the source")
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--ceiling-mb", type=float, default=20)
@@ -166,11 +155,9 @@ def main(argv=None) -> None:
     texts = corpus_texts([args.source])
     from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
 
-    bpt = args.bytes_per_token
-    if not bpt:
-        sample = texts[:2000]
-        enc = Encoder(choose_backend(resolve_tokenizer(args.tokenizer), "auto", lambda: sample[:200]))
-        bpt = sum(len(t.encode()) for t in sample) / len(enc.encode_flat(sample)[0])
+    sample = texts[:2000]
+    enc = Encoder(choose_backend(resolve_tokenizer(args.tokenizer), "auto", lambda: sample[:200]))
+    bpt = sum(len(t.encode()) for t in sample) / len(enc.encode_flat(sample)[0])
     inp = os.path.join(args.work, "in")
     t = time.monotonic()
     size = make_input(texts, int(args.tokens * bpt * 1.02), inp)

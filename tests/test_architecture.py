@@ -120,6 +120,41 @@ def test_torch_stays_on_the_training_side():
                 assert (node.module or "").split(".")[0] != "torch", f"{name} imports torch"
 
 
+# Inside packer/pipeline/: module -> the pipeline modules it may import (docs/architecture.md's table).
+PIPELINE = {
+    "config": set(), "report": set(), "plan": {"config"}, "chat_unit": {"plan"}, "spill": {"plan"},
+    "unit": {"plan", "chat_unit"}, "output": {"unit"},
+    "engines": {"plan", "unit", "spill", "engines"},
+    "backend_check": {"config", "engines", "unit"},
+    "steps": {"backend_check", "chat_unit", "config", "engines", "output", "plan", "report", "unit"},
+}
+
+
+def test_pipeline_modules_import_as_the_table_says():
+    for name, deps in GRAPH.items():
+        if not name.startswith("packer.pipeline."):
+            continue
+        own = name.split(".")[2]
+        for dep in deps:
+            if dep.startswith("packer.pipeline.") and dep.split(".")[2] != own:
+                assert dep.split(".")[2] in PIPELINE[own], f"{name} imports {dep} (docs/architecture.md)"
+
+
+def _tree(path):
+    return ast.parse(open(path).read())
+
+
+def test_no_module_over_400_lines_no_function_over_100_no_global():
+    for name, path in _MODS.items():
+        lines = len(open(path).read().splitlines())
+        assert lines <= 400, f"{name}: {lines} lines (at most 400)"
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                assert n <= 100, f"{name}.{node.name}: {n} lines (at most 100)"
+            assert not isinstance(node, ast.Global), f"{name}:{node.lineno}: a global statement"
+
+
 def test_bench_stays_small_and_docs_benchmarks_names_every_script():
     """bench/ holds what docs/benchmarks.md cites, at most 4,000 lines of Python (issue 28): a script
     whose figures are all that is left of it goes, and its figures name the commit where it last was."""
@@ -131,3 +166,16 @@ def test_bench_stays_small_and_docs_benchmarks_names_every_script():
         doc = f.read()
     unnamed = sorted(f for f in os.listdir(bench) if f.endswith(".py") and not re.search(rf"(?<!\w){re.escape(f)}", doc))
     assert not unnamed, f"docs/benchmarks.md names no {unnamed} (bench/ holds what it cites)"
+
+
+def _test_file_for(module: str) -> str:
+    """tests/<pkg>/test_<module>.py for packer.<pkg>.<module> (a module at the top: tests/test_<module>.py)."""
+    parts = module.split(".")[1:]
+    return os.path.join(os.path.dirname(ROOT), "tests", *parts[:-1], f"test_{parts[-1]}.py")
+
+
+def test_tests_mirror_the_modules():
+    """At least 80% of the modules over 60 lines have a test file of their name (docs/architecture.md)."""
+    big = [m for m, p in _MODS.items() if not p.endswith("__init__.py") and len(open(p).read().splitlines()) > 60]
+    missing = sorted(m for m in big if not os.path.exists(_test_file_for(m)))
+    assert len(big) - len(missing) >= 0.8 * len(big), f"{len(missing)} of {len(big)} without a test file: {missing}"

@@ -27,12 +27,12 @@ MAX_SEQ_LEN = (1 << 31) - 1
 ROW_BYTES_PER_SLOT = 80
 
 
-def _memory_bytes() -> int:
-    """The memory this process may use, in bytes: the machine's, or less where a cgroup (a container,
-    a batch job) or RLIMIT_AS sets less (packer/io/memory.py); a very large number where unknown."""
+def _memory_limit():
+    """The memory this process may use (``.bytes``) and what sets it (``.source``): the machine's, or
+    less where a cgroup (a container, a batch job) or RLIMIT_AS sets less (packer/io/memory.py)."""
     from ..io.memory import memory_limit
 
-    return memory_limit().bytes
+    return memory_limit()
 ENGINES = ("local", "ray")
 
 
@@ -151,9 +151,11 @@ class BuildConfig:
             raise PackerError(f"--seq-len {o.seq_len:,} is too large: one row of it cannot be allocated "
                               f"(at most {MAX_SEQ_LEN:,} tokens per row)")
         row_bytes = o.seq_len * ROW_BYTES_PER_SLOT
-        if row_bytes > _memory_bytes():
+        limit = _memory_limit()
+        if row_bytes > limit.bytes:
             raise PackerError(f"--seq-len {o.seq_len:,} is too large: one row needs about {row_bytes / (1 << 30):,.1f} GiB "
-                              f"while packing, more than this machine's {_memory_bytes() / (1 << 30):,.1f} GiB of memory")
+                              f"while packing, more than the {limit.bytes / (1 << 30):,.1f} GiB this process may use "
+                              f"({limit.source})")
         if not isinstance(o.max_record_bytes, int) or o.max_record_bytes < 1024:
             raise PackerError(f"--max-record-mb must be at least 0.001 (1 KB); got {o.max_record_bytes} bytes")
         if o.unit_bytes < 4096:

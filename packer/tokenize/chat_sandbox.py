@@ -122,6 +122,31 @@ def _guarded_filter(name: str, func, budget_of):
     return guarded
 
 
+class BoundedRange:
+    """``range(...)`` whose iteration ticks the budget (a loop with an empty body calls no hook)."""
+
+    def __init__(self, r, budget):
+        self._r, self._b = r, budget
+
+    def __iter__(self):
+        b = self._b
+        for x in self._r:
+            b.tick()
+            yield x
+
+    def __len__(self):
+        return len(self._r)
+
+    def __getitem__(self, i):
+        return self._r[i]
+
+    def __contains__(self, x):
+        return x in self._r
+
+    def __reversed__(self):
+        return BoundedRange(self._r[::-1], self._b)
+
+
 def _environment_class():
     """The environment class (built on first use: jinja2 is imported only by chat builds)."""
     import jinja2
@@ -147,33 +172,9 @@ def _environment_class():
                 env.packer_spans.append((start, start + len(rv)))
             return rv
 
-    class BoundedRange:
-        """``range(...)`` whose iteration ticks the budget (a loop with an empty body calls no hook)."""
-
-        def __init__(self, r, budget):
-            self._r, self._b = r, budget
-
-        def __iter__(self):
-            b = self._b
-            for x in self._r:
-                b.tick()
-                yield x
-
-        def __len__(self):
-            return len(self._r)
-
-        def __getitem__(self, i):
-            return self._r[i]
-
-        def __contains__(self, x):
-            return x in self._r
-
-        def __reversed__(self):
-            return BoundedRange(self._r[::-1], self._b)
-
     class Environment(ImmutableSandboxedEnvironment):
         intercepted_binops = frozenset(["*", "**", "+", "%", "//"])
-    
+
         def __init__(self):
             super().__init__(trim_blocks=True, lstrip_blocks=True,
                              extensions=[GenerationTracker, jinja2.ext.loopcontrols])
