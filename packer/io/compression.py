@@ -127,22 +127,27 @@ class _GzipRaw(io.RawIOBase):
 
     def readinto(self, b) -> int:
         while True:
-            if self._d.unconsumed_tail:
+            # eof first: a member that ends where max_length cut the output leaves the next member in
+            # unused_data *and* in unconsumed_tail, and decompressing that tail again only appends it
+            # to unused_data, for ever (a second gzip member after a first of over a read's length).
+            if self._d.eof:
+                rest = self._d.unused_data
+                if not rest:
+                    rest = self._f.read(1 << 20)
+                    if not rest:
+                        return 0  # clean end after a complete member
+                self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                out = self._d.decompress(rest, len(b))
+            elif self._d.unconsumed_tail:
                 out = self._d.decompress(self._d.unconsumed_tail, len(b))
             else:
-                if self._d.eof:
-                    rest = self._d.unused_data
-                    if not rest:
-                        rest = self._f.read(1 << 20)
-                        if not rest:
-                            return 0  # clean end after a complete member
-                    self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                    out = self._d.decompress(rest, len(b))
-                else:
-                    chunk = self._f.read(1 << 20)
-                    if not chunk:
-                        raise EOFError("compressed stream ends before its end marker")
-                    out = self._d.decompress(chunk, len(b))
+                chunk = self._f.read(1 << 20)
+                if not chunk:
+                    if not self._started:
+                        return 0  # an empty file holds no stream (not a cut one)
+                    raise EOFError("compressed stream ends before its end marker")
+                self._started = True
+                out = self._d.decompress(chunk, len(b))
             if out:
                 b[: len(out)] = out
                 return len(out)

@@ -82,14 +82,21 @@ def test_a_cut_stream_hands_out_what_it_could_then_raises(kind):
         with decompressing(io.BytesIO(data[: len(data) * 2 // 3]), kind) as f:
             while chunk := f.read(4096):
                 got += chunk
-    assert len(got) > 0 and TEXT.startswith(bytes(got))
+    assert TEXT.startswith(bytes(got))  # what came out is the start of the text, nothing made up
+    if kind != "bz2":  # (bz2 decompresses whole 900 kB blocks: a cut within the first gives nothing)
+        assert len(got) > 0
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_corrupt_data_is_a_truncation_error_not_an_io_error(kind):
     from packer.io.compression import decompress_all, truncation_errors
 
-    data = bytearray(_compress(kind, TEXT))
+    if kind == "zstd":  # a frame without its checksum can decode damaged literals to other bytes, silently
+        import zstandard
+
+        data = bytearray(zstandard.ZstdCompressor(write_checksum=True).compress(TEXT))
+    else:
+        data = bytearray(_compress(kind, TEXT))
     for i in range(len(data) // 3, len(data) // 3 + 64):
         data[i] ^= 0x5A
     with pytest.raises(truncation_errors(kind)):
