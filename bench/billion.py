@@ -123,22 +123,9 @@ def files(out: str) -> dict[str, str]:
 
 
 def ceiling(args, texts) -> float:
-    """Tokens/s of ``--workers`` pinned processes encoding the same texts from memory at once."""
-    from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
-
-    info = choose_backend(resolve_tokenizer(args.tokenizer), "auto", lambda: texts[:200])
-    picked, size = [], 0
-    for t in texts:
-        if size >= args.ceiling_mb * 1e6:
-            break
-        picked.append(t)
-        size += len(t)
-    from common import char_batches
-
-    ES._STATE.update(encoder=Encoder(info), batches=char_batches(picked, 256 << 10), loop_s=1.0,
-                     cores=[ES._core_for(i) for i in range(args.workers)])
-    best = max(args.workers * r["tokens"] / r["wall_max"] for r in (ES.run("shared", args.workers) for _ in range(2)))
-    return best
+    """Tokens/s of ``--workers`` pinned processes encoding the same texts from memory at once (best of 2)."""
+    ES.prepare(args.tokenizer, texts, args.ceiling_mb, args.workers, backend="auto")
+    return max(args.workers * r["tokens"] / r["wall_max"] for r in (ES.run("shared", args.workers) for _ in range(2)))
 
 
 def main(argv=None) -> None:

@@ -74,6 +74,24 @@ def run(mode: str, n: int) -> dict:
             "wall_max": max(wall), "tokens": res[0][2]}
 
 
+def prepare(tokenizer: str, texts: list[str], mb: float, workers: int, backend: str = "tiktoken",
+            loop_s: float = 1.0) -> tuple[int, int]:
+    """Load ``_STATE`` for ``run``: the first ``mb`` MB of ``texts`` in the build's ~256 KB batches, the
+    build's encoder (``backend``), one core per process. Returns (texts, characters) per process."""
+    from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
+
+    picked, size = [], 0
+    for t in texts:
+        if size >= mb * 1e6:
+            break
+        picked.append(t)
+        size += len(t)
+    info = choose_backend(resolve_tokenizer(tokenizer), backend, lambda: texts[:200])
+    _STATE.update(encoder=Encoder(info), batches=char_batches(picked, 256 << 10), loop_s=loop_s,
+                  cores=[_core_for(i) for i in range(workers)])
+    return len(picked), size
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="+")
@@ -85,21 +103,11 @@ def main(argv=None) -> None:
     ap.add_argument("--json", help="append the figures as JSON lines to this file")
     args = ap.parse_args(argv)
 
-    from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
-
     texts = corpus_texts(args.inputs)
-    picked, size = [], 0
-    for t in texts:
-        if size >= args.mb * 1e6:
-            break
-        picked.append(t)
-        size += len(t)
-    info = choose_backend(resolve_tokenizer(args.tokenizer), "tiktoken", lambda: texts[:200])
-    batches = char_batches(picked, 256 << 10)  # the build's chunks: ~256 KB of text each
-    _STATE.update(encoder=Encoder(info), batches=batches, loop_s=args.loop_s,
-                  cores=[_core_for(i) for i in range(args.workers)])
+    picked, size = prepare(args.tokenizer, texts, args.mb, args.workers, loop_s=args.loop_s)
+    batches = _STATE["batches"]
     n = args.workers
-    print(f"{args.tokenizer}: {len(picked)} texts, {size / 1e6:.1f} M chars per process, {len(batches)} batches; "
+    print(f"{args.tokenizer}: {picked} texts, {size / 1e6:.1f} M chars per process, {len(batches)} batches; "
           f"cores {_STATE['cores']}", flush=True)
     rows: dict = {}
     for r in range(args.rounds):
