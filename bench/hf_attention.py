@@ -27,9 +27,6 @@ Variants ("useful" tokens: non-padding; tokens/s = useful / median step):
 - ``packer_sorted`` the same, each batch's rows reordered (one-document rows first: the same batch,
                   fewer kernel calls);
 - ``packer_varlen`` ``packer_attention("torch_varlen")``: every row through ``varlen_attn``;
-- ``packer_nested`` ``packer_attention("nested")``: every row through SDPA on nested (jagged)
-                  tensors, the kernel SDPA picks for them (flash);
-- ``packer_nested_cudnn`` the same under ``sdpa_kernel(CUDNN_ATTENTION)``: cuDNN's ragged path;
 - ``hf_sdpa``     packer rows through sdpa with transformers' packed-sequence detection (a dense
                   document mask built from position_ids every step);
 - ``padded``      one document per row (truncated at L), padded, sdpa with a padding attention_mask.
@@ -59,26 +56,11 @@ from packer.train import hf  # noqa: E402
 from packer.train.batching import whole_rows_first  # noqa: E402
 
 
-def _nested(q, k, v, cu, mx, scale):
-    """Every segment through SDPA on nested (jagged) tensors: SDPA picks the kernel (flash, or cuDNN's
-    ragged path under ``sdpa_kernel(SDPBackend.CUDNN_ATTENTION)``). CUDA only (no causal jagged SDPA on CPU).
-    A route on trial (issue 30.4): registered here, for this script only, as kernel "nested"; it goes
-    into packer_attention only if it measures faster than the current route, and exact."""
-    if k.shape[1] != q.shape[1]:
-        k, v = k.repeat_interleave(q.shape[1] // k.shape[1], 1), v.repeat_interleave(q.shape[1] // k.shape[1], 1)
-    offsets = cu.to(torch.int64)
-    qn, kn, vn = (torch.nested.nested_tensor_from_jagged(t, offsets, min_seqlen=1, max_seqlen=mx).transpose(1, 2)
-                  for t in (q, k, v))
-    return F.scaled_dot_product_attention(qn, kn, vn, is_causal=True, scale=scale).transpose(1, 2).values()
-
-
-hf.KERNELS = hf.KERNELS + ("nested",)  # packer_attention("nested") in this process only
-hf._KERNEL_FNS["nested"] = _nested
-
-VARIANTS = ("group", "group_fa2", "packer", "packer_cu", "packer_sorted", "packer_varlen", "packer_nested",
-            "packer_nested_cudnn", "hf_sdpa", "padded")
-CU_VARIANTS = ("packer_cu", "packer_sorted", "packer_varlen", "packer_nested", "packer_nested_cudnn")
-KERNEL_OF = {"packer_varlen": "torch_varlen", "packer_nested": "nested", "packer_nested_cudnn": "nested"}
+# the nested-tensor routes (SDPA on jagged tensors: flash, or cuDNN's ragged path) were measured and dropped:
+# docs/benchmarks.md, "Attention routes on the H200, re-measured"; the script that ran them is at f157fdd
+VARIANTS = ("group", "group_fa2", "packer", "packer_cu", "packer_sorted", "packer_varlen", "hf_sdpa", "padded")
+CU_VARIANTS = ("packer_cu", "packer_sorted", "packer_varlen")
+KERNEL_OF = {"packer_varlen": "torch_varlen"}
 
 
 def parse(argv=None):
@@ -90,6 +72,8 @@ def parse(argv=None):
     p.add_argument("--steps", type=int, default=None, help="timed steps per variant per round")
     p.add_argument("--rounds", type=int, default=None, help="rounds over all variants (spread)")
     p.add_argument("--docs", type=int, default=None, help="documents in the web-like corpus")
+    p.add_argument("--lengths", help="real document lengths: a packer build of real text, or a .npy of its "
+                   "documents' lengths; shuffled, clipped to [16, 65536], random ids (default: web-like lengths)")
     p.add_argument("--profile", action="store_true",
                    help="after the table, profile 2 steps of group, group_fa2 and packer_cu: CUDA time by kernel "
                         "class and the host syncs a step")
@@ -122,7 +106,12 @@ def model_config(a):
 
 
 def make_data(a, tmp):
-    lengths = weblike_lengths(a.docs)
+    if a.lengths:  # attention's cost depends on the lengths alone, so real lengths with random ids
+        real = np.load(a.lengths) if a.lengths.endswith(".npy") else read_documents(a.lengths)[1]
+        real = np.clip(np.random.default_rng(0).permutation(real), 16, 65536)
+        lengths = real[np.cumsum(real) <= 2 * a.batch * a.seq * (a.steps * a.rounds + 3)]  # twice the slots used
+    else:
+        lengths = weblike_lengths(a.docs)
     tokens = weblike_tokens(lengths, a.vocab)
     out = os.path.join(tmp, "web")
     write_build(out, tokens, lengths, a.seq, vocab_size=a.vocab, eos_id=a.vocab - 1, pad_id=a.vocab - 1, name="web")
@@ -174,9 +163,9 @@ def autocast(a):
 
 
 def sdpa_ctx(a, var):
-    if var in ("group_fa2", "packer_nested_cudnn") and a.device.startswith("cuda"):
+    if var == "group_fa2" and a.device.startswith("cuda"):
         from torch.nn.attention import SDPBackend, sdpa_kernel
-        return sdpa_kernel(SDPBackend.FLASH_ATTENTION if var == "group_fa2" else SDPBackend.CUDNN_ATTENTION)
+        return sdpa_kernel(SDPBackend.FLASH_ATTENTION)
     import contextlib
     return contextlib.nullcontext()
 
@@ -345,7 +334,7 @@ def main(argv=None):
                     loss0[v] = l0
                 print(f"round {r} {v}: {t * 1e3:.1f} ms/step", flush=True)
         # after the timings: a kernel that breaks the CUDA context must not lose them
-        for var in [v for v in ("packer", "packer_varlen", "packer_nested", "packer_nested_cudnn") if v in a.variants]:
+        for var in [v for v in ("packer", "packer_varlen") if v in a.variants]:
             try:
                 res["correctness"][var] = correctness(a, state, ds, var)
             except Exception as e:
