@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shlex
 import signal
 import sys
 import time
-
-import contextlib
 
 import click
 
@@ -181,12 +180,14 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
     new = dict(limit=limit, holdout=holdout or None, dry_run=dry_run or None, summary_json=summary_json)
     options.update({k: v for k, v in new.items() if v is not None})  # --limit 0 is passed on, and refused
     bar = None if quiet or dry_run else _Progress()
+    said: list[str] = []  # the tokenizer's notes, said once it is resolved (before any unit runs), not again at the end
     try:  # SIGTERM and SIGHUP (the terminal or the ssh session closed) stop the build as Ctrl-C does
         old_term = {s: signal.signal(s, _on_sigterm) for s in (signal.SIGTERM, signal.SIGHUP)}
     except ValueError:  # not the main thread (an embedding caller): leave signals alone
         old_term = None
     try:
-        result = run_build(ins, out, progress=bar.update if bar else None, on_sized=bar.sized if bar else None, **options)
+        result = run_build(ins, out, progress=bar.update if bar else None, on_sized=bar.sized if bar else None,
+                           on_note=None if quiet else lambda n: said.append(n) or click.echo(f"note: {n}", err=True), **options)
     except KeyboardInterrupt as e:
         if bar:
             bar.close()
@@ -207,14 +208,13 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
         for w in result.warnings:
             click.echo(f"packer: warning: {w}", err=True)
         return
-    m = result.manifest
-    for note in result.notes:
+    for note in (n for n in result.notes if n not in said):
         click.echo(f"note: {note}", err=True)
     click.echo(f"built {out} in {result.seconds:.1f}s ({plural(result.units_run, 'unit')} run, "
                f"{result.units_skipped:,} already done)", err=True)
-    for line in summary_lines(m):
+    for line in summary_lines(result.manifest):
         click.echo(line, err=True)
-    tk = m.get("tokenizer", {})
+    tk = result.manifest.get("tokenizer", {})
     if result.added and not tk.get("added"):  # the manifest names it only when more than EOS is added
         click.echo(f"around text     {result.added}", err=True)
     if tk.get("backend") not in (None, "bytes"):

@@ -47,7 +47,7 @@ class BuildResult:
     plan: dict | None = None  # --dry-run: what would be built (packer.pipeline.report.plan_dict); nothing was written
 
 
-def build(inputs, out: str | None = None, *, progress=None, on_sized=None, **options) -> BuildResult:
+def build(inputs, out: str | None = None, *, progress=None, on_sized=None, on_note=None, **options) -> BuildResult:
     """Run a build: ``build("corpus/", "out/", seq_len=2048, tokenizer="gpt2/tokenizer.json")``.
 
     ``inputs``: a path (folder, file, glob, URI) or a list of them, or a whole
@@ -58,11 +58,13 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, **opt
     dry_run, summary_json), validated the same way. Raises ``PackerError`` (one line) for a user
     mistake, and when the build produced no document at all (naming the fields the records have).
     ``progress`` (optional) is called as progress(done_bytes, docs, tokens, units_done, units,
-    total_bytes); ``on_sized`` as on_sized(files_done, files) while input files are sized.
+    total_bytes); ``on_sized`` as on_sized(files_done, files) while input files are sized; ``on_note``
+    as on_note(line) for each of the tokenizer's notes once it is resolved, before any input is read
+    (a model folder whose tokenizer.json and transformers disagree); they stay in ``notes`` as well.
     """
     cfg = _config(inputs, out, options)
     try:
-        result = _build(cfg, progress, on_sized)
+        result = _build(cfg, progress, on_sized, on_note)
     except PackerError as e:
         if cfg.run.summary_json:
             write_summary(cfg.run.summary_json, {"ok": False, "out": cfg.out, "error": str(e)})
@@ -112,9 +114,11 @@ class Plan:
     units: list[Unit]
 
 
-def _build(cfg: BuildConfig, progress, on_sized) -> BuildResult:
+def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
     phase = Timeline()
     tok, chat = resolve(cfg.output)
+    for note in tok.notes if on_note else ():  # said at the start: what the tokenizer is, before any unit runs
+        on_note(note)
     phase("load tokenizer")
     plan = plan_inputs(cfg, on_sized)
     phase("discover + plan")

@@ -235,3 +235,31 @@ def test_a_build_counts_plain_added_tokens_and_records_follows_only_when_asked(t
     assert m["settings"]["tokenizer_follows"] == "file" and m["tokenizer"]["tokenizer_follows"] == "file"
     r = CliRunner().invoke(main, ["build", plain, str(tmp_path / "g"), "--tokenizer", folder, "--tokenizer-follows", "x"])
     assert r.exit_code == 2 and "Traceback" not in r.output
+
+
+def test_the_disagreement_is_said_once_at_the_start_and_recorded_at_the_end(tmp_path):
+    """The note comes before any unit runs (nothing is in OUT yet when it is said), once on the CLI's stderr
+    before the summary, and the summary JSON and the manifest record it as before."""
+    from click.testing import CliRunner
+
+    from packer import build
+    from packer.cli import main
+
+    from tests.conftest import write_jsonl
+
+    folder = llama2_like(tmp_path / "m")
+    src = write_jsonl(tmp_path / "in.jsonl", ["  two", "two"])
+    out, said = tmp_path / "o", []
+    res = build([src], str(out), seq_len=64, tokenizer=folder, workers=1, quiet=True,
+                on_note=lambda n: said.append((n, out.exists() and sorted(os.listdir(out)))))
+    assert len(said) == 1 and "pre-tokenizer" in said[0][0] and said[0][1] is False
+    assert said[0][0] in res.notes and said[0][0] in res.manifest["tokenizer"]["notes"]
+    r = CliRunner().invoke(main, ["build", src, str(tmp_path / "c"), "--tokenizer", folder, "--seq-len", "64",
+                                  "--workers", "1", "--summary-json", str(tmp_path / "s.json")])
+    assert r.exit_code == 0, r.output
+    lines = r.stderr.splitlines()
+    at = [i for i, line in enumerate(lines) if "tokenizer.json and transformers" in line]
+    built = next(i for i, line in enumerate(lines) if line.startswith("built "))
+    assert len(at) == 1 and lines[at[0]] == f"note: {said[0][0]}" and at[0] < built
+    assert json.loads((tmp_path / "s.json").read_text())["notes"] == res.notes
+    assert not CliRunner().invoke(main, ["build", src, str(tmp_path / "q"), "--tokenizer", folder, "-q"]).stderr
