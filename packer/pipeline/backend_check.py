@@ -7,6 +7,12 @@ here before the units (``decide_now``); a local build on more cores leaves it
 to a worker, as the engine's ``FirstTask``, while the other workers start
 tokenizing (``DeferredCheck``): no unit is assembled before its verdict, and
 if tiktoken differed the build runs again on HF, nothing written meanwhile.
+
+A passed check is recorded (``InputRecord``, in check_cache's folder) under the tokenizer's
+fingerprint, the encoder checked and its version, and the stamps (modification time, inode,
+content) of the sampled inputs: a rebuild or a ``--resume`` over the same inputs takes the
+verdict from the record and neither reads the sample nor parses the HF tokenizer. A changed
+sampled input, another tokenizer or encoder, or an input without a content stamp checks again.
 """
 
 from __future__ import annotations
@@ -15,8 +21,8 @@ import os
 from dataclasses import replace
 
 from ..formats import REGISTRY, Skip, read_slice
-from ..tokenize import TokenizerInfo, choose_backend
-from ..tokenize import fastokens_backend, tiktoken_backend
+from ..tokenize import TokenizerInfo
+from ..tokenize import check_cache, fastokens_backend, tiktoken_backend
 from ..tokenize.tiktoken_backend import SAMPLE_CHARS, SAMPLE_DOCS, SAMPLE_TEXT_CHARS
 from ..tokenize.tokenizer import choose_backend_later, loaded_hf, with_choice
 from .config import BuildConfig
@@ -31,39 +37,80 @@ class DeferredCheck:
     tokenizer with the backend decided, and ``fell_back`` says whether tiktoken differed (the
     engine then stopped before writing anything, and the build runs again on HF)."""
 
-    def __init__(self, later, tok: TokenizerInfo, slices: list, text_field: str):
-        self.later, self.tok, self.fell_back = later, tok, False
-        self.task = FirstTask(check_input, (sample_slices(list(slices)), text_field), self._accept)
+    def __init__(self, later, tok: TokenizerInfo, ordered: list, text_field: str, record: "InputRecord"):
+        self.later, self.tok, self.fell_back, self.record = later, tok, False, record
+        self.task = FirstTask(check_input, (ordered, text_field), self._accept)
 
     def _accept(self, result) -> bool:
+        self.record.store(result)
         c = self.later.outcome(result)  # "tiktoken" asked for and refused raises PackerError here
         self.tok = with_choice(self.tok, c)
         self.fell_back = c.backend == "hf"  # tiktoken or fastokens (same ids) passed
         return not self.fell_back
 
 
+class InputRecord:
+    """The record of a passed input check for ``ordered`` (the sampled slices, ``sample_slices``)
+    checked with encoder ``backend`` of ``tok``: ``key`` is None where one of them has no content
+    stamp (then nothing is read or written). ``load()``: the recorded ``CheckResult`` or None."""
+
+    def __init__(self, tok: TokenizerInfo, backend: str, ordered: list, text_field: str):
+        ver = fastokens_backend.version() if backend == fastokens_backend.BACKEND else ""
+        parts = ["input", tok.fingerprint, tok.split_special, backend, ver, text_field, SAMPLE_DOCS, SAMPLE_CHARS,
+                 SAMPLE_TEXT_CHARS, len(ordered)]
+        for sl in ordered:
+            f, stamp = sl.file, tuple(sl.file.stamp)
+            if len(stamp) < 3 or not stamp[2]:
+                self.key = None
+                return
+            parts += [f.path, f.format, f.compression, f.size, *stamp, sl.start, sl.end, sl.max_items]
+        self.key = check_cache.input_key(parts)
+
+    def load(self):
+        got = check_cache.load_input(self.key) if self.key is not None else None
+        return tiktoken_backend.CheckResult(True, got[0], got[1], "") if got is not None else None
+
+    def store(self, result) -> None:
+        if self.key is not None and result.ok:
+            check_cache.store_input(self.key, result.texts, result.tokens)
+
+
 def decide(cfg: BuildConfig, tok: TokenizerInfo, units, chat) -> tuple[TokenizerInfo, DeferredCheck | None]:
-    """The backend of the build: decided here, or (a local build on more than one core) left to a
-    worker. It needs the HF tokenizer, which a build whose tokenizer and check are on record would
-    otherwise parse in the main process first (0.5 s for Llama 3, serial)."""
+    """The backend of the build: from the record of a passed input check (``InputRecord``), decided
+    here, or (a local build on more than one core) left to a worker. It needs the HF tokenizer, which
+    a build whose tokenizer and check are on record would otherwise parse in the main process first
+    (0.5 s for Llama 3, serial)."""
     if chat is not None:
         return replace(tok, backend="hf", backend_reason=CHAT_REASON), None
     slices = [s for u in units for s in u.slices]
     text_field = cfg.output.text_field
     workers = cfg.run.workers or os.cpu_count() or 1
     fast = fastokens_backend.worth_it(sum({s.file.path: s.file.size for s in slices}.values()))  # not workers
+    tok, later = choose_backend_later(tok, cfg.run.tokenizer_backend, fast)
+    if later is None:  # decided from the tokenizer alone
+        return tok, None
+    ordered = sample_slices(slices)
+    record = InputRecord(tok, later.backend, ordered, text_field)
+    passed = record.load()
+    if passed is not None:
+        return with_choice(tok, later.outcome(passed)), None
     if cfg.run.engine == "local" and workers > 1:
-        tok, later = choose_backend_later(tok, cfg.run.tokenizer_backend, fast)
-        return tok, (DeferredCheck(later, tok, slices, text_field) if later is not None else None)
-    return choose_backend(tok, cfg.run.tokenizer_backend, lambda: sample_texts(slices, text_field), fast), None
+        return tok, DeferredCheck(later, tok, ordered, text_field, record)
+    result = _check(tok, ordered, text_field)
+    record.store(result)
+    return with_choice(tok, later.outcome(result)), None
 
 
 def check_input(job: Job, slices: list, text_field: str):
     """The deferred check (``tiktoken_backend.InputCheck``), on a pool worker: tiktoken against HF
     tokenizers on the sample of input texts read from ``slices`` (``sample_slices``); returns the
     ``CheckResult``."""
-    texts = read_sample(slices, text_field)
-    return tiktoken_backend.run_input_check(encoder_for(job.tokenizer).tiktoken, loaded_hf(job.tokenizer), texts)
+    return _check(job.tokenizer, slices, text_field)
+
+
+def _check(tok: TokenizerInfo, ordered: list, text_field: str):
+    texts = read_sample(ordered, text_field)
+    return tiktoken_backend.run_input_check(encoder_for(tok).tiktoken, loaded_hf(tok), texts)
 
 
 def sample_texts(slices, text_field: str = "text", max_docs: int = SAMPLE_DOCS, max_chars: int = SAMPLE_CHARS,

@@ -10,7 +10,9 @@ on its own input sample (which always runs). The conversion it passed (the
 tiktoken ranks, 0.8 s of Python for Llama 3's 128 k tokens) is recorded beside
 it, so the next build loads it instead (``load_conversion``: NumPy arrays, no
 pickle). Refusals are not recorded: they
-are cheap, and their messages are recomputed. ``PACKER_CACHE`` names the folder
+are cheap, and their messages are recomputed. The check on a build's input sample is recorded too
+(``input_key``/``load_input``/``store_input``, keyed by packer/pipeline/backend_check.py on the
+sampled inputs' stamps), so a rebuild over unchanged inputs parses no HF tokenizer for it. ``PACKER_CACHE`` names the folder
 (default ~/.cache/packer); ``PACKER_CACHE=off`` turns the record off. A
 folder that cannot be written is no error: the check simply runs each time.
 """
@@ -161,3 +163,27 @@ def load_conversion(fingerprint: str, split_special: bool, hard: list[str]):
                           meta["normalize"], tuple(meta["suspects"]))
     except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile):
         return None
+
+
+def input_key(parts: list) -> str:
+    """The record name of a check on input texts: ``parts`` (the caller's: tokenizer, backend, the sampled
+    inputs' stamps) with this module's version and the two libraries' versions."""
+    import tiktoken
+    import tokenizers
+
+    raw = "\0".join(map(str, [VERSION, tokenizers.__version__, tiktoken.__version__, *parts]))
+    return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def load_input(key: str) -> tuple[int, int] | None:
+    """(texts, tokens) of a passed input check on record under ``key``; None (off, absent, damaged)."""
+    rec = read_json(folder("input-checks"), key + ".json")
+    if not isinstance(rec, dict) or set(rec) != {"texts", "tokens"}:
+        return None
+    n = (rec["texts"], rec["tokens"])
+    return n if all(type(v) is int and v >= 0 for v in n) else None
+
+
+def store_input(key: str, texts: int, tokens: int) -> None:
+    """Record a passed input check (atomically; silently not where the folder cannot be written)."""
+    write_json(folder("input-checks"), key + ".json", {"texts": texts, "tokens": tokens})

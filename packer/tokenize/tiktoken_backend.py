@@ -87,15 +87,31 @@ class TiktokenEncoder:
     see (an added token's literal string inside, or not encodable as UTF-8)
     goes to HF. Single-threaded: the build runs one per core."""
 
-    def __init__(self, tokenizer_json: str, conv: Conversion | None = None, hf=None, split_special: bool = False):
-        import tiktoken
-
+    def __init__(self, tokenizer_json: str, conv: Conversion | None = None, hf=None, split_special: bool = False,
+                 lazy: bool = False):
         self.split_special = split_special  # HF's encode_special_tokens, for the texts HF encodes
         self.conv = conv if conv is not None else convert(tokenizer_json, check_merges=False)
         self._json = tokenizer_json
         # The HF tokenizer for the texts tiktoken must not see: ``hf`` only if it encodes as this build
         # does (it is never changed here: it may be shared), else one of our own, loaded on first need.
         self._hf = hf if hf is not None and hf.encode_special_tokens == split_special else None
+        self._allowed: frozenset = frozenset()
+        self.to_hf = 0  # texts handed to HF so far
+        added = self.conv.added
+        self._needs_hf = _AddedScan(added) if added else (lambda text: False)
+        # ``lazy``: tiktoken's encoder (its CoreBPE: 3% of a 1-worker build) is built on the first
+        # encode, never where another encoder (fastokens) encodes over this one; only where the
+        # conversion passed before (its pattern taken): a pattern fancy-regex rejects raises here.
+        self._fns = None
+        if not lazy:
+            self.ready()
+
+    def ready(self) -> tuple:
+        """(encode_ordinary, encode into a uint32 buffer), tiktoken's encoder built on first call."""
+        if self._fns is not None:
+            return self._fns
+        import tiktoken
+
         try:
             # One special token that is never allowed: with none at all, tiktoken's
             # special-token search (an empty regex) stops at every character.
@@ -106,20 +122,26 @@ class TiktokenEncoder:
         # The Rust encoder, no Python wrapper per call. encode_to_tiktoken_buffer
         # with no special token allowed is encode_ordinary (a disallowed
         # special's literal is ordinary text) into a uint32 buffer: no Python ints.
-        self._encode = enc._core_bpe.encode_ordinary
-        self._buffer = getattr(enc._core_bpe, "encode_to_tiktoken_buffer", None)  # tiktoken >= 0.8
-        if self._buffer is None:
-            self._buffer = lambda text, allowed: array("I", self._encode(text))
+        encode = enc._core_bpe.encode_ordinary
+        buffer = getattr(enc._core_bpe, "encode_to_tiktoken_buffer", None)  # tiktoken >= 0.8
+        if buffer is None:
+            buffer = lambda text, allowed: array("I", encode(text))  # noqa: E731
         if self.conv.normalize is not None:  # HF's NFC/NFKC normalizer, applied first (normalize.py)
             from .normalize import Normalizer
 
-            raw_encode, raw_buffer, norm = self._encode, self._buffer, Normalizer(self.conv.normalize)
-            self._encode = lambda t: raw_encode(norm(t))
-            self._buffer = lambda t, allowed: raw_buffer(norm(t), allowed)
-        self._allowed: frozenset = frozenset()
-        self.to_hf = 0  # texts handed to HF so far
-        added = self.conv.added
-        self._needs_hf = _AddedScan(added) if added else (lambda text: False)
+            raw_encode, raw_buffer, norm = encode, buffer, Normalizer(self.conv.normalize)
+            encode = lambda t: raw_encode(norm(t))  # noqa: E731
+            buffer = lambda t, allowed: raw_buffer(norm(t), allowed)  # noqa: E731
+        self._fns = (encode, buffer)
+        return self._fns
+
+    @property
+    def _encode(self):
+        return self.ready()[0]
+
+    @property
+    def _buffer(self):
+        return self.ready()[1]
 
     def _hf_encode(self, texts: list[str]) -> list[list[int]]:
         if self._hf is None:
@@ -238,7 +260,7 @@ def encoder_for(tokenizer_json: str, fingerprint: str, hf=None, split_special: b
     """The encoder of a tokenizer ``choose`` accepted for ``backend`` ("tiktoken" | "fastokens"): the
     one it checked, in this process (or a forked child); else converted again, unchecked."""
     enc = remember(_ENCODERS, (fingerprint, split_special),
-                   lambda: TiktokenEncoder(tokenizer_json, None, hf, split_special))
+                   lambda: TiktokenEncoder(tokenizer_json, None, hf, split_special, lazy=backend != "tiktoken"))
     if getattr(enc, "backend", "tiktoken") == backend:
         return enc
     from . import fastokens_backend  # the one checked, or a new one over the tiktoken encoder (same ids)
@@ -293,6 +315,8 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
         fast, fast_hard = fastokens_backend.faster(enc, tokenizer_json, fingerprint, get_hf)
         if fast_hard is not None:
             enc, backend = fast, fastokens_backend.BACKEND
+    if backend == "tiktoken":
+        enc.ready()  # built here, before the workers fork: they share it
     store(_ENCODERS, (fingerprint, split_special), enc)
     later = InputCheck(requested, enc.conv.note, hard.texts, hard.tokens, backend)
     if defer_input:
@@ -313,7 +337,7 @@ def _static_check(tokenizer_json: str, fingerprint: str, split_special: bool, ge
                 check_cache.store_conversion(fingerprint, split_special, hard_base, conv)
             conv = replace(conv, note=passed["note"])
             # The HF tokenizer only if already loaded: the encoder loads it on first need.
-            return (TiktokenEncoder(tokenizer_json, conv, hf, split_special),
+            return (TiktokenEncoder(tokenizer_json, conv, hf, split_special, lazy=True),
                     CheckResult(True, passed["texts"], passed["tokens"], ""))
         ref = get_hf()
         enc = TiktokenEncoder(tokenizer_json, convert(tokenizer_json, hf=ref), ref, split_special)

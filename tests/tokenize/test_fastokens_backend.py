@@ -190,3 +190,19 @@ def test_a_small_build_keeps_tiktoken(tmp_path, families):
     assert not F.worth_it(os.path.getsize(src)) and F.worth_it(F.MIN_INPUT_BYTES)
     r = build([str(src)], str(tmp_path / "o"), tokenizer=families["gpt2-like"], seq_len=64, workers=1, quiet=True)
     assert r.manifest["tokenizer"]["backend"] == "tiktoken"
+
+
+def test_tiktokens_encoder_is_built_only_where_it_encodes(families):
+    """Under fastokens tiktoken's CoreBPE (3% of a 1-worker build) is never built once the checks are on
+    record; under tiktoken it is built before the workers fork; built late, it gives the same ids."""
+    info = resolve_tokenizer(families["gpt2-like"])
+    choose_backend(info, "auto", lambda: corpus()[:50])  # (records the checks, if not yet)
+    got = {}
+    for backend, built in (("tiktoken", True), ("auto", False)):
+        T._STATIC.clear(), T._ENCODERS.clear(), F._FASTER.clear()
+        enc = got[backend] = Encoder(choose_backend(info, backend, lambda: corpus()[:50])).tiktoken
+        base = getattr(enc, "base", enc)
+        assert (base._fns is not None) == built and isinstance(enc, F.FastokensEncoder) != built
+    texts = corpus()
+    a, b = got["tiktoken"].encode_flat(texts, 7), base.encode_flat(texts, 7)  # base: built now, on its first encode
+    assert base._fns is not None and np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
