@@ -1,24 +1,15 @@
 """Opening a build of N shards: time, memory and random-row cost at 10^3 ... 10^6 shards (issue 31.1).
 
-Builds are made WITHOUT tokenizing: one real shard (of a build made once from
-sample_data, or ``--source``) is hard-linked N times into ``shards/`` (a fresh
-copy becomes the link source every 60,000 links: ext4 caps an inode's links at
-65,000), with a valid manifest (one entry per shard, totals summed) and the
-index beside it (``packer.shards.write_manifest``). ``packer stats`` verifies
-such a build: every shard is a real one.
-
-Each figure is taken in a fresh child process (python -c), so imports are not
-counted and memory is the child's own:
-
-- ``open_s``: ``PackedDataset(out)``; ``open_us_per_shard`` = open_s / N
-- ``open_rss_mib``: resident memory added by the open (peak, over the baseline after a warm-up open
-  of a 2-shard build, so imports are not counted)
-- ``rows_us``: 2,000 rows in PackedSampler's shuffled order, one ``ds[i]`` each,
-  then the same through ``__getitems__`` in batches of 8 (what a DataLoader does);
-  ``vs_one_shard`` divides by the same reads from a build of 1 shard (the same file)
-- ``pickle_bytes``: the dataset as a spawned DataLoader worker receives it
-- ``sampler_state_bytes``: ``len(pickle.dumps(sampler.state_dict()))``
-- ``no_index_open_s``: the same open with index.arrow removed (the manifest's JSON list), up to ``--no-index-max``
+Builds are made WITHOUT tokenizing: one real shard (of sample_data built once, or ``--source``) hard-linked
+N times (a fresh copy every 60,000 links: ext4's cap is 65,000) with a valid manifest and index (the
+row layout of the one file given for every link). Each figure is a fresh child process (imports not
+counted; memory over a baseline taken after a warm-up open of a 2-shard build): ``open_s``,
+``open_rss_mib``; ``rows_us``: 2,000 rows in PackedSampler's shuffled order, one ``ds[i]`` each, then
+through ``__getitems__`` in batches of 8; ``vs_one_shard``: over the same reads of a 1-shard build (the
+same file); ``slow_*``: with the row layout ignored (each shard mapped, its Arrow footer parsed: builds
+whose index predates the layout); ``pickle_bytes``, ``sampler_state_bytes``; ``no_index_open_s``: with
+index.arrow removed, up to ``--no-index-max``; ``stats_rss_mib``: peak RSS of ``packer stats OUT -q
+--workers 2`` (``--no-verify`` past ``--stats-max``).
 
 Run:  python bench/open_scale.py --sizes 1000 10000 100000 [1000000] --dir /tmp/open_scale
 """
@@ -38,29 +29,25 @@ LINKS_PER_SOURCE = 60_000
 ROWS = 2000
 
 CHILD = r"""
-import json, os, pickle, resource, sys, time
-import numpy as np
+import json, pickle, sys, time
+import packer.train.dataset as D
 from packer import PackedDataset, PackedSampler
 out, rows, warm = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+D.FAST = sys.argv[4] == "1"  # 0: the row layout ignored (each shard mapped, its Arrow footer parsed)
 def rss():
-    with open("/proc/self/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) / 1024
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
 w = PackedDataset(warm)  # imports and first-call costs (pyarrow.compute, ...) are not the open's
 w[0], w.__getitems__([0, 1])
 del w
-base = rss()
-t = time.perf_counter()
+base, t = rss(), time.perf_counter()
 ds = PackedDataset(out)
-open_s = time.perf_counter() - t
-opened = rss() - base
+open_s, opened = time.perf_counter() - t, rss() - base
 s = PackedSampler(ds, seed=0)
 idx = [i for _, i in zip(range(rows), iter(s))]
 t = time.perf_counter()
 for i in idx:
     ds[i]
-one = (time.perf_counter() - t) / len(idx) * 1e6
-ds2 = PackedDataset(out)
-t = time.perf_counter()
+one, ds2, t = (time.perf_counter() - t) / len(idx) * 1e6, PackedDataset(out), time.perf_counter()
 for a in range(0, len(idx), 8):
     ds2.__getitems__(idx[a:a + 8])
 batch = (time.perf_counter() - t) / len(idx) * 1e6
@@ -91,9 +78,7 @@ def make_build(src: str, out: str, n: int, shard: int = -1) -> str:
     if os.path.exists(out):
         shutil.rmtree(out)
     os.makedirs(os.path.join(out, S.SHARD_DIR))
-    source = None
-    width = max(6, len(str(n - 1)))
-    entries = []
+    source, width, entries = None, max(6, len(str(n - 1))), []
     for k in range(n):
         rel = f"{S.SHARD_DIR}/{k:0{width}d}.arrow"
         dst = os.path.join(out, rel)
@@ -104,22 +89,34 @@ def make_build(src: str, out: str, n: int, shard: int = -1) -> str:
             os.link(source, dst)
         entries.append({**e, "unit": k, "path": rel, "sources": []})
     m["shards"] = entries
+    layout = S.index.shard_layouts(storage_for(src), {**m, "shards": [e]})[0]  # every link's (one file's)
     t = m["totals"]
     for key in S.manifest.COUNTS + ("trained_tokens",):
         if key in t:
             t[key] = e[key] * n
     t["slots"] = t["rows"] * m["seq_len"]
     t["padding_pct"] = round(100.0 * t["padding"] / max(1, t["slots"]), 4)
-    S.write_manifest(storage_for(out), m)
+    S.write_manifest(storage_for(out), m, layouts=[layout] * n)
     return out
 
 
-def measure(out: str, warm: str, rows: int = ROWS) -> dict:
+STATS = r"""
+import sys
+from packer.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=False)
+finally:
+    print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024, file=sys.stderr)
+"""
+
+
+def measure(out: str, warm: str, rows: int = ROWS, fast: bool = True, code: str = CHILD, args=()) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
-    r = subprocess.run([sys.executable, "-c", CHILD, out, str(rows), warm], capture_output=True, text=True, env=env)
+    argv = [out, str(rows), warm, str(int(fast))] if code is CHILD else list(args)
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env)
     if r.returncode:
         sys.exit(f"measuring {out} failed:\n{r.stderr}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return json.loads(r.stdout.strip().splitlines()[-1]) if code is CHILD else {"rss": float(r.stderr.split()[-1])}
 
 
 def main() -> None:
@@ -128,41 +125,43 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/open_scale", help="where the builds are made (N hard links each)")
     ap.add_argument("--source", default=None, help="a real build to take shard 0 of (default: sample_data at 2048)")
     ap.add_argument("--no-index-max", type=int, default=100_000, help="largest N also opened without its index")
+    ap.add_argument("--stats-max", type=int, default=10_000, help="largest N verified by packer stats (then --no-verify)")
     ap.add_argument("--keep", action="store_true", help="keep the builds")
     ap.add_argument("--json", default=None, help="append each result as a JSON line to this file")
     a = ap.parse_args()
     from common import emit_json
 
     src = a.source or source_build(os.path.join(a.dir, "source"))
-    n1 = make_build(src, os.path.join(a.dir, "n1"), 1, shard=0)
-    warm = make_build(src, os.path.join(a.dir, "warm"), 2, shard=0)
-    one = measure(n1, warm)
-    print(f"1 shard: {one['rows_us']:.1f} us/row, {one['batch_rows_us']:.1f} us/row in batches of 8", file=sys.stderr)
+    n1, warm = (make_build(src, os.path.join(a.dir, name), k, shard=0) for name, k in (("n1", 1), ("warm", 2)))
+    one, slow1 = measure(n1, warm), measure(n1, warm, fast=False)
+    print(f"1 shard: {one['rows_us']:.1f} us/row ({slow1['rows_us']:.1f} mapped), {one['batch_rows_us']:.1f} in batches "
+          f"of 8 ({slow1['batch_rows_us']:.1f})", file=sys.stderr)
     results = []
     for n in a.sizes:
-        t = time.perf_counter()
-        out = make_build(src, os.path.join(a.dir, f"n{n}"), n, shard=0)
-        made = time.perf_counter() - t
-        r = measure(out, warm)
+        t, out = time.perf_counter(), make_build(src, os.path.join(a.dir, f"n{n}"), n, shard=0)
+        made, (r, slow) = time.perf_counter() - t, (measure(out, warm), measure(out, warm, fast=False))
         r.update(shards=n, make_s=round(made, 1), manifest_mb=os.path.getsize(os.path.join(out, "manifest.json")) / 1e6,
                  index_mb=os.path.getsize(os.path.join(out, "index.arrow")) / 1e6,
                  open_us_per_shard=r["open_s"] / n * 1e6, vs_one_shard=r["rows_us"] / one["rows_us"],
-                 batch_vs_one_shard=r["batch_rows_us"] / one["batch_rows_us"])
+                 batch_vs_one_shard=r["batch_rows_us"] / one["batch_rows_us"], slow_rows_us=slow["rows_us"],
+                 slow_vs_one_shard=slow["rows_us"] / slow1["rows_us"], slow_batch_vs_one_shard=slow["batch_rows_us"] / slow1["batch_rows_us"])
         if n <= a.no_index_max:
-            os.rename(os.path.join(out, "index.arrow"), os.path.join(out, "index.arrow.off"))
+            index = os.path.join(out, "index.arrow")
+            os.rename(index, index + ".off")
             old = measure(out, warm, rows=200)
-            os.rename(os.path.join(out, "index.arrow.off"), os.path.join(out, "index.arrow"))
+            os.rename(index + ".off", index)
             r.update(no_index_open_s=old["open_s"], no_index_open_rss_mib=old["open_rss_mib"])
-        emit_json(r, a.json)
-        results.append(r)
+        t, flags = time.perf_counter(), ["-q", "--workers", "2"] + (["--no-verify"] if n > a.stats_max else [])
+        r.update(stats_rss_mib=measure(out, warm, code=STATS, args=["stats", out, *flags])["rss"],
+                 stats_s=time.perf_counter() - t, stats_flags=" ".join(flags))
+        emit_json(r, a.json), results.append(r)
         if not a.keep:
             shutil.rmtree(out)
-    print(f"{'shards':>9} {'open s':>8} {'us/shard':>9} {'open MiB':>9} {'row us':>7} {'x 1 shard':>9} "
-          f"{'batch x':>8} {'no-index s':>10}", file=sys.stderr)
+    cols = ("shards", "open_s", "open_us_per_shard", "open_rss_mib", "rows_us", "vs_one_shard", "batch_vs_one_shard",
+            "slow_rows_us", "slow_vs_one_shard", "no_index_open_s", "stats_rss_mib", "stats_s")
+    print(" ".join(f"{c[:11]:>11}" for c in cols), file=sys.stderr)
     for r in results:
-        old = f"{r['no_index_open_s']:10.2f}" if "no_index_open_s" in r else f"{'-':>10}"
-        print(f"{r['shards']:>9,} {r['open_s']:8.3f} {r['open_us_per_shard']:9.2f} {r['open_rss_mib']:9.1f} "
-              f"{r['rows_us']:7.1f} {r['vs_one_shard']:9.2f} {r['batch_vs_one_shard']:8.2f} {old}", file=sys.stderr)
+        print(" ".join(f"{r[c]:11.3f}" if c in r else f"{'-':>11}" for c in cols), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -22,18 +22,37 @@ import xxhash
 from ..errors import ShardError
 from ..io import Storage, json_bytes
 from .manifest import COUNTS, check_manifest, parse_manifest, read_manifest_bytes
-from .schema import CHECKSUM, MANIFEST
+from .layout import LAYOUT_KEY, LAYOUT_VERSION, NONE, layout_columns, open_layouts, shard_layout
+from .schema import CHECKSUM, LOSS_MASK, MANIFEST
 
 INDEX = "index.arrow"
 INDEX_VERSION = 1
 _HEAD, _SIZE, _HASH, _VERSION = b"packer_manifest", b"packer_manifest_bytes", b"packer_manifest_xxh3_128", b"packer_index_version"
 
 
-def write_manifest(store: Storage, m: dict) -> None:
-    """Publish the build's index, then its manifest (last: its presence means the build is complete)."""
+def write_manifest(store: Storage, m: dict, layouts: list | None = None) -> None:
+    """Publish the build's index, then its manifest (last: its presence means the build is complete).
+    The index records each local shard's row layout, read from the shard (``layouts``: given instead)."""
     data = json_bytes(m)
-    store.put(INDEX, index_bytes(m, data))
+    if layouts is None and store.local:
+        layouts = shard_layouts(store, m)
+    store.put(INDEX, index_bytes(m, data, layouts))
     store.put(MANIFEST, data)
+
+
+def shard_layouts(store: Storage, m: dict) -> list:
+    """Every shard's row layout (packer/shards/layout.py), each shard's footer and headers read once."""
+    L, dtype, mask = int(m["seq_len"]), str(m["dtype"]), LOSS_MASK in m.get("columns", [])
+    out = []
+    for e in m["shards"]:
+        try:
+            with store.arrow_map(e["path"]) as f:  # only the footer and batch headers are touched
+                data = f.read_buffer()
+                out.append(shard_layout(data, int(e.get("rows", 0)), L, dtype, mask) if len(data) == e.get("bytes") else NONE)
+                del data
+        except (OSError, ValueError):  # missing or unreadable: no layout (readers report it)
+            out.append(NONE)
+    return out
 
 
 def _int64(values, n: int) -> pa.Array:
@@ -54,8 +73,9 @@ def _strings(values, n: int) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raw))])
 
 
-def index_table(m: dict, data: bytes | None = None) -> pa.Table:
-    """The index of manifest ``m`` (whose bytes are ``data``, stamped into the metadata when given)."""
+def index_table(m: dict, data: bytes | None = None, layouts: list | None = None) -> pa.Table:
+    """The index of manifest ``m`` (whose bytes are ``data``, stamped into the metadata when given;
+    ``layouts``: the shards' row layouts, recorded when given)."""
     shards = m["shards"]
     n = len(shards)
     rows = np.fromiter((e.get("rows", 0) for e in shards), np.int64, n)
@@ -73,13 +93,16 @@ def index_table(m: dict, data: bytes | None = None) -> pa.Table:
             cols[k] = _int64((e.get(k, 0) for e in shards), n)
     meta = {_VERSION: str(INDEX_VERSION).encode(),
             _HEAD: json.dumps({k: v for k, v in m.items() if k != "shards"}).encode()}
+    if layouts is not None:
+        cols |= layout_columns(layouts, LOSS_MASK in m.get("columns", []))
+        meta[LAYOUT_KEY] = str(LAYOUT_VERSION).encode()
     if data is not None:
         meta |= {_SIZE: str(len(data)).encode(), _HASH: xxhash.xxh3_128_hexdigest(data).encode()}
     return pa.Table.from_arrays(list(cols.values()), names=list(cols)).replace_schema_metadata(meta)
 
 
-def index_bytes(m: dict, data: bytes) -> pa.Buffer:
-    t = index_table(m, data)
+def index_bytes(m: dict, data: bytes, layouts: list | None = None) -> pa.Buffer:
+    t = index_table(m, data, layouts)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, t.schema) as w:
         w.write_table(t, max_chunksize=max(1, t.num_rows))  # one batch: every column one zero-copy array
@@ -99,6 +122,7 @@ class ShardIndex:
         self.head, self.source, self.store = head, source, store
         self.from_index = store is not None  # index.arrow mapped (else: a table made from the manifest)
         self._load(table)
+        self.layouts = open_layouts(table, table.schema.metadata or {}) if self.from_index else None
 
     def __getstate__(self):
         """Pickled (a spawned worker), an index-backed list is its store: the child maps the file again."""
@@ -111,6 +135,7 @@ class ShardIndex:
         self.from_index = self.store is not None
         table = state["table"] if not self.from_index else _read_table(self.store)[0]
         self._load(table)
+        self.layouts = open_layouts(table, table.schema.metadata or {}) if self.from_index else None
 
     def _load(self, table: pa.Table) -> None:
         self.table = table

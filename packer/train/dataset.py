@@ -34,9 +34,11 @@ as columns: packer/shards/index.py); a build without an index (older packer,
 or a manifest edited since) is read from the manifest's list. Checked on
 open: every manifest (format version known), the builds agree on seq_len,
 dtype, pad id and tokenizer fingerprint, no shard path leaves its build.
-A shard is checked when a process first maps it: a regular file with the
-manifest's byte size, a readable Arrow schema with the manifest's row count,
-its piece index, its ``loss_mask`` column in a chat build; every batch is
+A shard is checked when a process first uses it: read by the row layout its
+index records (packer/train/shard_file.py: no Arrow parsed) its tail and layout
+against their stamp; else mapped, a regular file with the manifest's byte size,
+a readable Arrow schema with the manifest's row count, its piece index, its
+``loss_mask`` column in a chat build; every batch is
 checked for ids >= vocab_size; each failure raises ``ShardError`` naming the
 shard. ``verify=True`` does all of that for every shard on open, in parallel
 threads, and hashes every shard (xxh3_128, against the manifest): a full read
@@ -61,8 +63,9 @@ from .. import shards as S
 from ..errors import PackerError, ShardError
 from ..io import ShardCache, storage_for
 from .rows import Row, Rows  # noqa: F401 (Row re-exported: where it always was)
-from .shard_map import (Mapped, ShardEntry, ShardTable, check_checksum, check_compatible, check_listed, check_size,  # noqa: F401
-                        map_shard, verify_all)
+from .shard_file import FAST, ShardFile
+from .shard_map import (Mapped, ShardEntry, ShardTable, check_checksum, check_compatible, check_layout, check_listed,  # noqa: F401
+                        check_size, map_shard, verify_all)
 
 IGNORE_INDEX = -100  # what torch's cross_entropy and HF models skip
 
@@ -211,11 +214,8 @@ class PackedDataset(Dataset):
 
     def __getitem__(self, i) -> dict[str, torch.Tensor]:
         k, j = self._shards.locate(self._index(i))
-        m = self._mapped(k)
-        p, j = m.part(j)
+        raw, lens, u, mask = self._mapped(k).fetch(j)
         L = self.seq_len
-        a, p0, p1, u = p.row[j].tolist()
-        raw = m.tokens[a:a + L]
         if self._ids_view:
             ids = raw.view(np.int32)  # a view of the private map: no copy
             lab = raw.astype(np.int64)
@@ -224,27 +224,21 @@ class PackedDataset(Dataset):
             lab = ids.astype(np.int64)  # (a copy: labels differ from input_ids)
         if self._check_ids and lab.max() >= self.vocab_size:
             self._bad_token(lab[None, :], [k], [j])
-        lens = p.lens[p0:p1]
-        mask = p.mask(m.mem, j, L)
         if mask is not None:  # a chat build: no loss where the loss mask is off (prompts, headers, padding)
             lab[mask == 0] = IGNORE_INDEX
-        if p1 - p0 == 1 and u == L:  # one piece fills the row: the common case for long documents
+        if len(lens) == 1 and u == L:  # one piece fills the row: the common case for long documents
             lab[0] = IGNORE_INDEX
             pos = self._arange.copy()
         else:
-            slot = p.slot[p0:p1]
+            slot = np.cumsum(lens) - lens  # where each piece starts in the row
             lab[slot] = IGNORE_INDEX  # no prediction across a boundary
             if u < L:
                 lab[u:] = IGNORE_INDEX  # none of or from padding
                 pos = self._arange - np.repeat(np.append(slot, u), np.append(lens, L - u))
             else:
                 pos = self._arange - np.repeat(slot, lens)
-        return {
-            "input_ids": torch.from_numpy(ids),
-            "labels": torch.from_numpy(lab),
-            "position_ids": torch.from_numpy(pos),
-            "doc_lens": torch.from_numpy(lens.copy()),
-        }
+        return {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(lab),
+                "position_ids": torch.from_numpy(pos), "doc_lens": torch.from_numpy(lens.copy())}
 
     def __getitems__(self, indices) -> "Rows":
         """Rows ``indices``, built together (DataLoader calls this with a whole batch).
@@ -276,18 +270,15 @@ class PackedDataset(Dataset):
         used, counts, lens, segs = [], [0], [], []  # per row: slots filled, pieces, piece lengths, segments
         off = []  # (row, loss mask) of rows whose build has one
         for r, k in enumerate(sid.tolist()):
-            m = self._mapped(k)
-            p, j = m.part(local[r])
-            a, p0, p1, u = p.row[j].tolist()
-            ids[r] = m.tokens[a:a + L]  # the one copy of the token data (widening if uint16)
-            if p.mask_at is not None:
-                off.append((r, p.mask(m.mem, j, L)))
-            pl = p.lens[p0:p1]
+            raw, pl, u, mask = self._mapped(k).fetch(local[r])
+            ids[r] = raw  # the one copy of the token data (widening if uint16)
+            if mask is not None:
+                off.append((r, mask))
             lens.append(pl)
             segs.append(pl)
             if u < L:
                 segs.append(np.array([L - u], dtype=np.int32))  # the padding tail: a segment too
-            counts.append(p1 - p0)
+            counts.append(len(pl))
             used.append(u)
         if B and self._check_ids and ids.max() >= self.vocab_size:
             self._bad_token(ids, sid, local)
@@ -379,8 +370,12 @@ class PackedDataset(Dataset):
             self._maps.move_to_end(k)
         return m
 
-    def _map(self, k: int) -> Mapped:
-        """Map shard ``k``, checking it first (its first use in this process)."""
+    def _map(self, k: int) -> Mapped | ShardFile:
+        """Shard ``k`` opened, checked first (its first use in this process): read by the row layout its
+        index records (no map, no Arrow parsed), else mapped and its footer read."""
+        layout = self._shards.layout(k) if FAST else None
+        if layout is not None:
+            return ShardFile(self._shards.entry(k, checksum=False), layout, self.seq_len, self._np_dtype)
         e = self._shards.entry(k)
         if e.store.local:
             check_size(e)
@@ -391,8 +386,12 @@ class PackedDataset(Dataset):
 
     def _check(self, k: int) -> None:
         """Every check of shard ``k``, its checksum included (``verify=True``); nothing kept mapped."""
-        e = self._shards.entry(k)
+        e, layout = self._shards.entry(k), self._shards.layout(k)
         if e.store.local:
             check_size(e)
             check_checksum(e)
-        self._map(k).check_all()
+        with e.store.local_copy(e.rel, e.nbytes, e.checksum, self._cache, verify=True) as path:
+            m = map_shard(e, path, self.seq_len, self._np_dtype)
+        m.check_all()
+        if layout is not None:
+            check_layout(e, m, layout, self.dtype)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import stat
 from bisect import bisect_right
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -18,8 +18,7 @@ from ..io import Storage
 from ..shards.schema import MAGIC
 
 
-@dataclass(frozen=True)
-class ShardEntry:
+class ShardEntry(NamedTuple):  # (a tuple: made at every shard's first use, cheaper than a dataclass)
     store: Storage  # the build's folder or prefix
     rel: str  # the shard's name in it, as the manifest gives it
     rows: int
@@ -77,6 +76,12 @@ class Mapped:
             p = self.parts[k] = _part(self, k)
         return p, j - self.bounds[k]
 
+    def fetch(self, j: int):
+        """Row j: (tokens (L,) viewing the map, piece lengths (P,) int32, slots used, loss mask or None)."""
+        p, j = self.part(j)
+        a, p0, p1, u = p.row[j].tolist()
+        return self.tokens[a:a + self.seq_len], p.lens[p0:p1], u, p.mask(self.mem, j, self.seq_len)
+
     def check_all(self) -> None:
         """Index (and so check) every batch: what ``verify=True`` asks of each shard."""
         for k in range(len(self.parts)):
@@ -115,11 +120,18 @@ class ShardTable:
             sid[on], local[on] = s + self.shard0[k], i - x.starts[s]
         return sid, local
 
-    def entry(self, k: int) -> ShardEntry:
-        b = bisect_right(self.shard0, k) - 1
+    def layout(self, k: int) -> tuple | None:
+        """Shard k's row layout where its index records one (packer/shards/layout.py), else None."""
+        b = bisect_right(self.shard0, k) - 1 if len(self.indexes) > 1 else 0
+        x = self.indexes[b]
+        return x.layouts.of(k - self.shard0[b]) if x.layouts is not None and self.stores[b].local else None
+
+    def entry(self, k: int, checksum: bool = True) -> ShardEntry:
+        """Shard k's entry (``checksum`` False: without its checksum, for a read that does not hash it)."""
+        b = bisect_right(self.shard0, k) - 1 if len(self.indexes) > 1 else 0
         x, s, store = self.indexes[b], k - self.shard0[b], self.stores[b]
         rel = x.path(s)
-        e = ShardEntry(store, rel, int(x.rows[s]), int(x.nbytes[s]), x.checksum(s), self.needs_mask[b])
+        e = ShardEntry(store, rel, int(x.rows[s]), int(x.nbytes[s]), x.checksum(s) if checksum else "", self.needs_mask[b])
         if not store.inside(rel):
             raise ShardError(f"{store.path(S.MANIFEST)}: shard path {rel!r} points outside the build folder")
         return e
@@ -202,6 +214,17 @@ def map_shard(e: ShardEntry, path: str, seq_len: int, dt: np.dtype) -> Mapped:
         raise ShardError(f"{e.path}: {rows} rows, manifest says {e.rows}")
     usable = len(mem) - len(mem) % dt.itemsize
     return Mapped(storage, mem, mem[:usable].view(dt), batches, e, seq_len)
+
+
+def check_layout(e: ShardEntry, m: Mapped, recorded: tuple, dtype: str) -> None:
+    """The row layout index.arrow records for shard ``e`` is the file's (``verify=True``)."""
+    from ..shards.layout import shard_layout
+
+    got = shard_layout(m.mem, e.rows, m.seq_len, dtype, recorded[6] is not None)
+    if tuple(got[:3]) != tuple(recorded[:3]) or not all(
+            (a is None) == (b is None) and (a is None or np.array_equal(a, b)) for a, b in zip(got[3:], recorded[3:])):
+        raise ShardError(f"{e.path}: index.arrow's row layout differs from the shard's (a damaged index, "
+                         "or a shard rewritten since the build): shard is corrupt")
 
 
 def _refuse_ipc(e: ShardEntry, mem) -> None:

@@ -220,20 +220,37 @@ def test_truncated_shard(sample_build, copy_build):
         PackedDataset(out, verify=True)
 
 
-def test_a_fifo_for_a_shard_is_refused_not_waited_on(sample_build, copy_build):
+@pytest.mark.parametrize("make", [os.mkfifo, os.mkdir])
+def test_a_fifo_for_a_shard_is_refused_not_waited_on(sample_build, copy_build, make):
+    """(or a folder)"""
     out = copy_build(sample_build)
     p = _shard(out, 0)
     os.unlink(p)
-    os.mkfifo(p)
+    make(p)
     with pytest.raises(ShardError, match=r"000000\.arrow: not a regular file"):
         PackedDataset(out)[0]
 
 
-def test_damaged_bytes_anywhere_give_a_shard_error_or_nothing(sample_build, copy_build):
+def _without_layout(out: str) -> str:
+    """index.arrow rewritten as packer wrote it before the row layout (the columns of index version 1 only)."""
+    from packer import shards as S
+    from packer.io import storage_for
+
+    data = open(os.path.join(out, "manifest.json"), "rb").read()
+    storage_for(out).put(S.INDEX, S.index.index_bytes(S.read_manifest(out), data))
+    assert S.open_index(storage_for(out)).layouts is None
+    return out
+
+
+@pytest.mark.parametrize("layout", [True, False])
+def test_damaged_bytes_anywhere_give_a_shard_error_or_nothing(sample_build, copy_build, layout):
     """Damage in metadata, footer or data: a ShardError naming the shard, or rows read
     with no error (damage to padding or token bytes); never another exception.
-    verify=True refuses every one."""
+    verify=True refuses every one. Read by the row layout, the header and batch headers are
+    not read (rows are the undamaged ones), the footer is (any damage to it is refused)."""
     out = copy_build(sample_build)
+    if not layout:
+        _without_layout(out)
     p = _shard(out)
     size = os.path.getsize(p)
     body = _buffer_offset(p, "input_ids")
@@ -241,20 +258,24 @@ def test_damaged_bytes_anywhere_give_a_shard_error_or_nothing(sample_build, copy
     offsets = list(range(0, body, 24)) + [size - k for k in range(4, 64, 8)] + [rng.randrange(size) for _ in range(10)]
     original = open(p, "rb").read()
     n_rows = json.load(open(os.path.join(out, "manifest.json")))["shards"][0]["rows"]
-    refused = 0
+    clean = PackedDataset(out).batch(range(n_rows))
+    refused, footer = 0, {size - k for k in range(4, 64, 8)}
     for off in offsets:
         _patch(p, off, bytes(b ^ 0xA5 for b in original[off:off + 4]))
         try:
             ds = PackedDataset(out)
             for a in range(0, n_rows, 512):
-                ds.__getitems__(range(a, min(a + 512, n_rows)))
+                got = ds.batch(range(a, min(a + 512, n_rows)))
+                if layout and off < body:  # header bytes: not read
+                    assert torch.equal(got["labels"], clean["labels"][a:a + 512]), off
+            assert off not in footer or not layout, off
         except ShardError as e:
             assert str(e).startswith(p + ":"), e
             refused += 1
         with pytest.raises(ShardError, match=r"000000\.arrow: (checksum mismatch|not a readable)"):
             PackedDataset(out, verify=True)
         _patch(p, off, original[off:off + 4])
-    assert refused > len(offsets) // 3  # most metadata damage is caught without reading everything
+    assert refused > (6 if layout else len(offsets) // 3)  # most metadata damage is caught without reading everything
 
 
 def test_flipped_token_byte_is_caught_by_verify(sample_build, copy_build):
