@@ -13,11 +13,14 @@ transformers even where tokenizer.json marks them plain (Gemma 3's ``<mask>``):
 A model trains on what transformers gives, so packer follows transformers by
 default (``--tokenizer-follows transformers``): the installed transformers builds
 the tokenizer when it is importable (its backend tokenizer is what packer
-encodes with, then); without it, the recorded rule below (``_by_rule``:
-``LlamaTokenizer``'s components, the config's special tokens) stands in. Where
-the file and transformers disagree, one note says so and which one the build
-follows; ``--tokenizer-follows file`` runs tokenizer.json as it is. A lone
-tokenizer.json (not a folder) is run as it is: there is no class to follow.
+encodes with, then); without it, the recorded rule of follows_rule.py (read from
+transformers 5.24: the class AutoTokenizer picks, the components of the classes
+it rebuilds, the config's special tokens) stands in, and a folder whose class
+it has no rule for is refused (one line: install transformers, or pass
+``--tokenizer-follows file``). Where the file and transformers disagree, one
+note says so and which one the build follows (said at the start of the build);
+``--tokenizer-follows file`` runs tokenizer.json as it is. A lone tokenizer.json
+(not a folder) is run as it is: there is no class to follow.
 """
 
 from __future__ import annotations
@@ -28,14 +31,10 @@ import json
 import os
 
 from .backends import BACKENDS  # noqa: F401,E402 (for the CLI: the choices of both tokenizer options in one import)
+from .follows_rule import RULE_VERSION, Refused, by_rule
 
 FOLLOWS = ("transformers", "file")
 CONFIG_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "config.json")
-NAMED = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
-LLAMA_CLASSES = ("LlamaTokenizer", "LlamaTokenizerFast", "CodeLlamaTokenizer", "CodeLlamaTokenizerFast")
-QWEN2_CLASSES = ("Qwen2Tokenizer", "Qwen2TokenizerFast")
-# transformers 5's Qwen2Tokenizer split pattern (models/qwen2/tokenization_qwen2.py PRETOKENIZE_REGEX)
-QWEN2_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 _PARTS = (("normalizer", "normalizer"), ("pre_tokenizer", "pre-tokenizer"), ("model", "model"),
           ("post_processor", "post-processor"))
 
@@ -57,8 +56,8 @@ def transformers_version(spec: str) -> str | None:
 
     try:
         return metadata.version("transformers")
-    except metadata.PackageNotFoundError:
-        return "absent"
+    except metadata.PackageNotFoundError:  # the recorded rule decides: its version keys the resolve record
+        return f"absent (rule {RULE_VERSION})"
 
 
 def folder_of(spec: str) -> str | None:
@@ -81,7 +80,15 @@ def as_used(spec: str, file_tok, follows: str = "transformers"):
     folder = folder_of(spec)
     if folder is None:
         return file_tok, None
-    view, who, trouble = transformers_view(folder, file_tok)
+    try:
+        view, who, trouble = transformers_view(folder, file_tok, spec)
+    except Refused as e:  # no transformers, and no recorded rule for what it would build
+        if follows == "file":
+            return file_tok, None
+        from ..errors import PackerError
+
+        raise PackerError(f"{folder}: transformers is not importable and {e}; install transformers "
+                          "(pip install transformers) or pass --tokenizer-follows file to run tokenizer.json as it is")
     if view is None:
         return file_tok, trouble
     parts = differences(file_tok, view)
@@ -94,12 +101,17 @@ def as_used(spec: str, file_tok, follows: str = "transformers"):
                   "transformers, as a model trained with it sees the text (--tokenizer-follows file: the file)")
 
 
-def transformers_view(folder: str, file_tok):
-    """(the tokenizer transformers builds from ``folder`` or None, who built it, why not)."""
+def transformers_view(folder: str, file_tok, spec: str | None = None):
+    """(the tokenizer transformers builds from ``folder`` or None, who built it, why not). Without transformers,
+    follows_rule.by_rule (which raises ``Refused`` where it records no rule)."""
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        return _by_rule(folder, file_tok), "transformers' rule for " + (_config_class(folder) or "its class"), None
+        view, cls = by_rule(folder, spec or folder, file_tok)
+        if view is None:
+            return None, "", (f"{folder}: transformers would load it as {cls}, with no tokenizers backend; "
+                              "packer follows tokenizer.json")
+        return view, f"transformers' rule for {cls or 'TokenizersBackend'}", None
     from tokenizers import Tokenizer
 
     try:
@@ -120,8 +132,10 @@ def transformers_view(folder: str, file_tok):
 def differences(a, b) -> list[str]:
     """The parts (normalizer, pre-tokenizer, model, post-processor, special tokens) in which two tokenizers differ."""
     da, db = json.loads(a.to_str()), json.loads(b.to_str())
-    for d in (da, db):  # transformers puts a template that adds nothing where the file has none: the same ids
-        d["post_processor"] = None if d.get("post_processor") == _NOOP_TEMPLATE else d.get("post_processor")
+    for d in (da, db):  # a template that adds nothing (transformers' where the file has none, GPTNeoXTokenizer's
+        # over the file's), or a ByteLevel post-processor (it trims offsets, adds no id): the same ids as none
+        pp = d.get("post_processor")
+        d["post_processor"] = None if pp == _NOOP_TEMPLATE or (pp or {}).get("type") == "ByteLevel" else pp
     out = [name for key, name in _PARTS if da.get(key) != db.get(key)]
     added = [(t["id"], t["content"], t.get("special")) for t in da.get("added_tokens") or []]
     if added != [(t["id"], t["content"], t.get("special")) for t in db.get("added_tokens") or []]:
@@ -132,81 +146,3 @@ def differences(a, b) -> list[str]:
 _NOOP_TEMPLATE = {"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}}],
                   "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
                   "special_tokens": {}}  # what TokenizersBackend.update_post_processor sets with no BOS/EOS flag
-
-
-def _config(folder: str, name: str) -> dict:
-    try:
-        with open(os.path.join(folder, name), encoding="utf-8") as f:
-            got = json.load(f)
-        return got if isinstance(got, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _config_class(folder: str) -> str | None:
-    cls = _config(folder, "tokenizer_config.json").get("tokenizer_class")
-    return cls if isinstance(cls, str) else None
-
-
-def named_specials(folder: str, extra: bool = True) -> list[str]:
-    """The special tokens the config names (special_tokens_map.json and tokenizer_config.json): ``NAMED``,
-    then (``extra``) additional_special_tokens / extra_special_tokens."""
-    out: list[str] = []
-    for cfg in (_config(folder, "special_tokens_map.json"), _config(folder, "tokenizer_config.json")):
-        values = [cfg.get(k) for k in NAMED]
-        for k in ("additional_special_tokens", "extra_special_tokens") if extra else ():
-            extra = cfg.get(k)
-            values += list(extra.values()) if isinstance(extra, dict) else list(extra or [])
-        for v in values:
-            v = v.get("content") if isinstance(v, dict) else v
-            if isinstance(v, str) and v and v not in out:
-                out.append(v)
-    return out
-
-
-def _by_rule(folder: str, file_tok):
-    """What transformers 5.x builds, without transformers: the file's model and added tokens; for the
-    Llama classes, LlamaTokenizer's own normalizer (none), Metaspace pre-tokenizer and decoder; for the
-    Qwen2 classes, Qwen2Tokenizer's NFC, split pattern and ByteLevel; for both, their BPE flags; the
-    config's named special tokens (``NAMED``) marked special; those it names besides, special where
-    the vocabulary lacks them (transformers adds them) and as tokenizer.json has them otherwise."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
-
-    cfg, cls = _config(folder, "tokenizer_config.json"), _config_class(folder)
-    d = json.loads(file_tok.to_str())
-    bpe = (d.get("model") or {}).get("type") == "BPE"
-    if cls in LLAMA_CLASSES and bpe:
-        # LlamaTokenizer.__init__: BPE(vocab, merges, fuse_unk=True, byte_fallback=True, dropout=None), no unk_token
-        d["model"].update(unk_token=None, fuse_unk=True, byte_fallback=True, dropout=None)
-    if cls in QWEN2_CLASSES and bpe:  # Qwen2Tokenizer.__init__'s BPE
-        d["model"].update(unk_token=None, fuse_unk=False, byte_fallback=False, dropout=None, ignore_merges=False,
-                          continuing_subword_prefix="", end_of_word_suffix="")
-    tok = Tokenizer.from_str(json.dumps(d))
-    if cls in QWEN2_CLASSES and bpe:
-        tok.normalizer = normalizers.NFC()
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=bool(cfg.get("add_prefix_space") or False), use_regex=False)])
-        tok.decoder = decoders.ByteLevel()
-    if cls in LLAMA_CLASSES:
-        prefix = cfg.get("add_prefix_space")
-        prefix = True if prefix is None else bool(prefix)
-        scheme = ("always" if cfg.get("legacy", False) else "first") if prefix else "never"
-        tok.normalizer = None
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=scheme, split=False)
-        steps = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
-        tok.decoder = decoders.Sequence(steps + ([decoders.Strip(content=" ", left=1)] if prefix else []))
-    have = {t.content: t for t in tok.get_added_tokens_decoder().values()}
-    named = set(named_specials(folder, extra=False))
-    marks = []
-    for s in named_specials(folder):
-        t = have.get(s)
-        if t is None or (not t.special and s in named):  # an extra one already there stays as it is
-            marks.append(AddedToken(s, special=True, normalized=False) if t is None else
-                         AddedToken(s, single_word=t.single_word, lstrip=t.lstrip, rstrip=t.rstrip,
-                                    normalized=t.normalized, special=True))
-    if marks:
-        tok.add_special_tokens(marks)
-    if tok.post_processor is None:  # TokenizersBackend.update_post_processor (transformers 5 drops the add_*_token flags)
-        tok.post_processor = processors.TemplateProcessing(single="$A:0", pair="$A:0 $B:1", special_tokens=[])
-    return tok
