@@ -11,6 +11,8 @@ report what is wrong with it there.
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pyarrow as pa
 import xxhash
@@ -22,7 +24,8 @@ LAYOUT_KEY = b"packer_layout_version"
 SCALARS = ("batch_rows", "footer_bytes", "layout_xxh3_64")  # per shard
 LISTS = ("ids_at", "lens_at", "lens_values_at")  # per shard, one value per record batch
 MASK_AT = "mask_at"  # chat builds only: per batch, the loss_mask values
-NONE = (0, 0, 0, None, None, None, None)  # no layout: the shard is read through its footer
+NONE = (0, 0, 0, None, None, None, None)
+_I8 = np.dtype("<i8")  # no layout: the shard is read through its footer
 
 
 def footer_bytes(data) -> int:
@@ -39,9 +42,9 @@ def stamp(tail, rows: int, foot: int, lists) -> int:
     another shape has another), then of its layout as little-endian int64: batch_rows, footer_bytes, each
     list in turn. Checked at first use, it covers both the file and the index's record of it."""
     h = xxhash.xxh3_64(tail)
-    h.update(np.array([rows, foot], "<i8").tobytes())
+    h.update(struct.pack("<qq", rows, foot))
     for a in lists:
-        h.update(np.ascontiguousarray(a, "<i8"))
+        h.update(a if a.flags.c_contiguous and a.dtype == _I8 else np.ascontiguousarray(a, _I8))
     return h.intdigest()
 
 

@@ -22,6 +22,7 @@ from ..errors import ShardError
 from ..shards.layout import stamp as layout_stamp
 
 FAST = hasattr(os, "preadv") and hasattr(mmap, "ACCESS_COPY")  # POSIX; elsewhere shards are read through Arrow
+_I4, _U4 = np.dtype("<i4"), np.dtype("<u4")
 _FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)  # (a FIFO must not block the open)
 
 
@@ -71,11 +72,11 @@ class ShardFile:
             what = "truncated" if st.st_size < e.nbytes else "longer than the manifest says"
             raise ShardError(f"{e.path}: shard is {what} ({st.st_size} bytes, manifest says {e.nbytes})")
 
-    def _read(self, dt, count: int, at: int) -> np.ndarray:
-        """``count`` items of ``dt`` at byte ``at``: a view of the map, or read (ValueError past the end)."""
+    def _read(self, dt, count: int, at: int, size: int = 1) -> np.ndarray:
+        """``count`` items of ``dt`` (of ``size`` bytes) at byte ``at``: a view of the map, or read (ValueError past the end)."""
         if self.mm is not None:
             return np.frombuffer(self.mm, dt, count, at)
-        n = count * np.dtype(dt).itemsize
+        n = count * size
         buf = bytearray(n)
         if n and os.preadv(self.fd, [buf], at) != n:
             raise ValueError("short read")
@@ -99,11 +100,11 @@ class ShardFile:
         e, L = self.entry, self.L
         k, r = divmod(j, self.R)
         try:
-            tokens = self._read(self.dt, L, self.ids_at[k] + r * L * self.isz)
-            o0, o1 = self._read("<i4", 2, self.lens_at[k] + 4 * r).tolist()
+            tokens = self._read(self.dt, L, self.ids_at[k] + r * L * self.isz, self.isz)
+            o0, o1 = self._read(_I4, 2, self.lens_at[k] + 4 * r, 4).tolist()
             if not 0 <= o0 <= o1 <= o0 + L:
                 raise ShardError(f"{e.path}: row {j}'s doc_lens offsets ({o0}, {o1}) are out of order: shard is corrupt")
-            lens = self._read("<u4", o1 - o0, self.vals_at[k] + 4 * o0).astype(np.int32)
+            lens = self._read(_U4, o1 - o0, self.vals_at[k] + 4 * o0, 4).astype(np.int32)
             mask = None if self.mask_at is None else self._read(np.uint8, L, self.mask_at[k] + r * L)
         except (OSError, ValueError):  # past the end of the file, or before its start
             raise ShardError(f"{e.path}: row {j} lies outside the file (index.arrow's row layout does not fit it): "
