@@ -19,8 +19,8 @@ What it does, per attention layer, with q of (B, H, T, D) and k, v of
 - on CUDA in bf16/fp16 (autocast included: q, k, v are cast to the autocast
   dtype, since the varlen ops are not autocast-aware and RoPE leaves them in
   fp32) rows that hold one document go through SDPA's dense causal kernel
-  (cuDNN on Hopper: the fastest there) when they lie in at most ``MAX_RUNS``
-  runs of rows (``whole_rows_first(batch)`` puts them side by side), and the
+  (cuDNN on Hopper: the fastest there) when that pays for the copies of their
+  runs of rows (``split_pays``; ``whole_rows_first(batch)`` puts them side by side), and the
   other rows through flash-attn's ``flash_attn_varlen_func`` where flash-attn
   is installed, else PyTorch's ``torch.nn.attention.varlen.varlen_attn``
   (row_groups.py regroups them);
@@ -64,9 +64,19 @@ KERNELS = ("auto", "flash_attn", "torch_varlen", "sdpa")
 # transformers detects packed sequences from position_ids (sdpa, eager, flex)
 # from 4.53.1 on; before, a padding-free batch attends across documents.
 
-# one-document rows go dense only when they lie in few runs: each run costs its own copies
-# (measured: 32 rows in sampler order, ~16 runs, ran slower than all rows through varlen)
-MAX_RUNS = 4
+# One-document rows go dense when that pays: each run of rows costs its own copies, and a
+# whole row saves attention work in proportion to T^2. Measured on an H200 (docs/benchmarks.md,
+# issue 30.4): web-like rows at 2048 in sampler order (~16 runs, ~15 whole rows) ran slower
+# split (0.916x of unmasked) than all through varlen (0.961x); real text at 2048 (~9 runs, ~27
+# whole rows) ran faster split (0.973x against 0.948x), as did both corpora at 8192.
+MAX_RUNS = 4  # at most this many runs: always split
+WHOLE_PER_RUN = 2  # else split when whole rows * (T / 2048)^2 >= this * runs
+
+
+def split_pays(n_whole: int, runs: int, T: int) -> bool:
+    """Whether a batch's ``n_whole`` one-document rows of ``T`` slots, in ``runs`` runs of rows,
+    go through the dense kernel (the rest varlen) rather than all rows through varlen."""
+    return runs <= MAX_RUNS or n_whole * (T / 2048) ** 2 >= WHOLE_PER_RUN * runs
 
 
 def packer_attention(kernel: str = "auto") -> str:
@@ -230,7 +240,7 @@ def varlen_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
         dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else query.dtype
         fn = _KERNEL_FNS[kernel]
         groups = seg.groups() if chosen == "auto" else None
-        if groups is not None and groups.mixed and len(groups.runs) <= MAX_RUNS:  # dense + varlen
+        if groups is not None and groups.mixed and split_pays(groups.n_whole, len(groups.runs), T):  # dense + varlen
             (qw, qv), (kw, kv), (vw, vv) = (Grouped.apply(t, dtype, groups) for t in (query, key, value))
             nw = groups.n_whole
             o_whole = _dense_causal(qw, kw, vw, nw, T, scaling)

@@ -256,8 +256,9 @@ def test_row_groups_put_whole_rows_first_and_renumber_the_rest():
 
 
 def test_one_document_rows_in_many_runs_go_varlen_with_the_rest(ds, monkeypatch):
-    """More than MAX_RUNS runs of rows (rows in sampler order): one varlen call for the batch,
-    since the copies of many runs cost more than the dense kernel saves (docs/benchmarks.md)."""
+    """More than MAX_RUNS runs of rows (rows in sampler order) and too few whole rows to pay
+    (split_pays): one varlen call for the batch, since the copies of many runs cost more than
+    the dense kernel saves (docs/benchmarks.md)."""
     from packer.train import hf
 
     calls = []
@@ -275,6 +276,42 @@ def test_one_document_rows_in_many_runs_go_varlen_with_the_rest(ds, monkeypatch)
         got = model(input_ids=ids, position_ids=pos).logits
         ref = alone(model, ids, pos)
     assert calls == [("varlen", ids.numel())] * model.config.num_hidden_layers
+    torch.testing.assert_close(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_split_pays_where_it_measured_faster():
+    """The rule against the H200 figures it was drawn from (docs/benchmarks.md, issue 30.4): web-like
+    rows at 2048 in sampler order stay on varlen; real text's mostly-whole batches, and 8192, split."""
+    from packer.train.hf import split_pays
+
+    assert not split_pays(15, 16, 2048)  # web-like, 2048: ~15 whole rows in ~16 runs
+    assert split_pays(27, 9, 2048)  # real text, 2048
+    assert split_pays(1, 5, 8192) and split_pays(5, 9, 8192)  # 8192: a whole row saves 16x the work
+    assert split_pays(1, 3, 2048)  # few runs: always
+
+
+def test_whole_rows_in_many_runs_split_when_it_pays(ds, monkeypatch):
+    """Where split_pays says so, whole rows in many runs go dense together and the rest varlen
+    together, and the logits still equal each document alone."""
+    from packer.train import hf
+
+    calls = []
+    monkeypatch.setattr(hf, "_pick", lambda q, kernel: "torch_varlen")
+    monkeypatch.setattr(hf, "WHOLE_PER_RUN", 0)  # every mixed batch splits
+    monkeypatch.setitem(hf._KERNEL_FNS, "torch_varlen",
+                        lambda q, k, v, cu, mx, s: calls.append(("varlen", q.shape[0])) or hf._per_segment(q, k, v, cu, s))
+    dense = hf._dense_causal
+    monkeypatch.setattr(hf, "_dense_causal", lambda q, k, v, rows, T, s: calls.append(("dense", rows)) or dense(q, k, v, rows, T, s))
+    model = tiny(ds, packer_attention())
+    rows = many_docs(ds, 3)
+    b = collate([ds[rows[i % len(rows)]] for i in range(2 * hf.MAX_RUNS)])
+    ids, pos = b["input_ids"], b["position_ids"].clone()
+    T = ids.shape[1]
+    pos[1::2] = torch.arange(T)  # whole, several, whole, ...: 2 * MAX_RUNS runs
+    with torch.no_grad():
+        got = model(input_ids=ids, position_ids=pos).logits
+        ref = alone(model, ids, pos)
+    assert calls == [("dense", hf.MAX_RUNS), ("varlen", hf.MAX_RUNS * T)] * model.config.num_hidden_layers
     torch.testing.assert_close(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
 
 
