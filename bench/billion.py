@@ -28,7 +28,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import encode_scaling as ES  # noqa: E402
-from common import corpus_texts, emit_json  # noqa: E402
+from common import corpus_texts, emit_json, pss_mb  # noqa: E402
 
 
 def make_input(texts: list[str], target_bytes: int, folder: str, file_bytes: int = 128 << 20) -> int:
@@ -51,25 +51,6 @@ def make_input(texts: list[str], target_bytes: int, folder: str, file_bytes: int
         k += 1
     f.close()
     return written
-
-
-def pss_mb(pid: int) -> float:
-    """PSS of ``pid`` and all its descendants, MiB."""
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        for t in glob.glob(f"/proc/{p}/task/*/children"):
-            try:
-                todo += [int(c) for c in open(t).read().split()]
-            except OSError:
-                pass
-        try:
-            for line in open(f"/proc/{p}/smaps_rollup"):
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total / 1024
 
 
 def run_build(args, inp, out, extra=(), kill_at=None) -> dict:

@@ -6,9 +6,13 @@ this folder on their path.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -87,3 +91,58 @@ def spin(seconds: float, start_at: float = 0.0) -> tuple[float, float]:
     for i in range(int(seconds * 2e7)):
         x ^= i * 2654435761 & 0xFFFF
     return time.monotonic() - t0, time.process_time() - c0
+
+
+def pss_mb(pid: int, cpu: dict | None = None) -> float:
+    """PSS of ``pid`` and all its descendants, MiB; ``cpu`` (if given) gets each one's CPU seconds so far
+    (a pool whose workers are never waited for leaves them out of wait4's count)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        if cpu is not None:
+            try:
+                f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+                cpu[p] = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+            except (OSError, IndexError, ValueError):
+                pass
+        for t in glob.glob(f"/proc/{p}/task/*/children"):
+            try:
+                todo += [int(c) for c in open(t).read().split()]
+            except OSError:
+                pass
+        try:
+            for line in open(f"/proc/{p}/smaps_rollup"):
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def measure(cmd: list[str], env: dict) -> dict:
+    """{wall, cpu, rss, pss}: wall from start to exit, CPU seconds and peak RSS (MiB) from wait4 (the child and
+    the children it waited for; or the CPU of its process tree sampled every 0.1 s, where more), peak PSS of
+    that tree; an encoder alone prints its own {wall, cpu} around the encode, which win."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True)
+        peak, done, seen = [0.0], threading.Event(), {}
+
+        def sample():
+            while not done.wait(0.1):
+                peak[0] = max(peak[0], pss_mb(p.pid, seen))
+
+        threading.Thread(target=sample, daemon=True).start()
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        done.set()
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        if p.returncode:
+            sys.exit(f"{' '.join(cmd[:8])} ... failed ({p.returncode}):\n{err.read()[-2000:]}")
+        lines = out.read().strip().splitlines()
+    cpu = max(ru.ru_utime + ru.ru_stime, sum(seen.values()))  # the second: to the last sample, children unwaited
+    r = {"wall": wall, "cpu": cpu, "rss": ru.ru_maxrss // 1024, "pss": round(peak[0])}
+    if lines and lines[-1].startswith("{"):
+        r.update(json.loads(lines[-1]))
+    return r

@@ -28,10 +28,10 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
-import build_bench  # bench/build_bench.py: the timed `packer build`
-from common import GPT2, child_env, emit_json, pin  # bench/common.py
+from common import GPT2, child_env, emit_json, measure, pin  # bench/common.py
 
 
 _RAW = r"""
@@ -112,14 +112,19 @@ def raw(inputs: list[str], tok: str, variant: str, n: int, batch_chars: int) -> 
 
 
 def build(inputs: list[str], tok: str, backend: str, n: int, extra: list[str]) -> dict:
-    b = build_bench.build(inputs, tok, n, ["--tokenizer-backend", backend, *extra])
-    m = b["manifest"]
-    return {"seconds": b["seconds"], "cpu": b["cpu"],
+    """``packer build --workers n --tokenizer-backend backend`` on cores 0..n-1, timed (common.measure)."""
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
+        cmd = pin(n) + [sys.executable, "-m", "packer.cli", "build", *inputs, os.path.join(d, "out"), "--tokenizer",
+                        tok, "--workers", str(n), "-q", "--tokenizer-backend", backend, *extra]
+        b = measure(cmd, dict(os.environ))
+        with open(os.path.join(d, "out", "manifest.json")) as f:
+            m = json.load(f)
+    return {"seconds": b["wall"], "cpu": b["cpu"],
             "tokens": m["totals"]["tokens"] - m["totals"]["documents"],  # EOS excluded, as in the raw figures
             "docs": m["totals"]["documents"],
             "checksums": [s["xxh3_128"] if "xxh3_128" in s else s.get(m.get("checksum", ""), "") for s in m["shards"]],
             "backend": m["tokenizer"].get("backend"), "reason": m["tokenizer"].get("backend_reason"),
-            "cmd": b["cmd"]}
+            "cmd": " ".join(cmd[3:])}
 
 
 def sweep(tok: str) -> None:
