@@ -241,11 +241,10 @@ def varlen_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
         fn = _KERNEL_FNS[kernel]
         groups = seg.groups() if chosen == "auto" else None
         if groups is not None and groups.mixed and split_pays(groups.n_whole, len(groups.runs), T):  # dense + varlen
-            (qw, qv), (kw, kv), (vw, vv) = (Grouped.apply(t, dtype, groups) for t in (query, key, value))
-            nw = groups.n_whole
-            o_whole = _dense_causal(qw, kw, vw, nw, T, scaling)
-            o_other = fn(qv, kv, vv, groups.cu, groups.mx, scaling).view(B - nw, T, H, D)
-            out = Ungrouped.apply(o_whole, o_other, groups)
+            (qv, *qw), (kv, *kw), (vv, *vw) = (Grouped.apply(t, dtype, groups) for t in (query, key, value))
+            o_whole = [_dense_causal(*c, rows, T, scaling) for c, rows in zip(zip(qw, kw, vw), groups.chunks)]
+            o_other = fn(qv, kv, vv, groups.cu, groups.mx, scaling).view(B - groups.n_whole, T, H, D)
+            out = Ungrouped.apply(groups, o_other, *o_whole)
         else:
             q, k, v = (_varlen_layout(t, dtype) for t in (query, key, value))
             if groups is not None and groups.n_whole == B:

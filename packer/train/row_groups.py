@@ -74,10 +74,29 @@ class RowGroups:
     def mixed(self) -> bool:
         return 0 < self.n_whole < self.B
 
+    @property
+    def chunks(self) -> list:
+        """The whole rows' group cut into powers of two, largest first (27 -> [16, 8, 2, 1]): the
+        dense kernel sees at most log2(B) + 1 batch sizes, so cuDNN plans each shape once and not
+        once per count of whole rows (a new plan in a timed step cost 10-40 ms on an H200)."""
+        return [1 << i for i in range(self.n_whole.bit_length() - 1, -1, -1) if self.n_whole >> i & 1]
+
+
+def _pieces(at: int, n: int, sizes: list):
+    """Rows [at, at+n) of the whole group, cut where its chunks (``sizes``) meet:
+    (chunk, row in chunk, row in the run, rows) for each piece."""
+    start = 0
+    for c, size in enumerate(sizes):
+        lo, hi = max(at, start), min(at + n, start + size)
+        if lo < hi:
+            yield c, lo - start, lo - at, hi - lo
+        start += size
+
 
 class Grouped(torch.autograd.Function):
-    """(B, H, T, D) -> (whole rows (n_whole*T, H, D), other rows ((B-n_whole)*T, H, D)) in ``dtype``:
-    one copy forward (cast, re-layout and regroup together), one backward."""
+    """(B, H, T, D) -> (other rows ((B-n_whole)*T, H, D), then the whole rows as ``g.chunks``,
+    each (rows*T, H, D)) in ``dtype``: one copy forward (cast, re-layout and regroup together),
+    one backward. Each piece is a view of one buffer, so the chunks cost no copy."""
 
     @staticmethod
     def forward(ctx, t: torch.Tensor, dtype: torch.dtype, g: RowGroups):
@@ -89,40 +108,54 @@ class Grouped(torch.autograd.Function):
             start = at if whole else g.n_whole + at
             buf[start:start + b - a].copy_(x[a:b])
         flat = buf.view(B * T, H, D)
-        return flat[:g.n_whole * T], flat[g.n_whole * T:]
+        bounds = np.cumsum([0] + g.chunks) * T
+        return (flat[g.n_whole * T:],) + tuple(flat[s:e] for s, e in zip(bounds[:-1], bounds[1:]))
 
     @staticmethod
-    def backward(ctx, g_whole, g_other):
+    def backward(ctx, g_other, *g_chunks):
         dtype, (B, H, T, D) = ctx.src
         g = ctx.groups
-        dev = (g_whole if g_whole is not None else g_other).device
-        alloc = torch.empty if g_whole is not None and g_other is not None else torch.zeros
-        out = alloc((B, T, H, D), dtype=dtype, device=dev)
+        given = [x for x in (g_other,) + g_chunks if x is not None]
+        alloc = torch.empty if len(given) == 1 + len(g_chunks) else torch.zeros
+        out = alloc((B, T, H, D), dtype=dtype, device=given[0].device)
         for a, b, whole, at in g.runs:
-            src = g_whole if whole else g_other
-            if src is not None:
-                out[a:b].copy_(src.view(-1, T, H, D)[at:at + b - a])
+            if not whole:
+                if g_other is not None:
+                    out[a:b].copy_(g_other.view(-1, T, H, D)[at:at + b - a])
+                continue
+            for c, off, row, n in _pieces(at, b - a, g.chunks):
+                if g_chunks[c] is not None:
+                    out[a + row:a + row + n].copy_(g_chunks[c].view(-1, T, H, D)[off:off + n])
         return out.transpose(1, 2), None, None
 
 
 class Ungrouped(torch.autograd.Function):
-    """The two kernels' outputs, (n_whole, T, H, D) and (B-n_whole, T, H, D), back in batch order
-    as one (B, T, H, D) tensor: one copy forward, one backward."""
+    """The kernels' outputs, the other rows (B-n_whole, T, H, D) and the whole rows' chunks
+    (rows, T, H, D) each, back in batch order as one (B, T, H, D) tensor: one copy forward, one
+    backward."""
 
     @staticmethod
-    def forward(ctx, o_whole: torch.Tensor, o_other: torch.Tensor, g: RowGroups):
+    def forward(ctx, g: RowGroups, o_other: torch.Tensor, *o_chunks: torch.Tensor):
         ctx.groups = g
-        B, T = g.B, g.T
-        out = torch.empty((B, T) + tuple(o_whole.shape[2:]), dtype=o_whole.dtype, device=o_whole.device)
+        out = torch.empty((g.B,) + tuple(o_other.shape[1:]), dtype=o_other.dtype, device=o_other.device)
         for a, b, whole, at in g.runs:
-            out[a:b].copy_((o_whole if whole else o_other)[at:at + b - a])
+            if not whole:
+                out[a:b].copy_(o_other[at:at + b - a])
+                continue
+            for c, off, row, n in _pieces(at, b - a, g.chunks):
+                out[a + row:a + row + n].copy_(o_chunks[c][off:off + n])
         return out
 
     @staticmethod
     def backward(ctx, grad):
         g = ctx.groups
-        g_whole = grad.new_empty((g.n_whole,) + tuple(grad.shape[1:]))
-        g_other = grad.new_empty((g.B - g.n_whole,) + tuple(grad.shape[1:]))
+        rest = tuple(grad.shape[1:])
+        g_other = grad.new_empty((g.B - g.n_whole,) + rest)
+        g_chunks = [grad.new_empty((size,) + rest) for size in g.chunks]
         for a, b, whole, at in g.runs:
-            (g_whole if whole else g_other)[at:at + b - a].copy_(grad[a:b])
-        return g_whole, g_other, None
+            if not whole:
+                g_other[at:at + b - a].copy_(grad[a:b])
+                continue
+            for c, off, row, n in _pieces(at, b - a, g.chunks):
+                g_chunks[c][off:off + n].copy_(grad[a + row:a + row + n])
+        return (None, g_other) + tuple(g_chunks)

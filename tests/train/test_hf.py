@@ -244,6 +244,38 @@ def test_whole_rows_go_dense_and_the_rest_varlen_exactly(ds, monkeypatch):
     torch.testing.assert_close(got_logits.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
 
 
+def test_whole_rows_in_power_of_two_chunks_are_exact_forward_and_backward(ds, monkeypatch):
+    """Three whole rows go dense as chunks of 2 and 1 (one cuDNN plan per power of two), a run of
+    them straddling the two chunks; logits and gradients equal the one-kernel (per-segment) path."""
+    from packer.train import hf
+
+    model = tiny(ds, packer_attention())
+    rows = many_docs(ds, 3)
+    b = collate([ds[rows[i % len(rows)]] for i in range(6)])
+    ids, pos, lab = b["input_ids"], b["position_ids"].clone(), b["labels"]
+    T = ids.shape[1]
+    for r in (0, 2, 3):  # whole rows: runs (0,1) and (2,4); the second spans chunk 0's row 1 and chunk 1
+        pos[r] = torch.arange(T)
+
+    def run():
+        model.zero_grad()
+        out = model(input_ids=ids, position_ids=pos, labels=lab)
+        out.loss.backward()
+        return out.logits.detach(), [p.grad.clone() for p in model.parameters()]
+
+    want_logits, want_grads = run()
+    calls = []
+    dense = hf._dense_causal
+    monkeypatch.setattr(hf, "_pick", lambda q, kernel: "torch_varlen")
+    monkeypatch.setitem(hf._KERNEL_FNS, "torch_varlen", lambda q, k, v, cu, mx, s: hf._per_segment(q, k, v, cu, s))
+    monkeypatch.setattr(hf, "_dense_causal", lambda q, k, v, n, T, s: calls.append(n) or dense(q, k, v, n, T, s))
+    got_logits, got_grads = run()
+    assert calls == [2, 1] * model.config.num_hidden_layers
+    torch.testing.assert_close(got_logits, want_logits, rtol=1e-4, atol=1e-5)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+
+
 def test_row_groups_put_whole_rows_first_and_renumber_the_rest():
     from packer.train.row_groups import RowGroups
 
@@ -252,6 +284,8 @@ def test_row_groups_put_whole_rows_first_and_renumber_the_rest():
     assert (g.n_whole, g.mixed) == (2, True)
     assert g.runs == [(0, 1, False, 0), (1, 3, True, 0), (3, 4, False, 1)]
     assert g.cu.tolist() == [0, 2, 4, 5, 8] and g.mx == 3
+    assert g.chunks == [2]
+    assert [RowGroups(B=32, T=4, n_whole=n).chunks for n in (27, 16, 1)] == [[16, 8, 2, 1], [16], [1]]
     assert not RowGroups.of(torch.tensor([0, 4, 8], dtype=torch.int32), B=2, T=4).mixed  # all whole
 
 
