@@ -308,15 +308,17 @@ def stats(out, as_json, no_verify, plot_path, quiet, workers):
         raise PackerError(f"no such build folder: {out}")
     if plot_path:
         st.require_matplotlib()  # say so before the long read, not after
-    bar = _bytes_bar(store, "verify" if not no_verify else "stats", quiet)
+    bar = st.progress_for("verify" if not no_verify else "stats", quiet)  # stderr: a bar on a terminal, else a line a while
     try:
-        rep = st.check(out, deep=not no_verify, progress=bar.update if bar else None, workers=workers)
+        rep = st.check(out, deep=not no_verify, progress=bar, workers=workers)
     finally:
         if bar:
             bar.close()
     fig = st.figures(rep)
-    for line in [st.to_json(fig)] if as_json else st.table_lines(fig):
-        click.echo(line)
+    for chunk in st.json_chunks(fig) if as_json else st.table_lines(fig):  # (JSON: the shard list a slice at a time)
+        click.echo(chunk, nl=not as_json)
+    if as_json:
+        click.echo("")
     if plot_path:
         st.plot(rep, plot_path)
         click.echo(f"plot written to {plot_path}", err=True)
@@ -328,22 +330,6 @@ def stats(out, as_json, no_verify, plot_path, quiet, workers):
     what = f"verified {len(rep.shards)} shard(s), {rep.bytes_read / 1e6:,.1f} MB: OK" if not no_verify else \
         f"read the piece columns of {len(rep.shards)} shard(s); not verified (--no-verify)"
     click.echo(what, err=as_json)
-
-
-def _bytes_bar(store, desc, quiet):
-    """A tqdm bar over the manifest's shard bytes on stderr; None when quiet, not a TTY, or no manifest."""
-    if quiet or not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
-
-    from .shards import open_index
-
-    try:
-        total = int(open_index(store).nbytes.sum())
-    except PackerError:
-        return None  # check() reports it
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, file=sys.stderr,
-                dynamic_ncols=True, mininterval=0.5, leave=False)
 
 
 @main.command()

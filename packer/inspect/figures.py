@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 
 import numpy as np
 
@@ -22,11 +23,11 @@ def figures(rep: Report) -> dict:
     m = rep.manifest
     t = m.get("totals", {})
     seq_len = m["seq_len"]
-    measured = [s for s in rep.shards if s.documents is not None]
-    complete = len(measured) == len(rep.shards)
+    log = rep.shards  # sums over the shards measured (a ShardLog: the rows themselves are spooled)
+    complete = log.measured == log.n
 
     def total(k):  # measured when every shard was read, else the manifest's figure
-        return sum(getattr(s, k) for s in measured) if complete else t.get(k)
+        return log.sums[k] if complete else t.get(k)
 
     rows = total("rows")
     slots = rows * seq_len if rows is not None else None
@@ -37,7 +38,6 @@ def figures(rep: Report) -> dict:
     ppr = rep.pieces_per_row
     dl = rep.doc_lengths
     skipped = t.get("skipped", {})
-    tok_per_shard = [s.tokens for s in measured]
     return {
         "stats_version": STATS_VERSION,
         "build": rep.out,
@@ -45,7 +45,7 @@ def figures(rep: Report) -> dict:
         "ok": rep.ok,
         "problems": [{"path": p.path, "kind": p.kind, "message": p.message} for p in rep.problems],
         "measured_from": "shards" if complete else "manifest",
-        "shards_measured": len(measured),
+        "shards_measured": log.measured,
         "seq_len": seq_len,
         "dtype": m["dtype"],
         "tokenizer": m["tokenizer"],
@@ -83,15 +83,32 @@ def figures(rep: Report) -> dict:
         "skipped_total": int(sum(skipped.values())),
         "skipped_examples": t.get("skipped_examples", {}),
         "tokens_per_shard": {
-            "min": min(tok_per_shard) if tok_per_shard else None,
-            "mean": round(sum(tok_per_shard) / len(tok_per_shard), 1) if tok_per_shard else None,
-            "max": max(tok_per_shard) if tok_per_shard else None,
+            "min": log.tokens_min,
+            "mean": round(log.sums["tokens"] / log.measured, 1) if log.measured else None,
+            "max": log.tokens_max,
         },
-        "shards": [
-            {"path": s.path, "unit": s.unit, "bytes": s.bytes, "rows": s.rows, "tokens": s.tokens, "documents": s.documents}
-            for s in rep.shards
-        ],
+        "shards": ShardRows(log),
     }
+
+
+class ShardRows:
+    """The --json "shards" list: read back from the report's spool when iterated (``json_chunks``
+    writes it out; ``list()`` of it gives the dicts)."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def __len__(self) -> int:
+        return len(self.log)
+
+    def __iter__(self):
+        return ({k: getattr(s, k) for k in self.log.ROW} for s in self.log)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, (ShardRows, list)) and len(self) == len(other) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"ShardRows({len(self)} shards)"
 
 
 def _fill_histogram(rt: np.ndarray, seq_len: int) -> dict:
@@ -209,7 +226,26 @@ _MET = (("special_in_text", "special tokens  {n:,} document(s) hold a special to
 
 
 def to_json(fig: dict) -> str:
-    return json.dumps(fig, indent=1)
+    return "".join(json_chunks(fig))
+
+
+def json_chunks(fig: dict, per: int = 1024):
+    """``json.dumps(fig, indent=1)`` in pieces (the "shards" list, its last key, a slice of ``per`` at a
+    time), so that printing a million shards' rows holds a slice of them, not a document."""
+    shards = fig["shards"]
+    head = json.dumps({**fig, "shards": []}, indent=1)
+    if not len(shards):
+        yield head
+        return
+    assert head.endswith("[]\n}")
+    yield head[:-3] + "\n"
+    rows, first = [], True
+    for row in shards:
+        rows.append(textwrap.indent(json.dumps(row, indent=1), "  "))
+        if len(rows) == per:
+            yield ("" if first else ",\n") + ",\n".join(rows)
+            rows, first = [], False
+    yield ("" if first or not rows else ",\n") + ",\n".join(rows) + "\n ]\n}"
 
 
 # --------------------------------------------------------------------------

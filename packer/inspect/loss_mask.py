@@ -54,9 +54,8 @@ def figures(m: dict, shards) -> dict:
     """{"trained_tokens", "trained_pct"} of a chat build ({} for others): measured where every shard was read."""
     if S.LOSS_MASK not in m.get("columns", []):
         return {}
-    measured = [s.trained for s in shards]
-    if all(t is not None for t in measured):
-        trained = sum(measured)
+    if shards.trained_all:  # (a ShardLog: every shard's loss_mask was read)
+        trained = shards.trained
     else:
         trained = m["totals"].get("trained_tokens")
     tokens = m["totals"].get("tokens") or 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,15 +108,68 @@ class ShardFigures:
     trained: int | None = None  # slots the loss_mask trains on (chat builds, read in full), else None
 
 
+class ShardLog:
+    """The shards' figures, in manifest order, in constant memory: their sums kept, each shard's row
+    (path, unit, bytes, rows, tokens, documents: the --json "shards" list) spooled to a temporary file
+    256 at a time and read back by iterating (``ShardFigures`` of those fields)."""
+
+    ROW = ("path", "unit", "bytes", "rows", "tokens", "documents")
+    SUMS = ("rows", "tokens", "pieces", "documents", "documents_split", "padding")
+
+    def __init__(self):
+        self.n = self.measured = self.trained = 0
+        self.trained_all = True  # every shard's loss_mask read (chat builds, verifying reads)
+        self.sums = dict.fromkeys(self.SUMS, 0)  # over the measured shards
+        self.tokens_min = self.tokens_max = None
+        self.pending: list[ShardFigures] = []
+        self._spool = None
+
+    def add(self, s: ShardFigures) -> None:
+        self.n += 1
+        if s.documents is not None:
+            self.measured += 1
+            for k in self.SUMS:
+                self.sums[k] += getattr(s, k)
+            self.tokens_min = s.tokens if self.tokens_min is None else min(self.tokens_min, s.tokens)
+            self.tokens_max = s.tokens if self.tokens_max is None else max(self.tokens_max, s.tokens)
+        if s.trained is None:
+            self.trained_all = False
+        else:
+            self.trained += s.trained
+        self.pending.append(s)
+        if len(self.pending) >= 256:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.pending:
+            if self._spool is None:
+                import tempfile
+
+                self._spool = tempfile.TemporaryFile("w+", encoding="utf-8", prefix="packer-stats-")
+            self._spool.writelines(json.dumps([getattr(s, k) for k in self.ROW]) + "\n" for s in self.pending)
+            self.pending = []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        self._flush()
+        if self._spool is not None:
+            self._spool.seek(0)
+            for line in self._spool:
+                yield ShardFigures(**dict(zip(self.ROW, json.loads(line))))
+            self._spool.seek(0, 2)  # (more may be added after)
+
+
 @dataclass
 class Report:
     """The outcome of ``check``: problems plus everything measured."""
 
     out: str
-    manifest: dict
+    manifest: dict  # without its shard list (the entries are read a slice at a time)
     deep: bool
     problems: list[Problem] = field(default_factory=list)
-    shards: list[ShardFigures] = field(default_factory=list)
+    shards: ShardLog = field(default_factory=ShardLog)
     doc_lengths: Dist = field(default_factory=Dist)
     row_tokens: np.ndarray | None = None  # row_tokens[k] = rows holding k tokens, k = 0..(the fullest row)
     pieces_per_row: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))

@@ -25,14 +25,15 @@ file. ``ShardError`` is raised only when the manifest itself cannot be read.
 from __future__ import annotations
 
 import os
-import posixpath
+from itertools import islice
 
 import numpy as np
 
 from .. import shards as S
 from ..errors import ShardError
 from ..io import storage_for
-from . import loss_mask
+from ..shards.manifest_stream import ManifestStream
+from . import listing, loss_mask
 from .report import Problem, ShardFigures, Report
 from .scan import ShardScan, added, scan_deep, scan_shallow
 
@@ -58,53 +59,68 @@ def check(out: str, deep: bool = True, progress=None, workers: int = 1) -> Repor
 
     ``deep``: read every byte (checksums, token ids, padding); otherwise read
     only the piece columns. ``progress(nbytes)`` is called as shard bytes are
-    read. ``workers``: shards checked at once, in threads (the report is the
-    same, in manifest order). Raises ``ShardError`` only for an unreadable manifest. A remote
-    shard is fetched whole into memory to be verified (one GET per shard).
+    read (and ``progress.start(total_bytes, shards)`` first, where it has one). ``workers``: shards
+    checked at once, in threads (the report is the same, in manifest order). Raises ``ShardError`` only
+    for an unreadable manifest. A remote shard is fetched whole into memory to be verified (one GET per shard).
+    Memory does not grow with the number of shards: the manifest is read in slices, twice (its entries
+    summed and named, then checked against the shards; packer/shards/manifest_stream.py), the folder
+    walked an entry at a time (packer/inspect/listing.py), each shard's figures spooled (``ShardLog``).
     Longer than 60 lines: the checks of a build in the order a reader needs them, each a few lines.
     """
     store = storage_for(out)
-    m = S.read_manifest(store)
-    objects = store.list()  # {rel: size}, one listing for the whole build
+    known, sums, lacking, total = listing.Names(), dict.fromkeys(_COUNTS, 0), [], [0]
+
+    def first(i: int, e: dict) -> None:
+        for k in ("path", "bytes", S.CHECKSUM) + _COUNTS:
+            if k not in e:
+                lacking.append(f"{os.path.join(out, S.MANIFEST)}: shard entry {i} lacks {k!r}")
+        if not lacking:
+            for k in _COUNTS:
+                sums[k] += int(e[k])
+            total[0] += int(e["bytes"])
+            known.add_entry(e)
+
+    ms = ManifestStream(store, first)
+    if lacking:
+        raise ShardError(lacking[0])
+    m = ms.head
+    objects = None if store.local else store.list()  # an object store: {rel: size}, one listing
     seq_len, dtype = int(_need(m, out, "seq_len")), str(_need(m, out, "dtype"))
     vocab = int(m.get("vocab_size", _need(m, out, "tokenizer", "vocab_size")))
     pad_id = int(m.get("pad_id", _need(m, out, "tokenizer", "pad_id")))
-    entries = _need(m, out, "shards")
-    for i, e in enumerate(entries):
-        for k in ("path", "bytes", S.CHECKSUM) + _COUNTS:
-            if k not in e:
-                raise ShardError(f"{os.path.join(out, S.MANIFEST)}: shard entry {i} lacks {k!r}")
     rep = Report(out, m, deep)
     rep.row_tokens = np.zeros(1, dtype=np.int64)  # grows to the fullest row (a hostile seq_len costs nothing)
     if dtype not in ("uint16", "uint32") or np.iinfo(np.dtype(dtype)).max < vocab - 1:
         rep.problems.append(Problem("", "manifest", f"manifest: dtype {dtype} cannot hold token ids below vocab_size {vocab}"))
-    _check_totals(rep, m, entries)
+    _check_totals(rep, m, sums)
+    if hasattr(progress, "start"):
+        progress.start(total[0], ms.n)
 
     def one(e: dict) -> Report:
         return _check_shard(Report(out, m, deep), store, objects, e, (seq_len, dtype, vocab, pad_id), progress)
 
-    if workers > 1 and len(entries) > 1:  # hashing, Arrow parsing and NumPy release the GIL
+    entries = ms.entries()
+    if workers > 1 and ms.n > 1:  # hashing, Arrow parsing and NumPy release the GIL
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(workers, thread_name_prefix="packer-stats") as pool:
-            for a in range(0, len(entries), 4 * workers):  # a window at a time: memory stays a few shards'
-                for part in pool.map(one, entries[a:a + 4 * workers]):
+            while window := list(islice(entries, 4 * workers)):  # a window at a time: memory stays a few shards'
+                for part in pool.map(one, window):
                     _merge(rep, part)
     else:
         for e in entries:
             _merge(rep, one(e))
-    held = m.get("holdout")
+    held, sub = m.get("holdout"), None
     if isinstance(held, dict) and isinstance(held.get("path"), str):
         # The holdout split is a build of its own inside this one: check it as one, name its problems by its folder.
         sub = held["path"].strip("/")
-        objects = {k: v for k, v in objects.items() if not k.startswith(sub + "/")}
         try:
             hrep = check(out.rstrip("/") + "/" + sub, deep, progress, workers)
             rep.problems.extend(Problem(f"{sub}/{p.path}" if p.path else sub, p.kind, p.message) for p in hrep.problems)
             rep.bytes_read += hrep.bytes_read
         except ShardError as e:
             rep.problems.append(Problem(sub, "missing", f"holdout build: {e}"))
-    rep.problems.extend(_extra_files(entries, objects))
+    rep.problems.extend(listing.extra_files(store, objects, known, skip=sub))
     return rep
 
 
@@ -114,11 +130,11 @@ def _check_shard(part: Report, store, objects: dict, e: dict, shape: tuple, prog
     part.row_tokens = np.zeros(1, dtype=np.int64)
     rel = e["path"]
     fig = ShardFigures(rel, e.get("unit"))
-    part.shards.append(fig)
+    part.shards.pending.append(fig)  # (summed when merged into the report: filled in below)
     if not store.inside(rel):
         part.problems.append(Problem(str(rel), "manifest", "shard path points outside the build folder"))
         return part
-    size = objects.get(posixpath.normpath(rel))
+    size = listing.size(store, objects, rel)
     if size is None:
         part.problems.append(Problem(rel, "missing", "missing: the manifest names it but there is no such file"))
         return part
@@ -146,7 +162,8 @@ def _check_shard(part: Report, store, objects: dict, e: dict, shape: tuple, prog
 
 
 def _merge(rep: Report, part: Report) -> None:
-    rep.shards.extend(part.shards)
+    for s in part.shards.pending:
+        rep.shards.add(s)
     rep.problems.extend(part.problems)
     rep.bytes_read += part.bytes_read
     rep.row_tokens = added(rep.row_tokens, part.row_tokens)
@@ -159,32 +176,16 @@ def verify(out: str) -> Report:
     return check(out, deep=True)
 
 
-def _check_totals(rep: Report, m: dict, entries: list[dict]) -> None:
+def _check_totals(rep: Report, m: dict, sums: dict) -> None:
+    """The manifest's totals against the sums of its shard entries (``sums``: by count)."""
     t = m["totals"]
-    sums = {k: sum(int(e[k]) for e in entries) for k in _COUNTS}
-    sums["slots"] = sums["rows"] * m["seq_len"]
+    sums = {**sums, "slots": sums["rows"] * m["seq_len"]}
     for k, v in sums.items():
         if k in t and t[k] != v:
             rep.problems.append(Problem("manifest.json", "totals", f"totals.{k} is {t[k]:,}, its shard entries sum to {v:,}"))
 
 
-def _extra_files(entries: list[dict], objects: dict[str, int]) -> list[Problem]:
-    """Files of the build (``objects``: its listing) that the manifest does not account for.
-    Names are compared "/"-separated, as the manifest and object keys write them."""
-    known = {S.MANIFEST, "build.json", S.INDEX}
-    for e in entries:
-        known.add(posixpath.normpath(e["path"]))
-        if e.get("unit") is not None:
-            known.add(f"{S.UNIT_DIR}/{int(e['unit']):06d}.json")
-    rels = sorted(objects)
-    found = []
-    for rel in rels:
-        if rel not in known:
-            why = "a temp file of an interrupted write" if posixpath.basename(rel).startswith(".tmp-") else "not in the manifest"
-            found.append(Problem(rel, "extra", f"extra file: {why}"))
-    return found
-
-
 # ``packer stats`` in one import: the check above, and what is made of its report.
-from .figures import figures, plot, require_matplotlib, summary_lines, table_lines, to_json  # noqa: E402,F401
+from .figures import figures, json_chunks, plot, require_matplotlib, summary_lines, table_lines, to_json  # noqa: E402,F401
+from .progress import progress_for  # noqa: E402,F401
 from .report import KINDS, STATS_VERSION, Dist  # noqa: E402,F401

@@ -22,8 +22,8 @@ import xxhash
 from ..errors import ShardError
 from ..io import Storage, json_bytes
 from .manifest import COUNTS, check_manifest, parse_manifest, read_manifest_bytes
-from .layout import LAYOUT_KEY, LAYOUT_VERSION, NONE, layout_columns, open_layouts, shard_layout
-from .schema import CHECKSUM, LOSS_MASK, MANIFEST
+from .layout import LAYOUT_KEY, LAYOUT_VERSION, NONE, from_record, layout_columns, open_layouts, shard_layout
+from .schema import CHECKSUM, LOSS_MASK, MANIFEST, UNIT_DIR
 
 INDEX = "index.arrow"
 INDEX_VERSION = 1
@@ -34,15 +34,19 @@ def write_manifest(store: Storage, m: dict, layouts: list | None = None) -> None
     """Publish the build's index, then its manifest (last: its presence means the build is complete).
     The index records each local shard's row layout, read from the shard (``layouts``: given instead)."""
     data = json_bytes(m)
-    if layouts is None and store.local:
+    if layouts is None:
         layouts = shard_layouts(store, m)
     store.put(INDEX, index_bytes(m, data, layouts))
     store.put(MANIFEST, data)
 
 
 def shard_layouts(store: Storage, m: dict) -> list:
-    """Every shard's row layout (packer/shards/layout.py), each shard's footer and headers read once."""
+    """Every shard's row layout (packer/shards/layout.py): each local shard's footer and headers read
+    once; on an object store, the layout its worker recorded in the unit's record (one small GET a unit,
+    not the shard again). The same values either way, so both stores hold the same index bytes."""
     L, dtype, mask = int(m["seq_len"]), str(m["dtype"]), LOSS_MASK in m.get("columns", [])
+    if not store.local:
+        return [_recorded_layout(store, e) for e in m["shards"]]
     out = []
     for e in m["shards"]:
         try:
@@ -71,6 +75,14 @@ def _strings(values, n: int) -> pa.Array:
     offsets = np.zeros(n + 1, np.int32)
     np.cumsum(np.fromiter(map(len, raw), np.int64, n), out=offsets[1:])
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raw))])
+
+
+def _recorded_layout(store: Storage, e: dict) -> tuple:
+    try:
+        rec = json.loads(store.read(f"{UNIT_DIR}/{int(e['unit']):06d}.json"))
+    except (OSError, ValueError, TypeError, KeyError):  # no record (a build made otherwise): no layout
+        return NONE
+    return from_record(rec.get("layout")) if isinstance(rec, dict) else NONE
 
 
 def index_table(m: dict, data: bytes | None = None, layouts: list | None = None) -> pa.Table:

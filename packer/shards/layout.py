@@ -75,6 +75,25 @@ def shard_layout(data, rows: int, seq_len: int, dtype: str, mask: bool) -> tuple
     return (n[0], foot, stamp(data[len(data) - foot:], n[0], foot, cols), *cols, *([] if mask else [None]))
 
 
+def to_record(layout: tuple) -> dict | None:
+    """A layout as JSON (a unit record's ``layout``: how an object-store build's index gets its layouts
+    without reading its shards again), or None for ``NONE``."""
+    if not layout[0]:
+        return None
+    keys = SCALARS + LISTS + ((MASK_AT,) if layout[6] is not None else ())
+    return {k: (v if i < 3 else v.tolist()) for i, (k, v) in enumerate(zip(keys, layout))}
+
+
+def from_record(d) -> tuple:
+    """A unit record's ``layout`` back as a layout (``NONE`` where absent or malformed)."""
+    try:
+        lists = [np.array(d[k], dtype=np.int64) for k in LISTS + ((MASK_AT,) if MASK_AT in d else ())]
+        out = (int(d["batch_rows"]), int(d["footer_bytes"]), int(d["layout_xxh3_64"]), *lists)
+        return out + (None,) * (7 - len(out)) if all(x.ndim == 1 and len(x) == len(lists[0]) for x in lists) else NONE
+    except (TypeError, KeyError, ValueError, OverflowError):
+        return NONE
+
+
 def layout_columns(layouts: list, mask: bool) -> dict[str, pa.Array]:
     """The index columns of ``layouts`` (one ``shard_layout`` per shard, in order)."""
     n = len(layouts)

@@ -98,20 +98,28 @@ def _shards_problem(shards) -> str | None:
     if not isinstance(shards, list):
         return "shards is not a list"
     for i, e in enumerate(shards):
-        if not isinstance(e, dict):
-            return f"shard entry {i} is not an object"
-        if not isinstance(e.get("path"), str):
-            return f"shard entry {i}: path {_short(e.get('path'))} is not a string"
-        for key in ("rows", "bytes"):
-            if key not in e:
-                return f"shard entry {i} lacks {key!r}"
-        for key in COUNTS + ("bytes", "trained_tokens"):
-            if key in e and not _int(e[key]):
-                return f"shard entry {i}: {key} {_short(e[key])} is not a non-negative integer"
-        if e.get("unit") is not None and not _int(e["unit"], 0, 10**12):
-            return f"shard entry {i}: unit {_short(e['unit'])} is not a non-negative integer"
-        if "xxh3_128" in e and not isinstance(e["xxh3_128"], str):
-            return f"shard entry {i}: xxh3_128 {_short(e['xxh3_128'])} is not a string"
+        problem = entry_problem(i, e)
+        if problem:
+            return problem
+    return None
+
+
+def entry_problem(i: int, e) -> str | None:
+    """What is wrong with shard entry ``i`` (or None): the check of every entry, one at a time."""
+    if not isinstance(e, dict):
+        return f"shard entry {i} is not an object"
+    if not isinstance(e.get("path"), str):
+        return f"shard entry {i}: path {_short(e.get('path'))} is not a string"
+    for key in ("rows", "bytes"):
+        if key not in e:
+            return f"shard entry {i} lacks {key!r}"
+    for key in COUNTS + ("bytes", "trained_tokens"):
+        if key in e and not _int(e[key]):
+            return f"shard entry {i}: {key} {_short(e[key])} is not a non-negative integer"
+    if e.get("unit") is not None and not _int(e["unit"], 0, 10**12):
+        return f"shard entry {i}: unit {_short(e['unit'])} is not a non-negative integer"
+    if "xxh3_128" in e and not isinstance(e["xxh3_128"], str):
+        return f"shard entry {i}: xxh3_128 {_short(e['xxh3_128'])} is not a string"
     return None
 
 

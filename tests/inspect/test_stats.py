@@ -445,3 +445,85 @@ def test_workers_give_the_same_report(sample_build, copy_build):
     assert json.loads(one.stdout) == json.loads(four.stdout)
     assert one.stderr == four.stderr and "000001.arrow" in one.stderr and "000003.arrow" in one.stderr
     assert run("stats", sample_build, "--workers", "3").exit_code == 0
+
+
+# --------------------------------------------------------------------------
+# Many shards (issue 31.1): the same report, streamed (manifest in slices, rows spooled).
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    """A build of 1,100 shards (more than one spool slice and one JSON slice): hard links of one small shard."""
+    from packer import BuildConfig, build
+    from tests.conftest import load_script
+
+    root = tmp_path_factory.mktemp("many")
+    with open(root / "in.jsonl", "w") as f:
+        f.writelines(json.dumps({"text": f"document {i} " * (i % 7 + 1)}) + "\n" for i in range(40))
+    build(BuildConfig.of(inputs=(str(root / "in.jsonl"),), out=str(root / "src"), seq_len=64, workers=1, quiet=True))
+    return load_script("bench/open_scale.py").make_build(str(root / "src"), str(root / "out"), 1100, shard=0)
+
+
+def _expected_json(fig: dict) -> str:
+    """The document as it was printed before the shard list was streamed: json.dumps of the whole dict."""
+    return json.dumps({**fig, "shards": list(fig["shards"])}, indent=1)
+
+
+def test_a_many_shard_build_gives_the_report_it_always_gave(many):
+    from packer.inspect.figures import to_json
+
+    m = manifest(many)
+    rep = check(many, workers=2)
+    assert rep.ok, rep.problem_lines()[:3]
+    fig = figures(rep)
+    want = [{k: e[k] for k in ("path", "unit", "bytes", "rows", "tokens", "documents")} for e in m["shards"]]
+    assert list(fig["shards"]) == want and len(fig["shards"]) == 1100
+    for k in ("documents", "tokens", "rows", "padding", "pieces", "documents_split"):
+        assert fig[k] == m["totals"][k], k
+    e = m["shards"][0]
+    assert fig["tokens_per_shard"] == {"min": e["tokens"], "mean": float(e["tokens"]), "max": e["tokens"]}
+    text = to_json(fig)
+    assert text == _expected_json(fig) and json.loads(text)["shards"] == want
+    assert to_json(figures(check(many))) == text  # one thread, the same document
+    res = run("stats", many, "--json", "-q")
+    assert res.exit_code == 0 and res.stdout == text + "\n"
+
+
+def test_problems_of_a_many_shard_build_are_named_in_order(many, tmp_path):
+    import shutil
+
+    out = str(tmp_path / "b")
+    shutil.copytree(many, out)
+    m = manifest(out)
+    os.unlink(os.path.join(out, m["shards"][1050]["path"]))
+    for name in ("shards/zz.arrow", "shards/.tmp-x", "aa.txt"):
+        open(os.path.join(out, name), "w").close()
+    rep = check(out, deep=False)
+    assert [(p.path, p.kind) for p in rep.problems] == [
+        (m["shards"][1050]["path"], "missing"), ("aa.txt", "extra"), ("shards/.tmp-x", "extra"), ("shards/zz.arrow", "extra")]
+    fig = figures(rep)
+    assert fig["measured_from"] == "manifest" and fig["shards_measured"] == 1099
+    assert _expected_json(fig) == json.dumps(json.loads(_expected_json(fig)), indent=1)
+
+
+def test_memory_does_not_grow_with_the_shard_count(many, tmp_path, monkeypatch):
+    """Python allocations at the peak of check() over 1,100 shards against 300 of the same (both past one
+    spool slice, the manifest read in blocks of 16 KiB, smaller than both): the difference is what is kept
+    per shard (16 bytes of names' hashes), not objects or lists."""
+    import tracemalloc
+
+    import packer.shards.manifest_stream as ms
+
+    monkeypatch.setattr(ms, "BLOCK", 1 << 14)
+    from tests.conftest import load_script
+
+    src = os.path.join(os.path.dirname(many), "src")
+    small = load_script("bench/open_scale.py").make_build(src, str(tmp_path / "small"), 300, shard=0)
+    peaks = {}
+    for name, out in (("small", small), ("many", many)):
+        check(out, deep=False)  # (first-call caches out of the way)
+        tracemalloc.start()
+        check(out, deep=False)
+        peaks[name] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert peaks["many"] - peaks["small"] < 100 * 800, peaks  # ~54 B (hashes, sorted once); was ~1.5 kB: entries, figures, listing

@@ -64,3 +64,19 @@ def test_irregular_or_foreign_shards_get_no_layout(tmp_path):
     assert shard_layout(file([4, 4, 2]), 10, L, "uint32", False) == NONE  # not the manifest's dtype
     assert shard_layout(file([4, 4, 2]), 10, L, "uint16", True) == NONE  # a chat build's shard without loss_mask
     assert shard_layout(b"not arrow at all", 10, L, "uint16", False) == NONE
+
+
+def test_a_unit_record_carries_its_shards_layout(sample_build):
+    """What an object-store build's index is made of: the record's layout is the file's."""
+    import json
+
+    from packer.shards.layout import from_record, to_record
+
+    m = S.read_manifest(sample_build)
+    lays = S.index.shard_layouts(storage_for(sample_build), m)
+    for e, lay in zip(m["shards"], lays):
+        rec = json.load(open(os.path.join(sample_build, "units", f"{e['unit']:06d}.json")))
+        got = from_record(rec["layout"])
+        assert got[:3] == lay[:3] and all(np.array_equal(a, b) for a, b in zip(got[3:6], lay[3:6])) and got[6] is None
+        assert to_record(got) == rec["layout"]
+    assert from_record(None) == NONE and from_record({"batch_rows": 4}) == NONE

@@ -1,0 +1,73 @@
+"""The progress line of ``packer stats`` on stderr: bytes of shards read against the manifest's total.
+
+On a terminal, a tqdm bar that appears once the run has taken about a second (a quick check prints
+nothing); elsewhere (a log, a pipe) a plain line every ``EVERY`` seconds, the first after ``EVERY``:
+long runs say how far they are, short ones and test runs print nothing. Nothing with ``-q``. It is
+written to stderr only, so a closed stdout (``packer stats OUT | head -0``) never meets it, and a
+closed stderr silences it instead of failing the check.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+EVERY = 30.0  # seconds between plain lines where stderr is not a terminal
+
+
+class Progress:
+    """Callable with the bytes read (``check(progress=...)``); ``start`` is given the total first."""
+
+    def __init__(self, desc: str, stream=None, tty: bool | None = None):
+        self.desc, self.stream = desc, stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.bar, self.done, self.total, self.shards = None, 0, 0, 0
+        self.t0 = self.last = time.monotonic()
+        self.lock = threading.Lock()  # (workers report from their threads)
+
+    def start(self, total: int, shards: int) -> None:
+        if self.total:  # a holdout build checked inside the main one: its bytes add to the main bar
+            self.total += total
+            if self.bar is not None:
+                self.bar.total = self.total
+            return
+        self.total, self.shards = total, shards
+        if self.tty:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=self.desc, file=self.stream,
+                            dynamic_ncols=True, mininterval=0.5, leave=False, delay=1.0)
+
+    def __call__(self, nbytes: int) -> None:
+        with self.lock:
+            self.done += nbytes
+            if self.bar is not None:
+                self.bar.update(nbytes)
+                return
+            now = time.monotonic()
+            if not self.tty and now - self.last >= EVERY:
+                self.last = now
+                pct = 100.0 * self.done / self.total if self.total else 100.0
+                self._say(f"packer stats: {self.desc} {self.done / 1e9:,.2f} of {self.total / 1e9:,.2f} GB ({pct:.0f}%) "
+                          f"of {self.shards:,} shard(s), {now - self.t0:,.0f} s")
+
+    def _say(self, line: str) -> None:
+        try:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):  # stderr closed: say nothing more
+            self.tty = True
+
+    def close(self) -> None:
+        if self.bar is not None:
+            try:
+                self.bar.close()
+            except (OSError, ValueError):
+                pass
+            self.bar = None
+
+
+def progress_for(desc: str, quiet: bool) -> Progress | None:
+    """The progress of ``packer stats`` (None with ``-q``)."""
+    return None if quiet else Progress(desc)
