@@ -12,7 +12,7 @@ Wall and CPU: the fastest of ``--reps`` (runs alternate); "vs tiktoken": its wal
 row's (> 1: faster; CPU is the steadier on a shared machine). Each packer build runs once untimed first.
 
 ``--workers N``: packer at N and N/2 workers (the scaling) and datatrove at N tasks, each pinned to as
-many cores, on the texts cut into ``--files`` .jsonl.zst files; ratios against packer at N:
+many cores, on the texts cut into ``--files`` .jsonl.zst (``--plain``: .jsonl) files; ratios against packer at N:
 
     python bench/per_core.py --workers 16 --tokenizer .carry/gpt2-tokenizer.json --extra-path .carry/dt .carry/real.jsonl.zst
 """
@@ -87,14 +87,15 @@ LocalPipelineExecutor(pipeline=[JsonlReader(folder, glob_pattern=names[0] if len
 """
 
 
-def split_inputs(inputs: list[str], folder: str, files: int) -> str:
-    """``folder`` holding the inputs' texts as ``files`` .jsonl.zst files (runs of consecutive documents)."""
+def split_inputs(inputs: list[str], folder: str, files: int, ext: str) -> str:
+    """``folder`` holding the inputs' texts as ``files`` .jsonl or .jsonl.zst files (runs of consecutive documents)."""
     import zstandard
 
     texts, _ = common.corpus_texts(inputs), os.makedirs(folder)
     per = -(-len(texts) // files)
     for k in range(0, len(texts), per):
-        with zstandard.open(os.path.join(folder, f"{k // per:03d}.jsonl.zst"), "wt", encoding="utf-8") as f:
+        with (zstandard.open if ext.endswith(".zst") else open)(os.path.join(folder, f"{k // per:03d}{ext}"), "wt",
+                                                                 encoding="utf-8") as f:
             f.writelines(json.dumps({"text": t}) + "\n" for t in texts[k:k + per])
     return folder
 
@@ -129,13 +130,14 @@ def one_core_rows(a, inputs: list[str], env: dict, tmp: str) -> dict[str, list]:
 
 def scaling_rows(a, inputs: list[str], env: dict, tmp: str) -> dict[str, list]:
     """``--workers N``: packer at N and N/2 workers, datatrove at N tasks, each pinned to as many cores."""
-    folder = split_inputs(inputs, os.path.join(tmp, "in"), a.files)
+    ext = ".jsonl" if a.plain else ".jsonl.zst"
+    folder = split_inputs(inputs, os.path.join(tmp, "in"), a.files, ext)
     rows = {f"packer-{w}": common.pin(w, a.core) + [sys.executable, "-m", "packer.cli", "build", folder, os.path.join(
         tmp, f"packer-{w}"), "--workers", str(w), "--tokenizer", a.tokenizer, "--overwrite", "-q"]
         for w in (a.workers, a.workers // 2)}
     if importable("datatrove", a, env):
         files = sorted(os.path.join(folder, n) for n in os.listdir(folder))
-        child = head_of(a, files, os.path.join(tmp, "datatrove"), a.workers, "*.jsonl.zst") + DATATROVE
+        child = head_of(a, files, os.path.join(tmp, "datatrove"), a.workers, "*" + ext) + DATATROVE
         rows["datatrove"] = common.pin(a.workers, a.core) + [sys.executable, "-c", child]
     return rows
 
@@ -149,11 +151,12 @@ def main() -> None:
     ap.add_argument("--hf", action="store_true", help="also a 1-worker build with --tokenizer-backend hf (slow)")
     ap.add_argument("--workers", type=int, help="N: packer at N and N/2 workers against datatrove at N tasks")
     ap.add_argument("--files", type=int, default=48, help="with --workers: the .jsonl.zst files the texts are cut into")
+    ap.add_argument("--plain", action="store_true", help="with --workers: .jsonl files (auto's fastokens: >= 32 MB)")
     ap.add_argument("--extra-path", action="append", default=[], help="folder appended to the children's sys.path")
     ap.add_argument("--json", help="append the result as one JSON line here")
     a = ap.parse_args()
     inputs = [os.path.abspath(p) for p in (a.inputs or [common.need_real()])]
-    env = common.child_env(PYTHONPATH=os.pathsep.join([common.HERE, common.REPO]), RAYON_NUM_THREADS="1",
+    env = common.child_env(PYTHONPATH=os.pathsep.join(p for p in (common.HERE, common.REPO, os.environ.get("PYTHONPATH")) if p), RAYON_NUM_THREADS="1",
                            TOKENIZERS_PARALLELISM="false")
     tmp = tempfile.mkdtemp(prefix="per_core-")
     rows = scaling_rows(a, inputs, env, tmp) if a.workers else one_core_rows(a, inputs, env, tmp)
@@ -169,6 +172,9 @@ def main() -> None:
             r = common.measure(cmd, env)
             if name not in best or r["wall"] < best[name]["wall"]:
                 best[name] = r
+    for name in [n for n in best if n.startswith("packer")]:  # the encoder auto chose (fastokens: >= 32 MB on disk)
+        with open(os.path.join(tmp, name, "manifest.json")) as f:
+            best[name]["backend"] = json.load(f)["tokenizer"]["backend"]
     shutil.rmtree(tmp, ignore_errors=True)
     vs = f"packer-{a.workers}" if a.workers else "tiktoken"
     ref = best.get(vs)
@@ -176,7 +182,7 @@ def main() -> None:
           f"{'wall vs ' + vs:>17s} {'CPU vs ' + vs:>16s}")
     for name, r in best.items():  # > 1: the row is faster than the reference
         w, c = (f"{ref[k] / r[k]:.2f}x" if ref else "-" for k in ("wall", "cpu"))
-        print(f"{name:18s} {r['wall']:8.2f} {r['cpu']:8.2f} {r['rss']:13d} {r['pss']:13d} {w:>17s} {c:>16s}")
+        print(f"{name + (' ' + r['backend'] if 'backend' in r else ''):18s} {r['wall']:8.2f} {r['cpu']:8.2f} {r['rss']:13d} {r['pss']:13d} {w:>17s} {c:>16s}")
     if a.workers and "datatrove" in best:
         d, n, h = best["datatrove"], ref, best[f"packer-{a.workers // 2}"]
         print(f"packer-{a.workers} against datatrove-{a.workers}: {d['wall'] / n['wall']:.2f}x faster (wall), "
