@@ -41,6 +41,7 @@ def column_records(col: pa.Array, path: str, row0: int, max_record: int | None =
         for i in range(len(col)):
             yield Skip("not_string", f"{path}: row {row0 + i}")
         return
+    nbytes = _utf8_bytes(col) if max_record is not None else None
     try:
         col.validate(full=True)
         values = col.to_pylist()
@@ -53,13 +54,22 @@ def column_records(col: pa.Array, path: str, row0: int, max_record: int | None =
             yield Skip("invalid_utf8", f"{path}: row {row0 + i}")
         elif not text:
             yield Skip("empty", f"{path}: row {row0 + i}")
-        elif max_record is not None and len(text) > max_record and len(text.encode("utf-8")) > max_record:
+        elif nbytes is not None and nbytes[i] > max_record:
             yield Skip("too_long", f"{path}: row {row0 + i} (over --max-record-mb {max_record / (1 << 20):g})")
         else:
             yield Document(text)
 
 
 _BAD = object()
+
+
+def _utf8_bytes(col: pa.Array):
+    """Each cell's length in UTF-8 bytes, as Arrow holds it (``--max-record-mb`` is in bytes, not characters)."""
+    import pyarrow.compute as pc
+
+    if pa.types.is_string_view(col.type):
+        col = col.cast(pa.large_string())
+    return pc.binary_length(col).fill_null(0).to_numpy(zero_copy_only=False)
 
 
 def _decode(v: bytes | None):
