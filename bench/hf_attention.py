@@ -26,6 +26,7 @@ Variants ("useful" tokens: non-padding; tokens/s = useful / median step):
 - ``packer_cu``   the same with the batch's ``cu_seq_lens_q``/``max_length_q`` passed to the model;
 - ``packer_sorted`` the same, each batch's rows reordered (one-document rows first: the same batch,
                   fewer kernel calls);
+- ``packer_split``  ``packer`` with one-document rows split off at any number of runs (``hf.MAX_RUNS`` unbounded);
 - ``packer_varlen`` ``packer_attention("torch_varlen")``: every row through ``varlen_attn``;
 - ``hf_sdpa``     packer rows through sdpa with transformers' packed-sequence detection (a dense
                   document mask built from position_ids every step);
@@ -58,7 +59,8 @@ from packer.train.batching import whole_rows_first  # noqa: E402
 
 # the nested-tensor routes (SDPA on jagged tensors: flash, or cuDNN's ragged path) were measured and dropped:
 # docs/benchmarks.md, "Attention routes on the H200, re-measured"; the script that ran them is at f157fdd
-VARIANTS = ("group", "group_fa2", "packer", "packer_cu", "packer_sorted", "packer_varlen", "hf_sdpa", "padded")
+VARIANTS = ("group", "group_fa2", "packer", "packer_cu", "packer_sorted", "packer_split", "packer_varlen", "hf_sdpa",
+            "padded")
 CU_VARIANTS = ("packer_cu", "packer_sorted", "packer_varlen")
 KERNEL_OF = {"packer_varlen": "torch_varlen"}
 
@@ -186,6 +188,14 @@ def sync(a):
 
 def time_variant(a, state, var, batches, first):
     """Median step seconds over a.steps timed steps (after 3 warm-up steps), and the first step's loss."""
+    runs, hf.MAX_RUNS = hf.MAX_RUNS, (10 ** 9 if var == "packer_split" else hf.MAX_RUNS)
+    try:
+        return _time_variant(a, state, var, batches, first)
+    finally:
+        hf.MAX_RUNS = runs
+
+
+def _time_variant(a, state, var, batches, first):
     m, opt = make_model(a, state, var)
     dev = [{k: (v.to(a.device) if isinstance(v, torch.Tensor) else v) for k, v in inputs_of(var, b).items()}
            for b in batches[:a.steps + 3]]
