@@ -111,3 +111,18 @@ def test_outside_paths_are_found_in_the_column(indexed):
         assert x.outside() == bad, bad
     m["shards"][1]["path"] = "shards/..x.arrow"  # a name, not a parent
     assert S.ShardIndex(S.index_table(m), m, "test").outside() is None
+
+
+def test_writing_the_index_imports_no_pandas(sample_build):
+    """The index and its row layout are built from buffers: ``pa.array`` of Python lists or NumPy
+    arrays imports pandas where it is installed (0.3-0.5 s at the end of every build)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("pandas")  # where pandas is absent nothing could import it
+    code = ("import sys; from packer import shards as S; from packer.io import storage_for; "
+            f"S.write_manifest(storage_for({str(sample_build)!r}), S.read_manifest(storage_for({str(sample_build)!r}))); "
+            "print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
