@@ -27,6 +27,20 @@ _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 
 
+def _open_regular(path: str):
+    """``path`` opened for reading if it is a regular file, else ``OSError``: a FIFO in the manifest's
+    place would block the open (O_NONBLOCK opens it at once) and /dev/zero never ends."""
+    import errno
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    return os.fdopen(fd, "rb")
+
+
 class _Text:
     """The manifest's text, a block at a time, with the JSON values read from it one by one."""
 
@@ -35,9 +49,9 @@ class _Text:
         self.decode = codecs.getincrementaldecoder("utf-8")()
         if store.local:
             try:
-                self.f = open(store.path(MANIFEST), "rb")
+                self.f = _open_regular(store.path(MANIFEST))
             except OSError:
-                read_manifest_bytes(store)  # says why: not a build, an unfinished one, unreadable
+                read_manifest_bytes(store)  # says why: not a build, an unfinished one, unreadable, not a file
                 raise
         else:  # an object: one GET (its bytes held while read)
             import io
