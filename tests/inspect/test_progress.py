@@ -34,9 +34,13 @@ def test_a_closed_stderr_silences_it(sample_build, monkeypatch):
 
 
 def test_on_a_terminal_it_is_a_bar_over_the_manifests_bytes(sample_build):
+    import threading
+
+    before = set(threading.enumerate())
     out = io.StringIO()
     bar = P.Progress("verify", stream=out, tty=True)
     check(sample_build, progress=bar)
     assert bar.bar is not None and bar.bar.total == bar.done
     bar.close()
+    assert set(threading.enumerate()) <= before  # no tqdm monitor left behind (it would make builds spawn)
     assert P.progress_for("verify", quiet=True) is None
