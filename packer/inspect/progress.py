@@ -37,10 +37,14 @@ class Progress:
             from tqdm import tqdm
 
             # no monitor thread: it outlives the bar, and a process with other threads starts build
-            # workers with spawn rather than fork (pipeline/engines/local.make_pool)
-            tqdm.monitor_interval = 0
-            self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=self.desc, file=self.stream,
-                            dynamic_ncols=True, mininterval=0.5, leave=False, delay=1.0)
+            # workers with spawn rather than fork (pipeline/engines/local.make_pool); tqdm's setting
+            # is put back for the caller's own bars
+            old, tqdm.monitor_interval = tqdm.monitor_interval, 0
+            try:
+                self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=self.desc,
+                                file=self.stream, dynamic_ncols=True, mininterval=0.5, leave=False, delay=1.0)
+            finally:
+                tqdm.monitor_interval = old
 
     def __call__(self, nbytes: int) -> None:
         with self.lock:

@@ -43,4 +43,6 @@ def test_on_a_terminal_it_is_a_bar_over_the_manifests_bytes(sample_build):
     assert bar.bar is not None and bar.bar.total == bar.done
     bar.close()
     assert set(threading.enumerate()) <= before  # no tqdm monitor left behind (it would make builds spawn)
+    from tqdm import tqdm
+    assert tqdm.monitor_interval == 10  # tqdm's own setting is the caller's again
     assert P.progress_for("verify", quiet=True) is None
