@@ -295,11 +295,25 @@ def test_one_document_rows_in_many_runs_go_varlen_with_the_rest(ds, monkeypatch)
     the dense kernel saves (docs/benchmarks.md)."""
     from packer.train import hf
 
+    calls = _spy_varlen(monkeypatch, hf)
+    monkeypatch.setattr(hf, "_dense_causal", lambda *a: calls.append(("dense",)) or pytest.fail("dense called"))
+    model, ids, T, got, ref = _alternating_runs(ds, hf)
+    assert calls == [("varlen", ids.numel())] * model.config.num_hidden_layers
+    torch.testing.assert_close(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+
+def _spy_varlen(monkeypatch, hf) -> list:
+    """The CUDA dispatch on CPU: the varlen kernel is an exact per-segment stand-in that logs its calls."""
     calls = []
     monkeypatch.setattr(hf, "_pick", lambda q, kernel: "torch_varlen")
     monkeypatch.setitem(hf._KERNEL_FNS, "torch_varlen",
                         lambda q, k, v, cu, mx, s: calls.append(("varlen", q.shape[0])) or hf._per_segment(q, k, v, cu, s))
-    monkeypatch.setattr(hf, "_dense_causal", lambda *a: calls.append(("dense",)) or pytest.fail("dense called"))
+    return calls
+
+
+def _alternating_runs(ds, hf):
+    """A batch of 2 * MAX_RUNS rows, whole and several-document in turn, through a tiny model:
+    (model, ids, T, logits, logits of each document alone)."""
     model = tiny(ds, packer_attention())
     rows = many_docs(ds, 3)
     b = collate([ds[rows[i % len(rows)]] for i in range(2 * hf.MAX_RUNS)])
@@ -307,10 +321,7 @@ def test_one_document_rows_in_many_runs_go_varlen_with_the_rest(ds, monkeypatch)
     T = ids.shape[1]
     pos[1::2] = torch.arange(T)  # whole, several, whole, ...: 2 * MAX_RUNS runs
     with torch.no_grad():
-        got = model(input_ids=ids, position_ids=pos).logits
-        ref = alone(model, ids, pos)
-    assert calls == [("varlen", ids.numel())] * model.config.num_hidden_layers
-    torch.testing.assert_close(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+        return model, ids, T, model(input_ids=ids, position_ids=pos).logits, alone(model, ids, pos)
 
 
 def test_split_pays_where_it_measured_faster():
@@ -329,22 +340,11 @@ def test_whole_rows_in_many_runs_split_when_it_pays(ds, monkeypatch):
     together, and the logits still equal each document alone."""
     from packer.train import hf
 
-    calls = []
-    monkeypatch.setattr(hf, "_pick", lambda q, kernel: "torch_varlen")
     monkeypatch.setattr(hf, "WHOLE_PER_RUN", 0)  # every mixed batch splits
-    monkeypatch.setitem(hf._KERNEL_FNS, "torch_varlen",
-                        lambda q, k, v, cu, mx, s: calls.append(("varlen", q.shape[0])) or hf._per_segment(q, k, v, cu, s))
+    calls = _spy_varlen(monkeypatch, hf)
     dense = hf._dense_causal
     monkeypatch.setattr(hf, "_dense_causal", lambda q, k, v, rows, T, s: calls.append(("dense", rows)) or dense(q, k, v, rows, T, s))
-    model = tiny(ds, packer_attention())
-    rows = many_docs(ds, 3)
-    b = collate([ds[rows[i % len(rows)]] for i in range(2 * hf.MAX_RUNS)])
-    ids, pos = b["input_ids"], b["position_ids"].clone()
-    T = ids.shape[1]
-    pos[1::2] = torch.arange(T)  # whole, several, whole, ...: 2 * MAX_RUNS runs
-    with torch.no_grad():
-        got = model(input_ids=ids, position_ids=pos).logits
-        ref = alone(model, ids, pos)
+    model, ids, T, got, ref = _alternating_runs(ds, hf)
     assert calls == [("dense", hf.MAX_RUNS), ("varlen", hf.MAX_RUNS * T)] * model.config.num_hidden_layers
     torch.testing.assert_close(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
 
