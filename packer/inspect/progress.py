@@ -16,6 +16,22 @@ import time
 EVERY = 30.0  # seconds between plain lines where stderr is not a terminal
 
 
+def bar(**kw):
+    """A tqdm bar (``kw`` as tqdm takes them) that starts no monitor thread. The monitor outlives
+    the bar, and with a second thread running the local engine cannot fork its workers (a fork
+    copies other threads' locks) and starts them from a forkserver, where each parses the tokenizer
+    again (Llama 3, 2 workers, 20 MB: 5.6 s against 2.65 s with -q). Whoever makes a bar updates it;
+    the monitor only nudges bars that nothing updates. tqdm's setting is put back for the caller's
+    own bars."""
+    from tqdm import tqdm
+
+    old, tqdm.monitor_interval = tqdm.monitor_interval, 0
+    try:
+        return tqdm(**kw)
+    finally:
+        tqdm.monitor_interval = old
+
+
 class Progress:
     """Callable with the bytes read (``check(progress=...)``); ``start`` is given the total first."""
 
@@ -34,17 +50,8 @@ class Progress:
             return
         self.total, self.shards = total, shards
         if self.tty:
-            from tqdm import tqdm
-
-            # no monitor thread: it outlives the bar, and a process with other threads starts build
-            # workers with spawn rather than fork (pipeline/engines/local.make_pool); tqdm's setting
-            # is put back for the caller's own bars
-            old, tqdm.monitor_interval = tqdm.monitor_interval, 0
-            try:
-                self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=self.desc,
-                                file=self.stream, dynamic_ncols=True, mininterval=0.5, leave=False, delay=1.0)
-            finally:
-                tqdm.monitor_interval = old
+            self.bar = bar(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=self.desc,
+                           file=self.stream, dynamic_ncols=True, mininterval=0.5, leave=False, delay=1.0)
 
     def __call__(self, nbytes: int) -> None:
         with self.lock:
