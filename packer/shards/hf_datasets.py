@@ -78,8 +78,12 @@ def hf_dataset(path: str, *, verify: bool = False, labels: bool = True):
     for sh in m["shards"]:
         f = os.path.join(path, sh["path"])
         table = _checked_shard(f, sh, seq_len, dtype, verify)
+        if table.num_rows == 0:  # a unit whose slice held no document: no rows to add (datasets
+            continue  # cannot concatenate a table of no record batches)
         side = _side_file(cache, sh, table, seq_len, labels)
         blocks.append([MemoryMappedTable.from_file(side), ArrowFileTable.from_file(f)])
+    if not blocks:
+        raise ShardError(f"{path}: the build has no rows")
     return datasets.Dataset(ConcatenationTable.from_blocks(blocks),
                             info=datasets.DatasetInfo(description=f"packer build {path}"),
                             fingerprint=f"packer-{digest}-{int(labels)}")

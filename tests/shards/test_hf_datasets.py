@@ -166,3 +166,21 @@ def test_columns_are_made_once_and_an_unwritable_cache_is_one_line(short_docs_bu
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", blocker / "cache")
     with pytest.raises(PackerError, match="HF_DATASETS_CACHE"):
         hf_dataset(short_docs_build)
+
+
+def test_units_that_hold_no_document_leave_no_gap(tmp_path, datasets_cache):
+    """A document longer than a work unit leaves the next units' slices without a record start:
+    their shards have no rows. The dataset is every other shard's rows, in order (datasets cannot
+    concatenate a table of no record batches)."""
+    from packer import PackedDataset, build
+
+    corpus = tmp_path / "c.jsonl"
+    words = " ".join(f"w{i}" for i in range(30000))  # ~200 kB: spans several 0.02 MB units
+    corpus.write_text("\n".join(json.dumps({"text": t}) for t in ("first", words, "last")) + "\n")
+    out = str(tmp_path / "out")
+    build(str(corpus), out, seq_len=256, workers=1, unit_mb=0.02, quiet=True)
+    assert any(sh["rows"] == 0 for sh in read_manifest(out)["shards"])
+    ds, ref = hf_dataset(out), PackedDataset(out)
+    assert len(ds) == len(ref) > 0
+    for i in (0, len(ref) // 2, len(ref) - 1):
+        assert ds[i]["input_ids"] == ref[i]["input_ids"].tolist()
