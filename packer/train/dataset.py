@@ -193,9 +193,12 @@ class PackedDataset(Dataset):
         """Rows per build, in the order given (what PackedSampler mixes)."""
         return tuple(b.rows for b in self.builds)
 
+    num_shards = property(lambda self: self._shards.n)
+
     @property
-    def num_shards(self) -> int:
-        return self._shards.n
+    def shard_starts(self) -> np.ndarray:
+        """Every shard's first row, (num_shards,) int64 in this dataset's row numbering (PackedSampler's blocks)."""
+        return self._shards.starts()
 
     @property
     def shard_paths(self) -> tuple[str, ...]:

@@ -99,6 +99,11 @@ class ShardTable:
         self.shard0 = np.cumsum([0] + [x.n for x in indexes]).tolist()  # each build's first shard
         self.n = self.shard0[-1]
 
+    def starts(self) -> np.ndarray:
+        """Every shard's first row in the dataset's numbering, (n,) int64."""
+        return np.concatenate([np.asarray(x.starts, np.int64) + r0 for x, r0 in zip(self.indexes, self.row0)]
+                              or [np.zeros(0, np.int64)])
+
     def locate(self, i: int) -> tuple[int, int]:
         """(shard, row in it) of row ``i``."""
         b = bisect_right(self.row0, i) - 1 if len(self.indexes) > 1 else 0
