@@ -4,10 +4,12 @@ Builds are made WITHOUT tokenizing: one real shard (of sample_data built once, o
 N times (a fresh copy every 60,000 links: ext4's cap is 65,000) with a valid manifest and index (the
 row layout of the one file given for every link). Each figure is a fresh child process (imports not
 counted; memory over a baseline taken after a warm-up open of a 2-shard build): ``open_s``,
-``open_rss_mib``; ``rows_us``: 2,000 rows in PackedSampler's shuffled order, one ``ds[i]`` each, then
+``open_rss_mib``; ``rows_us``: 2,000 rows in a uniform shuffle (``PackedSampler(block_rows=None)``), one ``ds[i]`` each, then
 through ``__getitems__`` in batches of 8 (the best of 3 passes, each over a fresh dataset); ``vs_one_shard``: over the same reads of a 1-shard build (the
 same file); ``slow_*``: with the row layout ignored (each shard mapped, its Arrow footer parsed: builds
-whose index predates the layout); ``pickle_bytes``, ``sampler_state_bytes``; ``no_index_open_s``: with
+whose index predates the layout); ``block_*``: the same reads in PackedSampler's shard blocks of
+``--block-shards`` shards (``block_rows`` = that many shards' rows: what the default 2^20 rows gives with
+64 MB shards at 2048), ``*_sampler_mib``: peak memory of making each order; ``pickle_bytes``, ``sampler_state_bytes``; ``no_index_open_s``: with
 index.arrow removed, up to ``--no-index-max``; ``stats_rss_mib``: peak RSS of ``packer stats OUT -q
 --workers 2`` (``--no-verify`` past ``--stats-max``).
 
@@ -32,7 +34,7 @@ CHILD = r"""
 import json, pickle, sys, time
 import packer.train.dataset as D
 from packer import PackedDataset, PackedSampler
-out, rows, warm = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out, rows, warm, block = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[5])
 D.FAST = sys.argv[4] == "1"  # 0: the row layout ignored (each shard mapped, its Arrow footer parsed)
 def rss():
     return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
@@ -42,7 +44,9 @@ del w
 base, t = rss(), time.perf_counter()
 ds = PackedDataset(out)
 open_s, opened = time.perf_counter() - t, rss() - base
-s = PackedSampler(ds, seed=0)
+bidx = [i for _, i in zip(range(rows), iter(PackedSampler(ds, seed=0, block_rows=block * ds._shards.indexes[0].rows[0])))]
+block_mib = rss() - base
+s = PackedSampler(ds, seed=0, block_rows=None)
 idx = [i for _, i in zip(range(rows), iter(s))]
 def best(read):  # the fastest of 3 passes, each over a fresh dataset (every shard's first use again)
     times = []
@@ -59,8 +63,11 @@ def batches(d):
     for a in range(0, len(idx), 8):
         d.__getitems__(idx[a:a + 8])
 one, batch = best(each), best(batches)
+idx, uniform, uniform_mib = bidx, idx, rss() - base
 print(json.dumps({"open_s": open_s, "open_rss_mib": opened, "rows_us": one, "batch_rows_us": batch,
-                  "distinct_shards": len({ds._shards.locate(i)[0] for i in idx}), "rows": len(ds),
+                  "block_rows_us": best(each), "block_batch_rows_us": best(batches), "block_sampler_mib": block_mib,
+                  "uniform_sampler_mib": uniform_mib, "block_distinct_shards": len({ds._shards.locate(i)[0] for i in bidx}),
+                  "distinct_shards": len({ds._shards.locate(i)[0] for i in uniform}), "rows": len(ds),
                   "peak_rss_mib": rss(), "pickle_bytes": len(pickle.dumps(ds)),
                   "sampler_state_bytes": len(pickle.dumps(s.state_dict()))}))
 """
@@ -118,9 +125,9 @@ finally:
 """
 
 
-def measure(out: str, warm: str, rows: int = ROWS, fast: bool = True, code: str = CHILD, args=()) -> dict:
+def measure(out: str, warm: str, rows: int = ROWS, fast: bool = True, code: str = CHILD, args=(), block: int = 64) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
-    argv = [out, str(rows), warm, str(int(fast))] if code is CHILD else list(args)
+    argv = [out, str(rows), warm, str(int(fast)), str(block)] if code is CHILD else list(args)
     r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env)
     if r.returncode:
         sys.exit(f"measuring {out} failed:\n{r.stderr}")
@@ -134,6 +141,7 @@ def main() -> None:
     ap.add_argument("--source", default=None, help="a real build to take shard 0 of (default: sample_data at 2048)")
     ap.add_argument("--no-index-max", type=int, default=100_000, help="largest N also opened without its index")
     ap.add_argument("--stats-max", type=int, default=10_000, help="largest N verified by packer stats (then --no-verify)")
+    ap.add_argument("--block-shards", type=int, default=64, help="shards per shuffle block for the block_* figures")
     ap.add_argument("--keep", action="store_true", help="keep the builds")
     ap.add_argument("--json", default=None, help="append each result as a JSON line to this file")
     a = ap.parse_args()
@@ -147,11 +155,13 @@ def main() -> None:
     results = []
     for n in a.sizes:
         t, out = time.perf_counter(), make_build(src, os.path.join(a.dir, f"n{n}"), n, shard=0)
-        made, (r, slow) = time.perf_counter() - t, (measure(out, warm), measure(out, warm, fast=False))
+        made, r = time.perf_counter() - t, measure(out, warm, block=a.block_shards)
+        slow = measure(out, warm, fast=False, block=a.block_shards)
         r.update(shards=n, make_s=round(made, 1), manifest_mb=os.path.getsize(os.path.join(out, "manifest.json")) / 1e6,
                  index_mb=os.path.getsize(os.path.join(out, "index.arrow")) / 1e6,
                  open_us_per_shard=r["open_s"] / n * 1e6, vs_one_shard=r["rows_us"] / one["rows_us"],
                  batch_vs_one_shard=r["batch_rows_us"] / one["batch_rows_us"], slow_rows_us=slow["rows_us"],
+                 block_vs_one_shard=r["block_rows_us"] / one["rows_us"], block_batch_vs_one_shard=r["block_batch_rows_us"] / one["batch_rows_us"],
                  slow_vs_one_shard=slow["rows_us"] / slow1["rows_us"], slow_batch_vs_one_shard=slow["batch_rows_us"] / slow1["batch_rows_us"])
         if n <= a.no_index_max:
             index = os.path.join(out, "index.arrow")
@@ -166,7 +176,8 @@ def main() -> None:
         if not a.keep:
             shutil.rmtree(out)
     cols = ("shards", "open_s", "open_us_per_shard", "open_rss_mib", "rows_us", "vs_one_shard", "batch_vs_one_shard",
-            "slow_rows_us", "slow_vs_one_shard", "no_index_open_s", "stats_rss_mib", "stats_s")
+            "slow_rows_us", "slow_vs_one_shard", "block_vs_one_shard", "block_batch_vs_one_shard", "block_sampler_mib",
+            "uniform_sampler_mib", "no_index_open_s", "stats_rss_mib", "stats_s")
     print(" ".join(f"{c[:11]:>11}" for c in cols), file=sys.stderr)
     for r in results:
         print(" ".join(f"{r[c]:11.3f}" if c in r else f"{'-':>11}" for c in cols), file=sys.stderr)

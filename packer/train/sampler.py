@@ -3,13 +3,18 @@
 ``PackedSampler`` decides which rows each rank reads in which order:
 
 - **Epoch order.** A global order of the epoch's rows, a pure function of
-  (seed, epoch) and the build sizes. Without weights it is a permutation of
-  all rows (every row once per epoch); ``shuffle=False`` keeps row order.
+  (seed, epoch) and the build sizes. Without weights every row comes once
+  per epoch: over more than ``block_rows`` rows of a PackedDataset, shards in
+  a shuffled order, a block of about ``block_rows`` rows of them at a time,
+  rows shuffled within a block (packer/train/order.py: a reader reuses the
+  block's shards; the order is made one block at a time, so a rank's memory
+  does not grow with the build); else one uniform permutation (as with
+  ``block_rows=None``); ``shuffle=False`` keeps row order.
 - **Mixing.** With ``weights`` (one per build), an epoch has
   ``num_samples`` rows (default: all rows), build k contributing
   ``n_k ~ w_k * num_samples`` (largest remainder, so they sum exactly). Each
   build is read as an endless stream of fresh permutations of its rows
-  (pass p shuffled by (seed, k, p)); epoch e takes the stream's next
+  (pass p shuffled by (seed, k, p), in its shard blocks); epoch e takes the stream's next
   ``n_k`` rows, so an upweighted build repeats rows, in a new order each
   pass, and a downweighted one is not repeated until all its rows were
   seen. The builds are interleaved by jittered stride: the j-th row of
@@ -40,21 +45,25 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import torch
-import xxhash
 from torch.utils.data import DataLoader, DistributedSampler
 
 from .batching import collate
+from .order import Fixed, order_for, positions
 from ..errors import PackerError
 
 # Tags keep the random streams of different purposes apart (NumPy seeds from the whole list).
 _PERMUTE, _STREAM, _MIX = 1, 2, 3
 
+BLOCK_ROWS = 1 << 20  # rows of a shuffle block: about 64 shards of 64 MB at seq_len 2048 (uint16 ids)
+
 
 class PackedSampler(DistributedSampler):
     """Indices of this rank's rows, epoch by epoch; see the module docstring.
 
-    ``source``: a PackedDataset (its builds' row counts), a row count, or a
-    sequence of per-build row counts. ``rank``/``world_size``: default to
+    ``source``: a PackedDataset (its builds' row counts and its shards), a
+    row count, or a sequence of per-build row counts (no shards known: one
+    permutation). ``block_rows``: rows of a shuffle block (None: one uniform
+    permutation of all rows, 8 bytes a row in every rank). ``rank``/``world_size``: default to
     torch.distributed's when a process group is initialized, else 0 and 1.
 
     A ``DistributedSampler`` by type only (its ``__init__`` is not used): so
@@ -64,10 +73,13 @@ class PackedSampler(DistributedSampler):
     """
 
     def __init__(self, source, *, weights: Sequence[float] | None = None, num_samples: int | None = None,
-                 shuffle: bool = True, seed: int = 0, rank: int | None = None, world_size: int | None = None):
+                 shuffle: bool = True, seed: int = 0, rank: int | None = None, world_size: int | None = None,
+                 block_rows: int | None = BLOCK_ROWS):
         rank, world_size = _rank_and_world(rank, world_size)
+        starts = None
         if hasattr(source, "build_rows"):
             sizes = list(source.build_rows)
+            starts = getattr(source, "shard_starts", None)
         elif isinstance(source, (int, np.integer)):
             sizes = [int(source)]
         else:
@@ -76,8 +88,13 @@ class PackedSampler(DistributedSampler):
             raise PackerError(f"PackedSampler needs row counts >= 0, got {sizes}")
         if world_size < 1 or not 0 <= rank < world_size:
             raise PackerError(f"rank {rank} is not in 0..world_size-1 (world_size {world_size})")
-        self.sizes = tuple(sizes)
+        if block_rows is not None and block_rows < 1:
+            raise PackerError(f"block_rows must be >= 1 or None, got {block_rows}")
+        self.sizes, self.block_rows = tuple(sizes), block_rows
         self.offsets = tuple(int(x) for x in np.cumsum([0] + sizes[:-1]))
+        # each build's shard starts, in its own row numbering (None: shards not known)
+        self._starts = None if starts is None else [starts[(starts >= o) & (starts < o + n)] - o
+                                                    for o, n in zip(self.offsets, sizes)]
         self.seed, self.rank, self.world_size, self.shuffle = int(seed), int(rank), int(world_size), bool(shuffle)
         self.weights = None
         total = sum(sizes)
@@ -98,7 +115,7 @@ class PackedSampler(DistributedSampler):
         self._resume = 0  # global position where the next iteration starts
         self._iter_start: int | None = None  # where the current (or last) iteration started
         self._yielded = 0
-        self._cache: tuple[int, np.ndarray, str] | None = None
+        self._cache: tuple | None = None  # (epoch, its order (packer/train/order.py), its digest)
 
     # DistributedSampler's attribute names, for code that reads them
     num_replicas = property(lambda self: self.world_size)
@@ -107,28 +124,30 @@ class PackedSampler(DistributedSampler):
     # -- the epoch order ------------------------------------------------------
 
     def epoch_order(self, epoch: int | None = None) -> np.ndarray:
-        """The global order of an epoch (all ranks): row indices, shape (num_samples,)."""
-        epoch = self.epoch if epoch is None else int(epoch)
-        if self._cache is None or self._cache[0] != epoch:
-            order = self._mixed(epoch) if self.weights is not None else self._permuted(epoch)
-            order = order.astype(np.int64, copy=False)
-            self._cache = (epoch, order, xxhash.xxh3_64_hexdigest(order.tobytes()))
-        return self._cache[1]
+        """The global order of an epoch (all ranks): row indices, shape (num_samples,), made whole
+        (8 bytes a row; iterating makes one block at a time)."""
+        order = self._order(self.epoch if epoch is None else int(epoch))[0]
+        return np.concatenate(list(positions(order, 0, order.n)) or [np.zeros(0, np.int64)])
 
-    def _permuted(self, epoch: int) -> np.ndarray:
-        n = self.num_samples
-        if not self.shuffle:
-            return np.arange(n, dtype=np.int64)
-        return np.random.default_rng([self.seed, _PERMUTE, epoch]).permutation(n)
+    def _order(self, epoch: int) -> tuple:
+        """(order, digest) of an epoch."""
+        if self._cache is None or self._cache[0] != epoch:
+            if self.weights is None:
+                starts = None if self._starts is None else np.concatenate(
+                    [s + o for s, o in zip(self._starts, self.offsets)] or [np.zeros(0, np.int64)])
+                order = order_for([self.seed, _PERMUTE, epoch], self.num_samples, starts, self.block_rows, self.shuffle)
+            else:
+                order = Fixed(self._mixed(epoch))
+            self._cache = (epoch, order, order.digest())
+        return self._cache[1:]
 
     def _stream(self, k: int, a: int, b: int) -> np.ndarray:
-        """Positions [a, b) of build k's endless stream of per-pass permutations."""
-        n = self.sizes[k]
+        """Positions [a, b) of build k's endless stream of per-pass orders."""
+        n, starts = self.sizes[k], None if self._starts is None else self._starts[k]
         out = []
         for p in range(a // n, (b - 1) // n + 1):
-            rows = np.random.default_rng([self.seed, _STREAM, k, p]).permutation(n) if self.shuffle else np.arange(n)
-            lo, hi = max(a - p * n, 0), min(b - p * n, n)
-            out.append(rows[lo:hi])
+            order = order_for([self.seed, _STREAM, k, p], n, starts, self.block_rows, self.shuffle)
+            out.extend(positions(order, max(a - p * n, 0), min(b - p * n, n)))
         return np.concatenate(out) + self.offsets[k]
 
     def _mixed(self, epoch: int) -> np.ndarray:
@@ -165,12 +184,12 @@ class PackedSampler(DistributedSampler):
 
     def __iter__(self) -> Iterator[int]:
         start, self._resume = self._resume, 0  # a resumed position applies to one iteration
-        order = self.epoch_order()
+        order = self._order(self.epoch)[0]
         self._iter_start, self._yielded = start, 0
-        mine = order[start + self.rank: start + self._share(start) * self.world_size: self.world_size]
-        for i in mine.tolist():
-            self._yielded += 1
-            yield i
+        for mine in positions(order, start + self.rank, start + self._share(start) * self.world_size, self.world_size):
+            for i in mine.tolist():
+                self._yielded += 1
+                yield i
 
     # -- checkpointing --------------------------------------------------------
 
@@ -182,13 +201,13 @@ class PackedSampler(DistributedSampler):
         else:
             n = self._yielded if consumed is None else int(consumed)
             position = self._iter_start + n * self.world_size
-        self.epoch_order()
         return {
             "seed": self.seed,
             "epoch": self.epoch,
             "position": position,
             "num_samples": self.num_samples,
-            "order_digest": self._cache[2],
+            "block_rows": self.block_rows,
+            "order_digest": self._order(self.epoch)[1],
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -199,11 +218,12 @@ class PackedSampler(DistributedSampler):
             )
         self.epoch, self._iter_start, self._yielded = int(state["epoch"]), None, 0
         self._resume = int(state["position"])
-        self.epoch_order()
-        if state.get("order_digest") != self._cache[2]:
+        if state.get("order_digest") != self._order(self.epoch)[1]:
+            older = "" if "block_rows" in state else (
+                "; a state saved by a packer before shuffle blocks resumes with PackedSampler(..., block_rows=None)")
             raise PackerError(
                 "cannot resume: this epoch's row order differs from the saved one "
-                "(other builds, weights or shuffle, or another NumPy)"
+                f"(other builds, weights, shuffle or block_rows, or another NumPy){older}"
             )
 
 
