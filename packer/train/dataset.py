@@ -64,7 +64,7 @@ from ..errors import PackerError, ShardError
 from ..io import ShardCache, storage_for
 from .rows import Row, Rows  # noqa: F401 (Row re-exported: where it always was)
 from .shard_file import FAST, ShardFile
-from .shard_map import (Mapped, ShardEntry, ShardTable, check_checksum, check_compatible, check_layout, check_listed,  # noqa: F401
+from .shard_map import (Mapped, ShardEntry, ShardTable, check_checksum, check_compatible, check_layout,  # noqa: F401
                         check_size, map_shard, verify_all)
 
 IGNORE_INDEX = -100  # what torch's cross_entropy and HF models skip
@@ -148,10 +148,6 @@ class PackedDataset(Dataset):
             stores.append(store)
             indexes.append(x)
         self._shards = ShardTable(stores, indexes, [S.LOSS_MASK in b.manifest.get("columns", []) for b in builds])
-        for k, store in enumerate(stores):
-            if not store.local:  # shards are fetched on first use; here one listing checks their sizes
-                first_shard = self._shards.shard0[k]
-                check_listed(store, [self._shards.entry(first_shard + s) for s in range(indexes[k].n)])
 
         m = first[1]
         self.builds: tuple[BuildInfo, ...] = tuple(builds)

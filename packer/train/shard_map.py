@@ -160,18 +160,6 @@ def check_compatible(a: tuple[str, dict], b: tuple[str, dict]) -> None:
             )
 
 
-def check_listed(store: Storage, entries: list[ShardEntry]) -> None:
-    """Every shard is in the store with its size: one listing."""
-    objects = store.list()
-    for e in entries:
-        size = objects.get(e.rel)
-        if size is None:
-            raise ShardError(f"{e.path}: shard is missing")
-        if size != e.nbytes:
-            what = "truncated" if size < e.nbytes else "longer than the manifest says"
-            raise ShardError(f"{e.path}: shard is {what} ({size} bytes, manifest says {e.nbytes})")
-
-
 def check_size(e: ShardEntry) -> None:
     """A local shard is a regular file of the manifest's size (one stat: done at first use)."""
     try:

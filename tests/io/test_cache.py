@@ -86,8 +86,9 @@ def test_dataset_refuses_a_corrupt_remote_shard_and_caches_nothing_of_it(s3, loc
         ds[0]
     assert os.listdir(cache) == [".lock"]  # no shard, no temp file
     c.delete_object(Bucket="corrupt", Key="out/shards/000001.arrow")
+    ds = PackedDataset("s3://corrupt/out", cache_dir=cache)  # open lists nothing: the shard is checked at first use
     with pytest.raises(ShardError, match="000001.arrow: shard is missing"):
-        PackedDataset("s3://corrupt/out", cache_dir=cache)
+        ds[int(ds.shard_starts[1])]
 
 
 def test_dataset_uses_the_cache_without_downloading_again(s3, local_build, tmp_path):
