@@ -1,17 +1,17 @@
 """Opening a build of N shards: time, memory and random-row cost at 10^3 ... 10^6 shards (issue 31.1).
 
 Builds are made WITHOUT tokenizing: one real shard (of sample_data built once, or ``--source``) hard-linked
-N times (a fresh copy every 60,000 links: ext4's cap is 65,000) with a valid manifest and index (the
-row layout of the one file given for every link). Each figure is a fresh child process (imports not
-counted; memory over a baseline taken after a warm-up open of a 2-shard build): ``open_s``,
-``open_rss_mib``; ``rows_us``: 2,000 rows in a uniform shuffle (``PackedSampler(block_rows=None)``), one ``ds[i]`` each, then
-through ``__getitems__`` in batches of 8 (the best of 3 passes, each over a fresh dataset); ``vs_one_shard``: over the same reads of a 1-shard build (the
-same file); ``slow_*``: with the row layout ignored (each shard mapped, its Arrow footer parsed: builds
-whose index predates the layout); ``block_*``: the same reads in PackedSampler's shard blocks of
-``--block-shards`` shards (``block_rows`` = that many shards' rows: what the default 2^20 rows gives with
-64 MB shards at 2048), ``*_sampler_mib``: peak memory of making each order; ``pickle_bytes``, ``sampler_state_bytes``; ``no_index_open_s``: with
-index.arrow removed, up to ``--no-index-max``; ``stats_rss_mib``: peak RSS of ``packer stats OUT -q
---workers 2`` (``--no-verify`` past ``--stats-max``).
+N times (a fresh copy every 60,000 links: ext4's cap is 65,000) with a valid manifest and index (the row
+layout of the one file given for every link). Each figure is a fresh child process (imports not counted;
+memory over a baseline taken after a warm-up open of a 2-shard build): ``open_s``, ``open_rss_mib``;
+``rows_us``: 2,000 rows in a uniform shuffle (``PackedSampler(block_rows=None)``), one ``ds[i]`` each, then
+in batches of 8 (the best of 3 passes, each over a fresh dataset); ``vs_one_shard``: over the same reads of
+a 1-shard build (the same file); ``slow_*``: the row layout ignored (each shard mapped, its Arrow footer
+parsed: builds whose index predates it); ``block_*``: the same reads in PackedSampler's shuffle blocks of
+``--block-shards`` shards (what the default 2^20 rows gives with 64 MB shards at 2048); ``*_sampler_mib``:
+peak memory of making each order; ``no_index_open_s``: index.arrow removed (up to ``--no-index-max``);
+``stats_rss_mib``: peak RSS of ``packer stats OUT -q --workers 2`` (``--no-verify`` past ``--stats-max``).
+``--sampler SHARDS ROWS``: only PackedSampler's order, at any size (no build made).
 
 Run:  python bench/open_scale.py --sizes 1000 10000 100000 [1000000] --dir /tmp/open_scale
 """
@@ -30,14 +30,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (tests imp
 LINKS_PER_SOURCE = 60_000
 ROWS = 2000
 
-CHILD = r"""
+RSS = r"""
+def rss():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
+"""
+CHILD = RSS + r"""
 import json, pickle, sys, time
 import packer.train.dataset as D
 from packer import PackedDataset, PackedSampler
 out, rows, warm, block = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[5])
 D.FAST = sys.argv[4] == "1"  # 0: the row layout ignored (each shard mapped, its Arrow footer parsed)
-def rss():
-    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
 w = PackedDataset(warm)  # imports and first-call costs (pyarrow.compute, ...) are not the open's
 w[0], w.__getitems__([0, 1])
 del w
@@ -56,12 +58,8 @@ def best(read):  # the fastest of 3 passes, each over a fresh dataset (every sha
         read(d)
         times.append((time.perf_counter() - t) / len(idx) * 1e6)
     return min(times)
-def each(d):
-    for i in idx:
-        d[i]
-def batches(d):
-    for a in range(0, len(idx), 8):
-        d.__getitems__(idx[a:a + 8])
+each = lambda d: all(d[i] is not None for i in idx)  # (each row dropped as it is read)
+batches = lambda d: all(d.__getitems__(idx[a:a + 8]) is not None for a in range(0, len(idx), 8))
 one, batch = best(each), best(batches)
 idx, uniform, uniform_mib = bidx, idx, rss() - base
 print(json.dumps({"open_s": open_s, "open_rss_mib": opened, "rows_us": one, "batch_rows_us": batch,
@@ -98,8 +96,7 @@ def make_build(src: str, out: str, n: int, shard: int = -1) -> str:
         rel = f"{S.SHARD_DIR}/{k:0{width}d}.arrow"
         dst = os.path.join(out, rel)
         if k % LINKS_PER_SOURCE == 0:
-            shutil.copyfile(os.path.join(src, e["path"]), dst)
-            source = dst
+            source = shutil.copyfile(os.path.join(src, e["path"]), dst)
         else:
             os.link(source, dst)
         entries.append({**e, "unit": k, "path": rel, "sources": []})
@@ -115,23 +112,53 @@ def make_build(src: str, out: str, n: int, shard: int = -1) -> str:
     return out
 
 
-STATS = r"""
+STATS = RSS + r"""
 import sys
 from packer.cli import main
 try:
     main(sys.argv[1:], standalone_mode=False)
 finally:
-    print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024, file=sys.stderr)
+    print(rss(), file=sys.stderr)
 """
 
 
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
+
+
 def measure(out: str, warm: str, rows: int = ROWS, fast: bool = True, code: str = CHILD, args=(), block: int = 64) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
+    env = _env()
     argv = [out, str(rows), warm, str(int(fast)), str(block)] if code is CHILD else list(args)
     r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env)
     if r.returncode:
         sys.exit(f"measuring {out} failed:\n{r.stderr}")
     return json.loads(r.stdout.strip().splitlines()[-1]) if code is CHILD else {"rss": float(r.stderr.split()[-1])}
+
+
+SAMPLER = RSS + r"""
+import json, sys, time
+import numpy as np
+from packer import PackedSampler
+shards, per = int(sys.argv[1]), int(sys.argv[2])
+class Build:  # what PackedSampler reads of a PackedDataset: shards of ``per`` rows
+    build_rows, shard_starts = (shards * per,), np.arange(shards, dtype=np.int64) * per
+base, t = rss(), time.perf_counter()
+s = PackedSampler(Build(), seed=0, rank=3, world_size=512)
+it = iter(s)
+first = [i for _, i in zip(range(1000), it)]
+made, t = time.perf_counter() - t, time.perf_counter()
+n = sum(1 for _ in zip(range(4 * (1 << 20) // 512), it))  # on through about four blocks
+print(json.dumps({"rows": shards * per, "first_1000_s": made, "us_per_row": (time.perf_counter() - t) / max(n, 1) * 1e6,
+                  "peak_mib": rss() - base, "state": s.state_dict()}))
+"""
+
+
+def sampler_scale(shards: int, per: int) -> dict:
+    """PackedSampler's default order over ``shards`` shards of ``per`` rows, rank 3 of 512: no build needed."""
+    r = subprocess.run([sys.executable, "-c", SAMPLER, str(shards), str(per)], capture_output=True, text=True, env=_env())
+    if r.returncode:
+        sys.exit(f"sampler at {shards} shards failed:\n{r.stderr}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -141,12 +168,17 @@ def main() -> None:
     ap.add_argument("--source", default=None, help="a real build to take shard 0 of (default: sample_data at 2048)")
     ap.add_argument("--no-index-max", type=int, default=100_000, help="largest N also opened without its index")
     ap.add_argument("--stats-max", type=int, default=10_000, help="largest N verified by packer stats (then --no-verify)")
+    ap.add_argument("--stats-upto", type=int, default=100_000, help="largest N given to packer stats at all")
     ap.add_argument("--block-shards", type=int, default=64, help="shards per shuffle block for the block_* figures")
+    ap.add_argument("--sampler", type=int, nargs=2, metavar=("SHARDS", "ROWS"), default=None,
+                    help="only time and size PackedSampler's order over SHARDS shards of ROWS rows (15T tokens at 2048: 470000 15500)")
     ap.add_argument("--keep", action="store_true", help="keep the builds")
     ap.add_argument("--json", default=None, help="append each result as a JSON line to this file")
     a = ap.parse_args()
     from common import emit_json
 
+    if a.sampler:
+        return emit_json(sampler_scale(*a.sampler), a.json)
     src = a.source or source_build(os.path.join(a.dir, "source"))
     n1, warm = (make_build(src, os.path.join(a.dir, name), k, shard=0) for name, k in (("n1", 1), ("warm", 2)))
     one, slow1 = measure(n1, warm), measure(n1, warm, fast=False)
@@ -170,8 +202,9 @@ def main() -> None:
             os.rename(index + ".off", index)
             r.update(no_index_open_s=old["open_s"], no_index_open_rss_mib=old["open_rss_mib"])
         t, flags = time.perf_counter(), ["-q", "--workers", "2"] + (["--no-verify"] if n > a.stats_max else [])
-        r.update(stats_rss_mib=measure(out, warm, code=STATS, args=["stats", out, *flags])["rss"],
-                 stats_s=time.perf_counter() - t, stats_flags=" ".join(flags))
+        if n <= a.stats_upto:
+            r.update(stats_rss_mib=measure(out, warm, code=STATS, args=["stats", out, *flags])["rss"],
+                     stats_s=time.perf_counter() - t, stats_flags=" ".join(flags))
         emit_json(r, a.json), results.append(r)
         if not a.keep:
             shutil.rmtree(out)
