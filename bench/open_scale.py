@@ -6,7 +6,7 @@ layout of the one file given for every link). Each figure is a fresh child proce
 memory over a baseline taken after a warm-up open of a 2-shard build): ``open_s``, ``open_rss_mib``;
 ``rows_us``: 2,000 rows in a uniform shuffle (``PackedSampler(block_rows=None)``), one ``ds[i]`` each, then
 in batches of 8 (the best of 3 passes, each over a fresh dataset); ``vs_one_shard``: over the same reads of
-a 1-shard build (the same file); ``slow_*``: the row layout ignored (each shard mapped, its Arrow footer
+a 1-shard build (the same file), timed in turn in the same child; ``slow_*``: the row layout ignored (each shard mapped, its Arrow footer
 parsed: builds whose index predates it); ``block_*``: the same reads in PackedSampler's shuffle blocks of
 ``--block-shards`` shards (what the default 2^20 rows gives with 64 MB shards at 2048); ``*_sampler_mib``:
 peak memory of making each order; ``no_index_open_s``: index.arrow removed (up to ``--no-index-max``);
@@ -36,9 +36,10 @@ def rss():
 """
 CHILD = RSS + r"""
 import json, pickle, sys, time
+import numpy as np
 import packer.train.dataset as D
 from packer import PackedDataset, PackedSampler
-out, rows, warm, block = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[5])
+out, rows, warm, block, one = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[5]), sys.argv[6]
 D.FAST = sys.argv[4] == "1"  # 0: the row layout ignored (each shard mapped, its Arrow footer parsed)
 w = PackedDataset(warm)  # imports and first-call costs (pyarrow.compute, ...) are not the open's
 w[0], w.__getitems__([0, 1])
@@ -50,22 +51,21 @@ bidx = [i for _, i in zip(range(rows), iter(PackedSampler(ds, seed=0, block_rows
 block_mib = rss() - base
 s = PackedSampler(ds, seed=0, block_rows=None)
 idx = [i for _, i in zip(range(rows), iter(s))]
-def best(read):  # the fastest of 3 passes, each over a fresh dataset (every shard's first use again)
-    times = []
-    for _ in range(3):
-        d = PackedDataset(out)
-        t = time.perf_counter()
-        read(d)
-        times.append((time.perf_counter() - t) / len(idx) * 1e6)
-    return min(times)
-each = lambda d: all(d[i] is not None for i in idx)  # (each row dropped as it is read)
-batches = lambda d: all(d.__getitems__(idx[a:a + 8]) is not None for a in range(0, len(idx), 8))
-one, batch = best(each), best(batches)
-idx, uniform, uniform_mib = bidx, idx, rss() - base
-print(json.dumps({"open_s": open_s, "open_rss_mib": opened, "rows_us": one, "batch_rows_us": batch,
-                  "block_rows_us": best(each), "block_batch_rows_us": best(batches), "block_sampler_mib": block_mib,
+uniform_mib = rss() - base
+oidx = np.random.default_rng(0).integers(0, len(PackedDataset(one)), rows).tolist()  # the same count in one shard
+def timed(path, idx, read):  # us a row over a fresh dataset (every shard's first use again)
+    d, t = PackedDataset(path), time.perf_counter()
+    read(d, idx)
+    return (time.perf_counter() - t) / len(idx) * 1e6
+def best(idx, read, key):  # the fastest of 3 passes, the build and the 1-shard build in turn: (us, ratio)
+    a, b = (min(x) for x in zip(*[(timed(out, idx, read), timed(one, oidx, read)) for _ in range(3)]))
+    return {f"{key}rows_us": a, f"{key}vs_one_shard": a / b}
+each = lambda d, idx: all(d[i] is not None for i in idx)  # (each row dropped as it is read)
+batches = lambda d, idx: all(d.__getitems__(idx[a:a + 8]) is not None for a in range(0, len(idx), 8))
+print(json.dumps({"open_s": open_s, "open_rss_mib": opened, **best(idx, each, ""), **best(idx, batches, "batch_"),
+                  **best(bidx, each, "block_"), **best(bidx, batches, "block_batch_"), "block_sampler_mib": block_mib,
                   "uniform_sampler_mib": uniform_mib, "block_distinct_shards": len({ds._shards.locate(i)[0] for i in bidx}),
-                  "distinct_shards": len({ds._shards.locate(i)[0] for i in uniform}), "rows": len(ds),
+                  "distinct_shards": len({ds._shards.locate(i)[0] for i in idx}), "rows": len(ds),
                   "peak_rss_mib": rss(), "pickle_bytes": len(pickle.dumps(ds)),
                   "sampler_state_bytes": len(pickle.dumps(s.state_dict()))}))
 """
@@ -126,9 +126,10 @@ def _env() -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
 
 
-def measure(out: str, warm: str, rows: int = ROWS, fast: bool = True, code: str = CHILD, args=(), block: int = 64) -> dict:
+def measure(out: str, warm: str, rows: int = ROWS, fast: bool = True, code: str = CHILD, args=(), block: int = 64,
+            one: str = "") -> dict:
     env = _env()
-    argv = [out, str(rows), warm, str(int(fast)), str(block)] if code is CHILD else list(args)
+    argv = [out, str(rows), warm, str(int(fast)), str(block), one or warm] if code is CHILD else list(args)
     r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env)
     if r.returncode:
         sys.exit(f"measuring {out} failed:\n{r.stderr}")
@@ -181,20 +182,15 @@ def main() -> None:
         return emit_json(sampler_scale(*a.sampler), a.json)
     src = a.source or source_build(os.path.join(a.dir, "source"))
     n1, warm = (make_build(src, os.path.join(a.dir, name), k, shard=0) for name, k in (("n1", 1), ("warm", 2)))
-    one, slow1 = measure(n1, warm), measure(n1, warm, fast=False)
-    print(f"1 shard: {one['rows_us']:.1f} us/row ({slow1['rows_us']:.1f} mapped), {one['batch_rows_us']:.1f} in batches "
-          f"of 8 ({slow1['batch_rows_us']:.1f})", file=sys.stderr)
     results = []
     for n in a.sizes:
         t, out = time.perf_counter(), make_build(src, os.path.join(a.dir, f"n{n}"), n, shard=0)
-        made, r = time.perf_counter() - t, measure(out, warm, block=a.block_shards)
-        slow = measure(out, warm, fast=False, block=a.block_shards)
+        made, r = time.perf_counter() - t, measure(out, warm, block=a.block_shards, one=n1)
+        slow = measure(out, warm, fast=False, block=a.block_shards, one=n1)
         r.update(shards=n, make_s=round(made, 1), manifest_mb=os.path.getsize(os.path.join(out, "manifest.json")) / 1e6,
                  index_mb=os.path.getsize(os.path.join(out, "index.arrow")) / 1e6,
-                 open_us_per_shard=r["open_s"] / n * 1e6, vs_one_shard=r["rows_us"] / one["rows_us"],
-                 batch_vs_one_shard=r["batch_rows_us"] / one["batch_rows_us"], slow_rows_us=slow["rows_us"],
-                 block_vs_one_shard=r["block_rows_us"] / one["rows_us"], block_batch_vs_one_shard=r["block_batch_rows_us"] / one["batch_rows_us"],
-                 slow_vs_one_shard=slow["rows_us"] / slow1["rows_us"], slow_batch_vs_one_shard=slow["batch_rows_us"] / slow1["batch_rows_us"])
+                 open_us_per_shard=r["open_s"] / n * 1e6, slow_rows_us=slow["rows_us"],
+                 slow_vs_one_shard=slow["vs_one_shard"], slow_batch_vs_one_shard=slow["batch_vs_one_shard"])
         if n <= a.no_index_max:
             index = os.path.join(out, "index.arrow")
             os.rename(index, index + ".off")

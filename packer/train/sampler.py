@@ -76,10 +76,10 @@ class PackedSampler(DistributedSampler):
                  shuffle: bool = True, seed: int = 0, rank: int | None = None, world_size: int | None = None,
                  block_rows: int | None = BLOCK_ROWS):
         rank, world_size = _rank_and_world(rank, world_size)
-        starts = None
+        # where shard starts come from, read when an epoch's order is made (a PackedDataset: its index)
+        self._source = source if hasattr(source, "shard_starts") else None
         if hasattr(source, "build_rows"):
             sizes = list(source.build_rows)
-            starts = getattr(source, "shard_starts", None)
         elif isinstance(source, (int, np.integer)):
             sizes = [int(source)]
         else:
@@ -92,9 +92,6 @@ class PackedSampler(DistributedSampler):
             raise PackerError(f"block_rows must be >= 1 or None, got {block_rows}")
         self.sizes, self.block_rows = tuple(sizes), block_rows
         self.offsets = tuple(int(x) for x in np.cumsum([0] + sizes[:-1]))
-        # each build's shard starts, in its own row numbering (None: shards not known)
-        self._starts = None if starts is None else [starts[(starts >= o) & (starts < o + n)] - o
-                                                    for o, n in zip(self.offsets, sizes)]
         self.seed, self.rank, self.world_size, self.shuffle = int(seed), int(rank), int(world_size), bool(shuffle)
         self.weights = None
         total = sum(sizes)
@@ -133,8 +130,7 @@ class PackedSampler(DistributedSampler):
         """(order, digest) of an epoch."""
         if self._cache is None or self._cache[0] != epoch:
             if self.weights is None:
-                starts = None if self._starts is None else np.concatenate(
-                    [s + o for s, o in zip(self._starts, self.offsets)] or [np.zeros(0, np.int64)])
+                starts = None if self._source is None else self._source.shard_starts
                 order = order_for([self.seed, _PERMUTE, epoch], self.num_samples, starts, self.block_rows, self.shuffle)
             else:
                 order = Fixed(self._mixed(epoch))
@@ -143,12 +139,22 @@ class PackedSampler(DistributedSampler):
 
     def _stream(self, k: int, a: int, b: int) -> np.ndarray:
         """Positions [a, b) of build k's endless stream of per-pass orders."""
-        n, starts = self.sizes[k], None if self._starts is None else self._starts[k]
+        n, starts = self.sizes[k], self._build_starts(k)
         out = []
         for p in range(a // n, (b - 1) // n + 1):
             order = order_for([self.seed, _STREAM, k, p], n, starts, self.block_rows, self.shuffle)
             out.extend(positions(order, max(a - p * n, 0), min(b - p * n, n)))
         return np.concatenate(out) + self.offsets[k]
+
+    def _build_starts(self, k: int) -> np.ndarray | None:
+        """Build k's shard starts in its own row numbering (None: shards not known)."""
+        if self._source is None:
+            return None
+        starts, o = self._source.shard_starts, self.offsets[k]
+        return starts[(starts >= o) & (starts < o + self.sizes[k])] - o
+
+    def __getstate__(self):
+        return {**self.__dict__, "_cache": None}  # an order is remade, not shipped (32 bytes a shard)
 
     def _mixed(self, epoch: int) -> np.ndarray:
         w = np.asarray(self.weights)

@@ -456,7 +456,7 @@ def test_maps_per_process_are_bounded(ds, sample_build):
 
 def test_state_shipped_to_workers_does_not_grow_with_the_shard_count(sample_build, tmp_path):
     """A spawned worker receives the dataset pickled: with an index, paths of the index, not of shards;
-    PackedSampler's state is per build. bench/open_scale.py makes the builds (hard links, no tokenizing)."""
+    PackedSampler's state is per build; a sampler pickles its dataset and no order. bench/open_scale.py makes the builds (hard links, no tokenizing)."""
     from packer import PackedSampler
     from tests.conftest import load_script
 
@@ -471,7 +471,7 @@ def test_state_shipped_to_workers_does_not_grow_with_the_shard_count(sample_buil
         sizes[n] = (len(pickle.dumps(d)), len(pickle.dumps(s.state_dict())), fresh)
         assert d.num_shards == n and len(d) == n * json.load(open(os.path.join(sample_build, "manifest.json")))["shards"][0]["rows"]
     (d3, st3, s3), (d400, st400, s400) = sizes[3], sizes[400]
-    assert abs(d400 - d3) < 64 and abs(st400 - st3) < 8 and abs(s400 - s3) < 16, sizes  # digits of counts, no more
+    assert abs(d400 - d3) < 64 and abs(st400 - st3) < 8 and abs(s400 - s3) < 64, sizes  # digits of counts, no more
     again = pickle.loads(pickle.dumps(d))
     assert again._shards.indexes[0].from_index and torch.equal(again[123]["input_ids"], d[123]["input_ids"])
 
