@@ -2,7 +2,8 @@
 
 Three orders, one interface (``bounds``: where each block starts in the order,
 then ``n``; ``block(b)``: the rows at positions ``bounds[b]:bounds[b + 1]``,
-int64), so a sampler holds one block at a time, whatever ``n``:
+int64; ``take(b, i, j, step)``: ``block(b)[i:j:step]``, made without the rest),
+so a sampler holds one block at a time, whatever ``n``:
 
 - ``Sequential``: rows in order, in blocks of ``CHUNK``.
 - ``Fixed``: an order given whole, such as ``permuted``: one uniform permutation of all rows (one block; 8 bytes a row).
@@ -37,6 +38,9 @@ class Sequential:
     def block(self, b: int) -> np.ndarray:
         return np.arange(self.bounds[b], self.bounds[b + 1], dtype=np.int64)
 
+    def take(self, b: int, i: int, j: int | None, step: int = 1) -> np.ndarray:
+        return self.block(b)[i:j:step]
+
     def digest(self) -> str:
         """xxh3_64 of the whole order's int64 bytes (one block at a time)."""
         h = xxhash.xxh3_64()
@@ -53,6 +57,9 @@ class Fixed:
 
     def block(self, b: int) -> np.ndarray:
         return self.rows
+
+    def take(self, b: int, i: int, j: int | None, step: int = 1) -> np.ndarray:
+        return self.rows[i:j:step]
 
     def digest(self) -> str:
         return xxhash.xxh3_64_hexdigest(self.rows.tobytes())
@@ -75,17 +82,24 @@ class ShardBlocks:
         # A block is the shards whose first row falls in one stretch of block_rows positions.
         self.cut = np.append(np.flatnonzero(np.diff(first // block_rows, prepend=-1)), len(starts))
         self.bounds = np.append(first[self.cut[:-1]], n).tolist()
-        self._last: tuple = (-1, None)  # the block made last (a sampler reads one block at a time)
+        self._last: tuple = (-1, None)  # the last block's permutation (a sampler reads one block at a time)
 
     def block(self, b: int) -> np.ndarray:
-        if self._last[0] == b:
-            return self._last[1]
+        return self.take(b, 0, None)
+
+    def take(self, b: int, i: int, j: int | None, step: int = 1) -> np.ndarray:
+        """Rows at places ``i:j:step`` of block b: of the block's permutation, only those places are
+        turned into rows (a rank of W maps 1/W of the block)."""
+        if self._last[0] != b:
+            self._last = b, np.random.default_rng(self.key + [_ROWS, b]).permutation(self.bounds[b + 1] - self.bounds[b])
+        p = self._last[1][i:j:step]  # places among the block's rows, taken shard after shard
         a, z = self.cut[b], self.cut[b + 1]
-        lens, m = self.rows[a:z], self.bounds[b + 1] - self.bounds[b]
-        # rows of the block's shards, shard after shard: each shard's start plus 0..rows-1
-        rows = np.repeat(self.starts[a:z] - (np.cumsum(lens) - lens), lens) + np.arange(m, dtype=np.int64)
-        self._last = b, rows[np.random.default_rng(self.key + [_ROWS, b]).permutation(m)]
-        return self._last[1]
+        lens, m = self.rows[a:z], len(self._last[1])
+        ends = np.cumsum(lens)
+        if 8 * len(p) > m:  # most places: the block's rows laid out once are cheaper than a search per place
+            return (np.repeat(self.starts[a:z] - (ends - lens), lens) + np.arange(m, dtype=np.int64))[p]
+        s = np.searchsorted(ends, p, "right")  # the shard each place falls in
+        return self.starts[a:z][s] + p - (ends - lens)[s]
 
     def digest(self) -> str:
         """Of the shard order, the cuts and the first block: what depends on the data, seed and NumPy."""
@@ -115,4 +129,4 @@ def positions(order, lo: int, hi: int, step: int = 1):
             continue
         first = lo + -(-(max(a, lo) - lo) // step) * step  # first position >= a on the stride
         if first < min(z, hi):
-            yield order.block(b)[first - a:min(z, hi) - a:step]
+            yield order.take(b, first - a, min(z, hi) - a, step)
