@@ -131,20 +131,22 @@ def test_bad_arguments():
         PackedSampler(10, rank=2, world_size=2)
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_loader_resume_sees_exactly_the_batches_it_would_have_seen(sample_build, workers):
+@pytest.mark.parametrize("workers,blocks", [(0, False), (2, False), (2, True)])
+def test_loader_resume_sees_exactly_the_batches_it_would_have_seen(sample_build, workers, blocks):
     ds = PackedDataset(sample_build)
     B, stop = 8, 9
+    opts = {"seed": 7, "rank": 1, "world_size": 2, **({"block_rows": len(ds) // 5} if blocks else {})}  # shuffle blocks
 
     def run(loader, n):
         return [b["input_ids"].clone() for _, b in zip(range(n), loader)]
 
-    full = run(PackedLoader(ds, B, sampler=PackedSampler(ds, seed=7, rank=1, world_size=2)), 20)
-    loader = PackedLoader(ds, B, sampler=PackedSampler(ds, seed=7, rank=1, world_size=2), num_workers=workers)
+    full = run(PackedLoader(ds, B, sampler=PackedSampler(ds, **opts)), 20)
+    assert (type(PackedSampler(ds, **opts)._order(0)[0]).__name__ == "ShardBlocks") == blocks and ds.num_shards > 2
+    loader = PackedLoader(ds, B, sampler=PackedSampler(ds, **opts), num_workers=workers)
     first = run(loader, stop)  # workers have prefetched beyond this point
     state = loader.state_dict()
     assert state["position"] == stop * B * 2
-    resumed = PackedLoader(ds, B, sampler=PackedSampler(ds, seed=7, rank=1, world_size=2), num_workers=workers)
+    resumed = PackedLoader(ds, B, sampler=PackedSampler(ds, **opts), num_workers=workers)
     resumed.load_state_dict(state)
     rest = run(resumed, 20 - stop)
     assert len(first + rest) == len(full)
