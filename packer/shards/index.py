@@ -228,7 +228,7 @@ def _matching_index(store: Storage) -> ShardIndex | None:
         head = json.loads(meta[_HEAD])
     except (KeyError, ValueError, UnicodeDecodeError, RecursionError):
         return None
-    if store.size(MANIFEST) != size or _manifest_hash(store) != want:
+    if _manifest_hash(store) != (size, want):
         return None
     path = store.path(MANIFEST)
     check_manifest(head, path, shards=False)
@@ -238,16 +238,20 @@ def _matching_index(store: Storage) -> ShardIndex | None:
         return None  # the manifest is read instead, and says what is wrong, if anything is
 
 
-def _manifest_hash(store: Storage) -> str | None:
-    """xxh3_128 of manifest.json, read in blocks (constant memory)."""
-    h = xxhash.xxh3_128()
+def _manifest_hash(store: Storage) -> tuple[int, str] | None:
+    """(bytes, xxh3_128) of manifest.json, read in blocks (constant memory; on a store, one request
+    for its size less)."""
+    h, n = xxhash.xxh3_128(), 0
     try:
         if store.local:
             with open(store.path(MANIFEST), "rb") as f:
                 while block := f.read(1 << 20):
                     h.update(block)
+                    n += len(block)
         else:
-            h.update(store.read(MANIFEST))
+            data = store.read(MANIFEST)
+            h.update(data)
+            n = len(data)
     except OSError:
         return None
-    return h.hexdigest()
+    return n, h.hexdigest()
