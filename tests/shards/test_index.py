@@ -126,3 +126,53 @@ def test_writing_the_index_imports_no_pandas(sample_build):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
+
+
+def test_packer_index_writes_the_index_a_build_would_have_written(indexed, tmp_path):
+    """An older build (no index) and a manifest edited by hand get their index back, the manifest untouched."""
+    import warnings
+
+    from packer import PackedDataset
+    from tests._cli import cli
+
+    ip, mp = os.path.join(indexed, "index.arrow"), os.path.join(indexed, "manifest.json")
+    made, n = open(ip, "rb").read(), S.open_index(storage_for(indexed)).n
+    os.unlink(ip)
+    r = cli("index", indexed, "-q")
+    assert r.returncode == 0 and f"for {n:,} shard(s)" in r.stderr, r.stderr
+    assert open(ip, "rb").read() == made  # byte for byte
+    edited = json.dumps(json.load(open(mp)), indent=1).encode()  # the same manifest, other bytes
+    open(mp, "wb").write(edited)
+    assert not S.open_index(storage_for(indexed)).from_index
+    assert cli("index", indexed, "-q").returncode == 0
+    assert open(mp, "rb").read() == edited and S.open_index(storage_for(indexed)).from_index
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # opening with the index: no warning
+        PackedDataset(indexed)
+
+
+def test_opening_many_shards_without_the_index_warns_and_names_the_fix(indexed, monkeypatch):
+    from packer import PackedDataset
+
+    os.unlink(os.path.join(indexed, "index.arrow"))
+    monkeypatch.setattr(S.index, "SLOW_LIST", 2)
+    with pytest.warns(UserWarning, match=r"`packer index .*` writes the index"):
+        PackedDataset(indexed)
+
+
+def test_packer_index_refuses_a_running_build_and_a_folder_that_is_not_one(indexed, tmp_path):
+    from packer.io.lock import OutLock
+    from tests._cli import cli, one_line
+
+    lock = OutLock(indexed).acquire()  # as a build running there holds it
+    lock.record("0" * 16)
+    try:
+        r = cli("index", indexed)
+        assert r.returncode == 2 and one_line(r, "a build is running there", str(os.getpid()))
+    finally:
+        lock.release(True)
+    r = cli("index", str(tmp_path / "nope"))
+    assert r.returncode == 2 and one_line(r, "no such build folder")
+    (tmp_path / "empty").mkdir()
+    r = cli("index", str(tmp_path / "empty"))
+    assert r.returncode == 2 and one_line(r, "not a packer build")
