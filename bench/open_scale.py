@@ -10,7 +10,8 @@ a 1-shard build (the same file), timed in turn in the same child; ``slow_*``: th
 parsed: builds whose index predates it); ``block_*``: the same reads in PackedSampler's shuffle blocks of
 ``--block-shards`` shards (what the default 2^20 rows gives with 64 MB shards at 2048); ``*_sampler_mib``:
 peak memory of making each order; ``no_index_open_s``: index.arrow removed (up to ``--no-index-max``);
-``stats_rss_mib``: peak RSS of ``packer stats OUT -q --workers 2`` (``--no-verify`` past ``--stats-max``).
+``stats_rss_mib``: peak RSS of ``packer stats OUT -q --workers W`` (``--no-verify`` past ``--stats-max``; each
+W of ``--stats-workers`` in turn: ``stats_s_W_workers``).
 ``--sampler SHARDS ROWS``: only PackedSampler's order, at any size (no build made).
 
 Run:  python bench/open_scale.py --sizes 1000 10000 100000 [1000000] --dir /tmp/open_scale
@@ -170,6 +171,7 @@ def main() -> None:
     ap.add_argument("--no-index-max", type=int, default=100_000, help="largest N also opened without its index")
     ap.add_argument("--stats-max", type=int, default=10_000, help="largest N verified by packer stats (then --no-verify)")
     ap.add_argument("--stats-upto", type=int, default=100_000, help="largest N given to packer stats at all")
+    ap.add_argument("--stats-workers", type=int, nargs="+", default=[2], help="packer stats --workers, each in turn")
     ap.add_argument("--block-shards", type=int, default=64, help="shards per shuffle block for the block_* figures")
     ap.add_argument("--sampler", type=int, nargs=2, metavar=("SHARDS", "ROWS"), default=None,
                     help="only time and size PackedSampler's order over SHARDS shards of ROWS rows (15T tokens at 2048: 470000 15500)")
@@ -197,10 +199,10 @@ def main() -> None:
             old = measure(out, warm, rows=200)
             os.rename(index + ".off", index)
             r.update(no_index_open_s=old["open_s"], no_index_open_rss_mib=old["open_rss_mib"])
-        t, flags = time.perf_counter(), ["-q", "--workers", "2"] + (["--no-verify"] if n > a.stats_max else [])
-        if n <= a.stats_upto:
+        for w in a.stats_workers if n <= a.stats_upto else ():
+            t, flags = time.perf_counter(), ["-q", "--workers", str(w)] + (["--no-verify"] if n > a.stats_max else [])
             r.update(stats_rss_mib=measure(out, warm, code=STATS, args=["stats", out, *flags])["rss"],
-                     stats_s=time.perf_counter() - t, stats_flags=" ".join(flags))
+                     stats_s=time.perf_counter() - t, stats_flags=" ".join(flags), **{f"stats_s_{w}_workers": time.perf_counter() - t})
         emit_json(r, a.json), results.append(r)
         if not a.keep:
             shutil.rmtree(out)

@@ -270,7 +270,7 @@ class _Progress:
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
               help="Also write a PNG: document-length histogram and row fill (needs matplotlib: packer[plot]).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-@click.option("--workers", type=click.IntRange(1, 256), default=1, help="Shards checked at once, in threads.")
+@click.option("--workers", type=click.IntRange(1, 256), default=1, help="Shards checked at once (processes; threads on an object store).")
 @_user_errors
 def stats(out, as_json, no_verify, plot_path, quiet, workers):
     """Verify the shards in OUT against the manifest and print what was built.

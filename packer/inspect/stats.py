@@ -60,7 +60,8 @@ def check(out: str, deep: bool = True, progress=None, workers: int = 1) -> Repor
     ``deep``: read every byte (checksums, token ids, padding); otherwise read
     only the piece columns. ``progress(nbytes)`` is called as shard bytes are
     read (and ``progress.start(total_bytes, shards)`` first, where it has one). ``workers``: shards
-    checked at once, in threads (the report is the same, in manifest order). Raises ``ShardError`` only
+    checked at once, in processes for a local build (``_in_processes``), in threads on an object store
+    (the report is the same, in manifest order). Raises ``ShardError`` only
     for an unreadable manifest. A remote shard is fetched whole into memory to be verified (one GET per shard).
     Memory does not grow with the number of shards: the manifest is read in slices, twice (its entries
     summed and named, then checked against the shards; packer/shards/manifest_stream.py), the folder
@@ -100,7 +101,10 @@ def check(out: str, deep: bool = True, progress=None, workers: int = 1) -> Repor
         return _check_shard(Report(out, m, deep), store, objects, e, (seq_len, dtype, vocab, pad_id), progress)
 
     entries = ms.entries()
-    if workers > 1 and ms.n > 1:  # hashing, Arrow parsing and NumPy release the GIL
+    if workers > 1 and ms.n > 1 and store.local:
+        for part in _in_processes(entries, workers, (out, m, deep, (seq_len, dtype, vocab, pad_id)), progress):
+            _merge(rep, part)
+    elif workers > 1 and ms.n > 1:  # a store: the time is in requests, which release the GIL
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(workers, thread_name_prefix="packer-stats") as pool:
@@ -159,6 +163,37 @@ def _check_shard(part: Report, store, objects: dict, e: dict, shape: tuple, prog
             if got != want:
                 part.problems.append(Problem(rel, "count", f"{k}: {got:,} in the shard, the manifest says {want:,}"))
     return part
+
+
+def _in_processes(entries, workers: int, job: tuple, progress):
+    """Reports of 16 shards each (``_check_shard``, merged), in manifest order, from ``workers``
+    processes, a window of tasks at a time. Threads do not scale here: most of a shard's check
+    holds the GIL (16 threads took 2.2x the time of one: docs/benchmarks.md). Forked where this
+    process runs no other thread (as the build's pool, packer/pipeline/engines/local.py)."""
+    import multiprocessing as mp
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+
+    alone = threading.active_count() == 1 and "fork" in mp.get_all_start_methods()
+    ctx = mp.get_context("fork" if alone else "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        while window := list(islice(entries, 16 * 4 * workers)):
+            tasks = [window[a:a + 16] for a in range(0, len(window), 16)]
+            for task, part in zip(tasks, pool.map(_check_entries, [(job, t) for t in tasks])):
+                if progress is not None:
+                    progress(sum(int(e["bytes"]) for e in task))
+                yield part
+
+
+def _check_entries(args: tuple) -> Report:
+    """The report of a few shards, merged in order (a task of ``_in_processes``, in a worker process:
+    the merging is spread over the workers, not left to this one)."""
+    (out, m, deep, shape), entries = args
+    store, task = storage_for(out), Report(out, m, deep)
+    task.row_tokens = np.zeros(1, dtype=np.int64)
+    for e in entries:
+        _merge(task, _check_shard(Report(out, m, deep), store, None, e, shape, None))
+    return task
 
 
 def _merge(rep: Report, part: Report) -> None:

@@ -434,7 +434,7 @@ def test_shard_path_outside_the_build(sample_build, copy_build):
 
 
 def test_workers_give_the_same_report(sample_build, copy_build):
-    """--workers N checks shards in threads: the same figures and the same problems, in manifest order."""
+    """--workers N checks shards in processes: the same figures and the same problems, in manifest order."""
     out = copy_build(sample_build)
     with open(shard_path(out, 1), "r+b") as f:
         f.seek(5000)
