@@ -12,7 +12,8 @@ parsed: builds whose index predates it); ``block_*``: the same reads in PackedSa
 peak memory of making each order; ``no_index_open_s``: index.arrow removed (up to ``--no-index-max``);
 ``stats_rss_mib``: peak RSS of ``packer stats OUT -q --workers W`` (``--no-verify`` past ``--stats-max``; each
 W of ``--stats-workers`` in turn: ``stats_s_W_workers``).
-``--sampler SHARDS ROWS``: only PackedSampler's order, at any size (no build made).
+``--sampler SHARDS ROWS``: only PackedSampler's order, at any size (no build made). ``hf_*``: ``hf_dataset(OUT)``
+in a child, seconds, peak RSS and memory maps, up to ``--hf-upto`` (datasets' cache: ``--dir``/hf_cache).
 
 Run:  python bench/open_scale.py --sizes 1000 10000 100000 [1000000] --dir /tmp/open_scale
 """
@@ -134,7 +135,16 @@ def measure(out: str, warm: str, rows: int = ROWS, fast: bool = True, code: str 
     r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env)
     if r.returncode:
         sys.exit(f"measuring {out} failed:\n{r.stderr}")
-    return json.loads(r.stdout.strip().splitlines()[-1]) if code is CHILD else {"rss": float(r.stderr.split()[-1])}
+    return {"rss": float(r.stderr.split()[-1])} if code is STATS else json.loads(r.stdout.strip().splitlines()[-1])
+
+
+HF = RSS + r"""
+import json, sys, time
+from packer.shards.hf_datasets import hf_dataset
+t = time.perf_counter()
+ds = hf_dataset(sys.argv[1])
+print(json.dumps({"s": time.perf_counter() - t, "rss_mib": rss(), "maps": sum(1 for _ in open("/proc/self/maps"))}))
+"""
 
 
 SAMPLER = RSS + r"""
@@ -172,6 +182,7 @@ def main() -> None:
     ap.add_argument("--stats-max", type=int, default=10_000, help="largest N verified by packer stats (then --no-verify)")
     ap.add_argument("--stats-upto", type=int, default=100_000, help="largest N given to packer stats at all")
     ap.add_argument("--stats-workers", type=int, nargs="+", default=[2], help="packer stats --workers, each in turn")
+    ap.add_argument("--hf-upto", type=int, default=0, help="largest N also opened by hf_dataset (twice: columns made, then read)")
     ap.add_argument("--block-shards", type=int, default=64, help="shards per shuffle block for the block_* figures")
     ap.add_argument("--sampler", type=int, nargs=2, metavar=("SHARDS", "ROWS"), default=None,
                     help="only time and size PackedSampler's order over SHARDS shards of ROWS rows (15T tokens at 2048: 470000 15500)")
@@ -182,6 +193,7 @@ def main() -> None:
 
     if a.sampler:
         return emit_json(sampler_scale(*a.sampler), a.json)
+    os.environ.setdefault("HF_DATASETS_CACHE", os.path.join(a.dir, "hf_cache"))
     src = a.source or source_build(os.path.join(a.dir, "source"))
     n1, warm = (make_build(src, os.path.join(a.dir, name), k, shard=0) for name, k in (("n1", 1), ("warm", 2)))
     results = []
@@ -193,6 +205,8 @@ def main() -> None:
                  index_mb=os.path.getsize(os.path.join(out, "index.arrow")) / 1e6,
                  open_us_per_shard=r["open_s"] / n * 1e6, slow_rows_us=slow["rows_us"],
                  slow_vs_one_shard=slow["vs_one_shard"], slow_batch_vs_one_shard=slow["batch_vs_one_shard"])
+        for run in ("first", "again") if n <= a.hf_upto else ():  # first: packer's columns written to the cache
+            r.update({f"hf_{run}_{k}": v for k, v in measure(out, warm, code=HF, args=[out]).items()})
         if n <= a.no_index_max:
             index = os.path.join(out, "index.arrow")
             os.rename(index, index + ".off")

@@ -184,3 +184,20 @@ def test_units_that_hold_no_document_leave_no_gap(tmp_path, datasets_cache):
     assert len(ds) == len(ref) > 0
     for i in (0, len(ref) // 2, len(ref) - 1):
         assert ds[i]["input_ids"] == ref[i]["input_ids"].tolist()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/sys/vm/max_map_count"), reason="Linux's cap on memory maps")
+def test_a_build_past_the_systems_map_cap_is_refused_in_one_line_before_mapping(short_docs_build, monkeypatch):
+    """datasets keeps two maps a shard; past vm.max_map_count a map would fail part way (an out-of-memory
+    error from inside pyarrow). The margin stands in for a build of 40,000 shards here."""
+    import packer.shards.hf_datasets as H
+
+    cap = int(open("/proc/sys/vm/max_map_count").read())
+    monkeypatch.setattr(H, "MAP_MARGIN", cap)
+    before = sum(1 for _ in open("/proc/self/maps"))
+    with pytest.raises(PackerError, match=r"vm.max_map_count .*use PackedDataset") as e:
+        hf_dataset(short_docs_build)
+    assert "\n" not in str(e.value) and short_docs_build in str(e.value)
+    assert sum(1 for _ in open("/proc/self/maps")) <= before + 8  # refused before any shard was mapped
+    monkeypatch.setattr(H, "MAP_MARGIN", 0)
+    assert len(hf_dataset(short_docs_build)) == read_manifest(short_docs_build)["totals"]["rows"]
