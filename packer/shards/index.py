@@ -247,6 +247,8 @@ def _matching_index(store: Storage) -> ShardIndex | None:
         head = json.loads(meta[_HEAD])
     except (KeyError, ValueError, UnicodeDecodeError, RecursionError):
         return None
+    if store.local and store.size(MANIFEST) != size:  # (a stat first: a FIFO or a device is never opened here)
+        return None
     if _manifest_hash(store) != (size, want):
         return None
     path = store.path(MANIFEST)
