@@ -101,10 +101,10 @@ def check(out: str, deep: bool = True, progress=None, workers: int = 1) -> Repor
         return _check_shard(Report(out, m, deep), store, objects, e, (seq_len, dtype, vocab, pad_id), progress)
 
     entries = ms.entries()
-    if workers > 1 and ms.n > 1 and store.local:
+    if workers > 1 and ms.n > 1 and store.local and _can_fork():
         for part in _in_processes(entries, workers, (out, m, deep, (seq_len, dtype, vocab, pad_id)), progress):
             _merge(rep, part)
-    elif workers > 1 and ms.n > 1:  # a store: the time is in requests, which release the GIL
+    elif workers > 1 and ms.n > 1:  # a store (the time is in requests, which release the GIL), or no fork
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(workers, thread_name_prefix="packer-stats") as pool:
@@ -168,21 +168,28 @@ def _check_shard(part: Report, store, objects: dict, e: dict, shape: tuple, prog
 def _in_processes(entries, workers: int, job: tuple, progress):
     """Reports of 16 shards each (``_check_shard``, merged), in manifest order, from ``workers``
     processes, a window of tasks at a time. Threads do not scale here: most of a shard's check
-    holds the GIL (16 threads took 2.2x the time of one: docs/benchmarks.md). Forked where this
-    process runs no other thread (as the build's pool, packer/pipeline/engines/local.py)."""
+    holds the GIL (16 threads took 2.2x the time of one: docs/benchmarks.md). Forked (``_can_fork``):
+    a spawned worker would import the caller's main module again, which a notebook or stdin lacks."""
     import multiprocessing as mp
-    import threading
     from concurrent.futures import ProcessPoolExecutor
 
-    alone = threading.active_count() == 1 and "fork" in mp.get_all_start_methods()
-    ctx = mp.get_context("fork" if alone else "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
         while window := list(islice(entries, 16 * 4 * workers)):
             tasks = [window[a:a + 16] for a in range(0, len(window), 16)]
             for task, part in zip(tasks, pool.map(_check_entries, [(job, t) for t in tasks])):
                 if progress is not None:
                     progress(sum(int(e["bytes"]) for e in task))
                 yield part
+
+
+def _can_fork() -> bool:
+    """Whether this process may fork its checkers: POSIX, and no other thread running (a fork copies
+    other threads' locks; the build's pool follows the same rule, packer/pipeline/engines/local.py).
+    Otherwise ``--workers`` checks in threads."""
+    import multiprocessing as mp
+    import threading
+
+    return "fork" in mp.get_all_start_methods() and threading.active_count() == 1
 
 
 def _check_entries(args: tuple) -> Report:

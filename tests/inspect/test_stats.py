@@ -447,6 +447,17 @@ def test_workers_give_the_same_report(sample_build, copy_build):
     assert run("stats", sample_build, "--workers", "3").exit_code == 0
 
 
+def test_workers_in_threads_where_no_fork_give_the_same_report(sample_build, monkeypatch):
+    """Another thread running (a notebook, a trainer): --workers checks in threads, the same report."""
+    import packer.inspect.stats as st
+    from packer.inspect.figures import to_json
+
+    forked = to_json(figures(check(sample_build, workers=3)))
+    monkeypatch.setattr(st, "_can_fork", lambda: False)
+    monkeypatch.setattr(st, "_in_processes", None)  # (would fail if called)
+    assert to_json(figures(check(sample_build, workers=3))) == forked == to_json(figures(check(sample_build)))
+
+
 # --------------------------------------------------------------------------
 # Many shards (issue 31.1): the same report, streamed (manifest in slices, rows spooled).
 
