@@ -129,9 +129,13 @@ def test_an_element_over_max_record_is_skipped_in_bounded_memory(tmp_path):
     (kinds_small, peak_small), (kinds_big, peak_big) = (line.rsplit(" ", 1) for line in out)
     assert kinds_small == f"[('doc', {size // len(rec)})]" and kinds_big == "[('doc', 2), ('too_long', 1)]"
     # What the big element added to the peak of reading the records: about 11-12 MB whatever its size (32 MiB
-    # and 128 MiB measured: read blocks and --max-record-mb), 143 MB for this one when it was held whole.
-    grew = int(peak_big) - int(peak_small)
-    assert grew < size // 3, f"peak grew by {grew:,} bytes for a {size:,}-byte element skipped"
+    # and 128 MiB measured: read blocks and --max-record-mb), 143 MB for this one when it was held whole. On a
+    # loaded machine the read-ahead also fills while the element is scanned (23 MB seen with two suites at
+    # once on 2 cores): the bound is the reader's own buffers, its read-ahead and a few MiB, far below the element.
+    from packer.io.readahead import READ_BLOCK, READ_DEPTH
+
+    grew, bound = int(peak_big) - int(peak_small), READ_DEPTH * READ_BLOCK + (8 << 20)
+    assert grew < bound <= size // 2, f"peak grew by {grew:,} bytes for a {size:,}-byte element skipped"
 
 
 def test_split_array_keeps_escapes_across_reads_while_letting_a_long_element_go():
