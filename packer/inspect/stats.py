@@ -32,7 +32,6 @@ import numpy as np
 from .. import shards as S
 from ..errors import ShardError
 from ..io import storage_for
-from ..io.object_lock import can_fork
 from ..shards.manifest_stream import ManifestStream
 from . import listing, loss_mask
 from .report import Problem, ShardFigures, Report
@@ -102,7 +101,7 @@ def check(out: str, deep: bool = True, progress=None, workers: int = 1) -> Repor
         return _check_shard(Report(out, m, deep), store, objects, e, (seq_len, dtype, vocab, pad_id), progress)
 
     entries = ms.entries()
-    if workers > 1 and ms.n > 1 and store.local and can_fork():
+    if workers > 1 and ms.n > 1 and store.local and _can_fork():
         for part in _in_processes(entries, workers, (out, m, deep, (seq_len, dtype, vocab, pad_id)), progress):
             _merge(rep, part)
     elif workers > 1 and ms.n > 1:  # a store (the time is in requests, which release the GIL), or no fork
@@ -169,7 +168,7 @@ def _check_shard(part: Report, store, objects: dict, e: dict, shape: tuple, prog
 def _in_processes(entries, workers: int, job: tuple, progress):
     """Reports of 16 shards each (``_check_shard``, merged), in manifest order, from ``workers``
     processes, a window of tasks at a time. Threads do not scale here: most of a shard's check
-    holds the GIL (16 threads took 2.2x the time of one: docs/benchmarks.md). Forked (``can_fork``):
+    holds the GIL (16 threads took 2.2x the time of one: docs/benchmarks.md). Forked (``_can_fork``):
     a spawned worker would import the caller's main module again, which a notebook or stdin lacks."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
@@ -181,6 +180,16 @@ def _in_processes(entries, workers: int, job: tuple, progress):
                 if progress is not None:
                     progress(sum(int(e["bytes"]) for e in task))
                 yield part
+
+
+def _can_fork() -> bool:
+    """Whether this process may fork its checkers: POSIX, and no other thread running (a fork copies
+    other threads' locks; the build's pool follows the same rule, packer/pipeline/engines/local.py).
+    Otherwise ``--workers`` checks in threads."""
+    import multiprocessing as mp
+    import threading
+
+    return "fork" in mp.get_all_start_methods() and threading.active_count() == 1
 
 
 def _check_entries(args: tuple) -> Report:

@@ -57,16 +57,6 @@ LEASE_THREAD = "packer-lock-lease"  # the renewal thread's name: safe to fork be
 TRIES = 8  # rounds of take / look / take over before giving up on a contended lock
 
 
-def can_fork() -> bool:
-    """Whether this process may fork workers: POSIX, and no thread running but this one and a lease's
-    renewal (a fork copies other threads' locks; a renewal is waited for, see ``_fork_*`` below). The
-    build's pool and ``packer stats --workers`` follow this one rule."""
-    import multiprocessing as mp
-
-    others = [t for t in threading.enumerate() if t is not threading.current_thread() and t.name != LEASE_THREAD]
-    return "fork" in mp.get_all_start_methods() and not others
-
-
 class ObjectLock:
     """The lease at ``storage``'s ``.packer.lock``; ``previous``: what the last holder wrote (a dict, or None)."""
 

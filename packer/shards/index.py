@@ -58,13 +58,12 @@ def shard_layouts(store: Storage, m: dict, progress=None) -> list:
     once; on an object store, the layout its worker recorded in the unit's record (one small GET a unit,
     not the shard again). The same values either way, so both stores hold the same index bytes."""
     L, dtype, mask = int(m["seq_len"]), str(m["dtype"]), LOSS_MASK in m.get("columns", [])
+    tick = progress or (lambda n: None)
+    if not store.local:
+        return [(_recorded_layout(store, e), tick(1))[0] for e in m["shards"]]
     out = []
     for e in m["shards"]:
-        if progress is not None:
-            progress(1)
-        if not store.local:
-            out.append(_recorded_layout(store, e))
-            continue
+        tick(1)
         try:
             with store.arrow_map(e["path"]) as f:  # only the footer and batch headers are touched
                 data = f.read_buffer()

@@ -31,7 +31,7 @@ from typing import Iterator, Literal
 
 from ...errors import PackerError
 from ...formats import PART_BYTES
-from ...io.object_lock import can_fork
+from ...io.object_lock import LEASE_THREAD
 from .. import spill
 from ..plan import ChunkResult, Unit
 from ..unit import Job, assemble_unit, encode_chunk, encoder_for
@@ -109,10 +109,12 @@ def make_pool(workers: int, job: Job, key: str) -> ProcessPoolExecutor:
     starts in milliseconds and inherits the loaded tokenizer (``encoder_for``'s
     cache). Otherwise (a fork would copy other threads' locks) from a forkserver. An object-store lock's
     renewal thread does not count: a fork waits for its renewal (packer/io/object_lock.py)."""
-    if can_fork():
+    methods = mp.get_all_start_methods()
+    others = [t for t in threading.enumerate() if t is not threading.current_thread() and t.name != LEASE_THREAD]
+    if "fork" in methods and not others:
         ctx = mp.get_context("fork")
     else:
-        ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+        ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
     pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=start_pool_worker, initargs=(key, job))
     pool.submit(int).result()  # start the processes now, before this process starts threads
     return pool
