@@ -213,7 +213,8 @@ def manifest(cfg, tok, job, settings: dict, units, records: dict[int, dict], fou
     if job.chat is not None:  # only chat builds: other manifests keep their bytes
         totals["trained_tokens"] = sum(r["trained_tokens"] for r in recs)
         totals["trained_pct"] = round(100.0 * totals["trained_tokens"] / max(1, totals["tokens"]), 4)
-        totals["truncated"] = sum(r["truncated"] for r in recs)
+        # (0 where absent: a unit with no rows, whose record 0a283c5 wrote without it, truncated nothing)
+        totals["truncated"] = sum(r.get("truncated", 0) for r in recs)
     shard_keys = ("unit", "path", "rows", "tokens", "pieces", "documents", "documents_split", "padding", "bytes", S.CHECKSUM, "sources")
     m = {
         "format": S.FORMAT_NAME,

@@ -236,6 +236,7 @@ def _write_unit(job: Job, root: str, unit: Unit, chunks: list[ChunkResult], skip
     rows_at = S.layout.to_record(S.layout.shard_layout(data, layout.num_rows, job.seq_len, job.dtype, job.chat is not None))
     if rows_at is not None:  # where the rows lie in the shard: an object store's index.arrow is made of these
         record["layout"] = rows_at
+    if job.chat is not None:  # every chat unit, also one with no rows (after "layout": the records' key order)
         record["truncated"] = sum(c.truncated for c in chunks)
     record.update(extra)
     out_store.put_json(f"{S.UNIT_DIR}/{unit.index:06d}.json", record)
