@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import faults
 from .. import shards as S
+from ..formats.consumed import digest as consumed_digest
 from ..formats import DEFAULT_MAX_RECORD, Document, Part, Skip, parse_part, strict_error, where_of_document
 from ..io import storage_for
 from ..pack import pack
@@ -239,6 +240,9 @@ def _write_unit(job: Job, root: str, unit: Unit, chunks: list[ChunkResult], skip
     if job.chat is not None:  # every chat unit, also one with no rows (after "layout": the records' key order)
         record["truncated"] = sum(c.truncated for c in chunks)
     record.update(extra)
+    consumed = [consumed_digest(sl) for sl in unit.slices]
+    if any(d is not None for d in consumed):  # local inputs: what --resume checks (packer/formats/consumed.py)
+        record["consumed"] = consumed
     out_store.put_json(f"{S.UNIT_DIR}/{unit.index:06d}.json", record)
     faults.point("kill-worker")
     return record
