@@ -11,6 +11,7 @@ from packer.pipeline import Job, assemble_unit, encode_chunk, plan_units
 from packer.pipeline.unit import encoder_for, holdout_split
 from packer.tokenize import resolve_tokenizer
 from tests.conftest import write_jsonl
+from tests.io.test_object_storage import bucket, s3  # noqa: F401 - fixtures
 
 
 def _unit(tmp_path, texts):
@@ -117,3 +118,20 @@ def test_a_chat_unit_without_documents_builds_and_resumes(tmp_path):
     r = cli("build", src, out, *args, "--resume")
     assert r.returncode == 0, r.stderr
     assert open(os.path.join(out, "manifest.json"), "rb").read() == (tmp_path / "clean" / "manifest.json").read_bytes()
+
+
+def test_a_chat_unit_without_documents_on_an_object_store(tmp_path, bucket):
+    """The same on moto's S3 (the records there carry row layouts; an empty unit has none)."""
+    import json
+
+    from packer import build
+    from tests._services import objects, s3_client
+
+    tok = _chat_tokenizer(tmp_path)
+    src = _conversations(tmp_path / "many.jsonl", 1800)
+    s3_client().upload_file(src, bucket, "in/many.jsonl")
+    out = f"s3://{bucket}/o"
+    m = build([f"s3://{bucket}/in"], out, seq_len=256, tokenizer=tok, chat=True, unit_mb=0.004, workers=1).manifest
+    assert any(s["rows"] == 0 for s in m["shards"]) and m["totals"]["truncated"] == 0
+    units = {k: json.loads(v) for k, v in objects(bucket, "o").items() if k.startswith("units/")}
+    assert units and all(u["truncated"] == 0 for u in units.values())
