@@ -21,7 +21,10 @@ conditional writes (packer/io/s3.py):
 
 A holder whose renewal finds another holder (it was stopped, or cut off, for
 longer than the lease) has lost the lock: it says so on stderr, interrupts
-its main thread (the build stops as on Ctrl-C) and ``check()`` raises.
+its main thread (the build stops as on Ctrl-C) and ``check()`` raises. Its
+workers may be mid-unit: every object write checks the lease first
+(packer/io/fence.py), so none of them writes into the build that took over.
+``$PACKER_LEASE_S`` sets the lease (the tests use seconds).
 
 Without boto3, or on a store other than S3, the same protocol runs over plain
 reads and writes (``_Unconditional``): it names the holder of a running build,
