@@ -270,7 +270,16 @@ def main(argv=None) -> None:
     ap.add_argument("--part-kb", type=int, default=0, help="an experiment: input per chunk (packer's is 256 KB)")
     ap.add_argument("--mmap-threshold-kb", type=int, default=0,
                     help="an experiment: glibc's mmap threshold in the workers (packer fixes it at 4 MB)")
+    ap.add_argument("--resume-check", action="store_true", help="time a resume's consumed-bytes check (issue 41.8) "
+                    "against reading the same input as a build does")
     args = ap.parse_args(argv)
+    if args.resume_check:
+        from packer.formats import discover, iter_parts, plan_slices
+        from packer.formats.consumed import digest
+        sls = [s for s, _ in plan_slices(discover(args.inputs).files, 64 << 20)]
+        t0 = time.perf_counter(); n = sum(p.nbytes for s in sls for p in iter_parts(s)); t1 = time.perf_counter()  # noqa: E702
+        all(digest(s) for s in sls); t2 = time.perf_counter()  # noqa: E702
+        return print(f"{n / 1e9:.2f} GB, {len(sls)} slices: check {t2 - t1:.2f} s, read {t1 - t0:.2f} s, x{(t2 - t1) / (t1 - t0):.3f}")
     if args.part_kb:
         local.PART_BYTES = base.PART_BYTES = args.part_kb << 10
     if args.mmap_threshold_kb:  # read by bounded_malloc in each (forked) worker

@@ -21,7 +21,10 @@ conditional writes (packer/io/s3.py):
 
 A holder whose renewal finds another holder (it was stopped, or cut off, for
 longer than the lease) has lost the lock: it says so on stderr, interrupts
-its main thread (the build stops as on Ctrl-C) and ``check()`` raises.
+its main thread (the build stops as on Ctrl-C) and ``check()`` raises. Its
+workers may be mid-unit: every object write checks the lease first
+(packer/io/fence.py), so none of them writes into the build that took over.
+``$PACKER_LEASE_S`` sets the lease (the tests use seconds).
 
 Without boto3, or on a store other than S3, the same protocol runs over plain
 reads and writes (``_Unconditional``): it names the holder of a running build,
@@ -44,7 +47,7 @@ import uuid
 import weakref
 
 from ..errors import PackerError
-from . import s3
+from . import fence, s3
 from .lock import BUILD_MARK, HOLDOUT, LOCK_NAME, _describe
 from .s3 import Conflict, Got, Unsupported
 from .uri import filesystem, first_line, redact
@@ -53,8 +56,18 @@ _HELD: "weakref.WeakSet[ObjectLock]" = weakref.WeakSet()  # locks renewing now (
 _FORKING: list = []  # the locks whose mutex a fork in progress holds
 
 LEASE_S = 60.0  # a holder that has not renewed its lock for this long (the store's clock) counts as gone
+LEASE_ENV = "PACKER_LEASE_S"  # seconds, overrides LEASE_S (the tests' stalled builds lose their lease in seconds)
 LEASE_THREAD = "packer-lock-lease"  # the renewal thread's name: safe to fork beside (the fork waits for a renewal)
 TRIES = 8  # rounds of take / look / take over before giving up on a contended lock
+
+
+def lease_seconds() -> float:
+    """The lease a build takes: ``LEASE_S``, or ``$PACKER_LEASE_S`` where set to a number of seconds."""
+    try:
+        v = float(os.environ.get(LEASE_ENV) or LEASE_S)
+    except ValueError:
+        return LEASE_S
+    return v if 0 < v < 10**7 else LEASE_S
 
 
 class ObjectLock:
@@ -66,7 +79,7 @@ class ObjectLock:
         self.store = backend or (s3 if s3.client(self.uri) is not None else _Unconditional())
         self.info = {"pid": os.getpid(), "host": socket.gethostname(),
                      "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                     "token": uuid.uuid4().hex, "lease_s": LEASE_S, "inputs": None}
+                     "token": uuid.uuid4().hex, "lease_s": lease_seconds(), "inputs": None}
         self.previous: dict | None = None
         self.etag: str | None = None
         self.created = False  # the lock object is ours: deleted again if this build refuses to start
@@ -87,6 +100,8 @@ class ObjectLock:
         self._thread = threading.Thread(target=self._renew, name=LEASE_THREAD, daemon=True)
         self._thread.start()
         _HELD.add(self)
+        if self.store is s3:  # every object this build writes below OUT now checks this lease (packer/io/fence.py)
+            fence.hold(self.root, self.uri, self.info["token"], self.info["lease_s"])
         return self
 
     def _take(self) -> None:
@@ -134,6 +149,7 @@ class ObjectLock:
         """Stop renewing; delete the lock (finished, or never recorded in a lock we made), else mark it released."""
         self._stop.set()
         _HELD.discard(self)
+        fence.drop(self.root)
         if self._thread is not None:
             self._thread.join()
             self._thread = None

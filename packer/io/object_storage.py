@@ -9,9 +9,21 @@ import os
 from urllib.parse import unquote, urlsplit
 
 from ..errors import PackerError
+from . import fence
 from .atomic import atomic_write
 from .storage_base import RangedFile, Storage, _io_error
 from .uri import filesystem, first_line, join, redact
+
+
+def _upload(uri: str, data) -> None:
+    """One object at ``uri``, written whole (one PUT, or a multipart upload completed at the end)."""
+    fs, path = filesystem(uri)
+    try:
+        with fs.open_output_stream(path) as f:
+            f.write(data)
+    except OSError as e:
+        raise PackerError(f"cannot write {redact(uri)}: {first_line(e)}; nothing partial was kept: "
+                          "fix the cause and rerun with --resume") from None
 
 
 class ObjectStorage(Storage):
@@ -109,13 +121,11 @@ class ObjectStorage(Storage):
             atomic_write(path, data)
             return
         uri = self.path(rel)
-        fs, path = self._fs(rel)
-        try:
-            with fs.open_output_stream(path) as f:  # one object, written whole
-                f.write(data)
-        except OSError as e:
-            raise PackerError(f"cannot write {uri}: {first_line(e)}; nothing partial was kept: "
-                              "fix the cause and rerun with --resume") from None
+        lease = fence.fence_for(uri)
+        if lease is not None:  # a build holds this prefix: the write is fenced by its lease (packer/io/fence.py)
+            fence.fenced_put(uri, data, lease, _upload)
+        else:
+            _upload(uri, data)
 
     def delete(self, rels: list[str]) -> None:
         fs, path = self._fs()

@@ -119,7 +119,7 @@ def get(uri: str) -> Got | None:
         if isinstance(err, Conflict):
             return None
         raise err from None
-    return Got(body, r.get("ETag", ""), r["LastModified"].timestamp(), _date(r))
+    return Got(body, r.get("ETag", ""), r["LastModified"].timestamp(), date_of(r))
 
 
 def create(uri: str, body: bytes) -> str:
@@ -149,7 +149,8 @@ def delete(uri: str, etag: str) -> None:
         raise _fail("delete", uri, e) from None
 
 
-def _date(r) -> float:
+def date_of(r) -> float:
+    """A response's Date header (the store's clock, whole seconds), since the epoch; this host's clock without one."""
     import email.utils
     import time
 

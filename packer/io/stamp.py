@@ -20,7 +20,9 @@ What it cannot see: an edit of a file over ``WHOLE_BYTES`` outside its three
 blocks that keeps the size, when its modification time and inode are also put
 back (or in a copied OUT, where only the content part is on record); an object
 rewritten with the same bytes (same ETag: nothing to see); on a store without
-ETags, a rewrite within the same second of the same size.
+ETags, a rewrite within the same second of the same size. (The first is caught
+later, where a finished unit read the edit: each unit record keeps the hash
+of the bytes it read, packer/formats/consumed.py, and ``--resume`` checks it.)
 """
 
 from __future__ import annotations

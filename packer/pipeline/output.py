@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .. import shards as S
 from ..errors import PackerError
+from ..formats.consumed import digest as consumed_digest
 from ..io import Storage
 from ..io.lock import LOCK_NAME
 from .unit import HOLDOUT_DIR, MAX_EXAMPLES, unit_sources
@@ -148,6 +149,10 @@ def finished_records(out: Storage, units) -> dict[int, dict]:
 
     One listing, then the records from LIST_THREADS threads: a resume over
     100k units on an object store must not pay 100k round trips in series.
+    A record's ``consumed`` hashes (packer/formats/consumed.py) are checked
+    against the inputs as they are now: one that differs refuses the resume,
+    naming the file (its finished units would mix with units read from the
+    new version).
     """
     objects = out.list()
     want = {u.index: u for u in units if f"{S.UNIT_DIR}/{u.index:06d}.json" in objects}
@@ -157,6 +162,7 @@ def finished_records(out: Storage, units) -> dict[int, dict]:
             rec = json.loads(out.read(f"{S.UNIT_DIR}/{i:06d}.json"))
             # Kept only when made from this unit's input (its slices) and its shard is whole.
             if rec["unit"] == i and rec["sources"] == unit_sources(want[i]) and objects.get(rec["path"]) == rec["bytes"]:
+                _check_consumed(out, want[i], rec)
                 return i, rec
         except (OSError, ValueError, KeyError, TypeError):
             pass
@@ -164,6 +170,19 @@ def finished_records(out: Storage, units) -> dict[int, dict]:
 
     with ThreadPoolExecutor(LIST_THREADS, thread_name_prefix="packer-resume") as pool:
         return {i: rec for i, rec in pool.map(load, want) if rec is not None}
+
+
+def _check_consumed(out: Storage, unit, rec: dict) -> None:
+    """Refuse the resume if an input a finished unit read is not the bytes it read (a record without
+    ``consumed``, from before 41.8, is taken as it is)."""
+    had = rec.get("consumed")
+    if not isinstance(had, list) or len(had) != len(unit.slices):
+        return
+    for sl, before in zip(unit.slices, had):
+        if before is not None and consumed_digest(sl) != before:
+            raise PackerError(f"cannot resume {out.root}: {sl.file.path} changed since the build was interrupted "
+                              f"(the bytes unit {unit.index} read from it differ now, at the same size and time); "
+                              "use --overwrite or another folder")
 
 
 def manifest(cfg, tok, job, settings: dict, units, records: dict[int, dict], found) -> dict:
@@ -213,7 +232,8 @@ def manifest(cfg, tok, job, settings: dict, units, records: dict[int, dict], fou
     if job.chat is not None:  # only chat builds: other manifests keep their bytes
         totals["trained_tokens"] = sum(r["trained_tokens"] for r in recs)
         totals["trained_pct"] = round(100.0 * totals["trained_tokens"] / max(1, totals["tokens"]), 4)
-        totals["truncated"] = sum(r["truncated"] for r in recs)
+        # (0 where absent: a unit with no rows, whose record 0a283c5 wrote without it, truncated nothing)
+        totals["truncated"] = sum(r.get("truncated", 0) for r in recs)
     shard_keys = ("unit", "path", "rows", "tokens", "pieces", "documents", "documents_split", "padding", "bytes", S.CHECKSUM, "sources")
     m = {
         "format": S.FORMAT_NAME,

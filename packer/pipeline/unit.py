@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import faults
 from .. import shards as S
+from ..formats.consumed import digest as consumed_digest
 from ..formats import DEFAULT_MAX_RECORD, Document, Part, Skip, parse_part, strict_error, where_of_document
 from ..io import storage_for
 from ..pack import pack
@@ -236,8 +237,12 @@ def _write_unit(job: Job, root: str, unit: Unit, chunks: list[ChunkResult], skip
     rows_at = S.layout.to_record(S.layout.shard_layout(data, layout.num_rows, job.seq_len, job.dtype, job.chat is not None))
     if rows_at is not None:  # where the rows lie in the shard: an object store's index.arrow is made of these
         record["layout"] = rows_at
+    if job.chat is not None:  # every chat unit, also one with no rows (after "layout": the records' key order)
         record["truncated"] = sum(c.truncated for c in chunks)
     record.update(extra)
+    consumed = [consumed_digest(sl) for sl in unit.slices]
+    if any(d is not None for d in consumed):  # local inputs: what --resume checks (packer/formats/consumed.py)
+        record["consumed"] = consumed
     out_store.put_json(f"{S.UNIT_DIR}/{unit.index:06d}.json", record)
     faults.point("kill-worker")
     return record

@@ -12,7 +12,7 @@ from packer import build
 from packer.errors import PackerError
 from tests._services import folder_files
 from tests.conftest import write_jsonl
-from tests._cli import ARGS, cli
+from tests._cli import ARGS, cli, one_line
 from tests.conftest import invoke as run_cli
 
 OPTS = dict(unit_mb=0.02, workers=1, quiet=True)
@@ -108,3 +108,53 @@ def test_resume_of_a_finished_build_removes_a_stray_temp_file(tmp_path, corpus):
     assert res.units_run == 0
     assert run_cli("stats", out).exit_code == 0
 
+
+
+# Issue 41.8: a same-size edit outside the input stamp's three blocks, its mtime put back, between a kill and
+# --resume, mixed the two versions (exit 0). Each unit record keeps the hash of the bytes it read.
+
+def _big(path):
+    """A jsonl file of about 2 MiB (over the stamp's WHOLE_BYTES: only three blocks of it are stamped)."""
+    write_jsonl(path, [f"doc {i} " + "word " * (i % 50 + 1) for i in range(16000)])
+    assert os.path.getsize(path) > 2 << 20
+    return str(path)
+
+
+def _edit_at(path, fraction):
+    """Change one letter at ``fraction`` of the file (same size), then put its modification time back."""
+    st = os.stat(path)
+    data = bytearray(open(path, "rb").read())
+    at = data.index(b"word", int(len(data) * fraction))
+    data[at:at + 4] = b"WORD"
+    open(path, "wb").write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_an_edit_outside_the_stamped_blocks_is_seen_by_resume(tmp_path):
+    src = _big(tmp_path / "c.jsonl")
+    args = ["--seq-len", "128", "--unit-mb", "0.25", "--workers", "1", "-q"]
+    out = str(tmp_path / "o")
+    r = cli("build", src, out, *args, env={"PACKER_FAULT": "write", "PACKER_FAULT_UNIT": "3"})
+    assert r.returncode != 0 and os.path.exists(os.path.join(out, "units", "000000.json"))
+    _edit_at(src, 0.05)  # in unit 0, finished
+    _edit_at(src, 0.75)  # in a unit not built yet
+    r = cli("build", src, out, *args, "--resume")
+    assert r.returncode == 2, r.stderr
+    line = one_line(r, "cannot resume", src, "changed since the build was interrupted", "unit 0")
+    assert "Traceback" not in line
+
+
+def test_an_edit_only_where_no_unit_finished_resumes_to_the_edited_build(tmp_path):
+    """What a finished unit read is unchanged: the resume reads the rest as it is now, and the build is the
+    one a fresh build of the edited file gives (nothing mixed)."""
+    src = _big(tmp_path / "c.jsonl")
+    args = ["--seq-len", "128", "--unit-mb", "0.25", "--workers", "1", "-q"]
+    out = str(tmp_path / "o")
+    r = cli("build", src, out, *args, env={"PACKER_FAULT": "write", "PACKER_FAULT_UNIT": "3"})
+    assert r.returncode != 0
+    _edit_at(src, 0.75)
+    r = cli("build", src, out, *args, "--resume")
+    assert r.returncode == 0, r.stderr
+    clean = str(tmp_path / "clean")
+    assert cli("build", src, clean, *args).returncode == 0
+    assert folder_files(out) == folder_files(clean)

@@ -11,6 +11,7 @@ from packer.pipeline import Job, assemble_unit, encode_chunk, plan_units
 from packer.pipeline.unit import encoder_for, holdout_split
 from packer.tokenize import resolve_tokenizer
 from tests.conftest import write_jsonl
+from tests.io.test_object_storage import bucket, s3  # noqa: F401 - fixtures
 
 
 def _unit(tmp_path, texts):
@@ -66,3 +67,71 @@ def test_holdout_split_depends_on_the_text_alone():
     assert holdout_split(list(reversed(texts)), 0.1) == list(reversed(keep))
     assert 100 < keep.count(False) < 300  # about a tenth held out
     assert holdout_split(["same", "same"], 0.5)[0] == holdout_split(["same", "same"], 0.5)[1]
+
+
+# Issue 41.1: a chat unit with no documents (every conversation empty) wrote a record without "truncated",
+# and the manifest's sum over the records raised KeyError (exit 1, a traceback), also on --resume.
+
+def _chat_tokenizer(tmp_path):
+    from tests.chat_data import LLAMA3_GEN, plain, small_tokenizer
+
+    return small_tokenizer(str(tmp_path / "tok"), "llama3", plain(LLAMA3_GEN))
+
+
+def _conversations(path, n):
+    """``n`` lines: runs of empty conversations (units of their own at --unit-mb 0.004) between real ones."""
+    import json
+
+    with open(path, "w") as f:
+        for i in range(n):
+            real = i % 600 < 20
+            msgs = [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i} " * 3}]
+            f.write(json.dumps({"messages": msgs if real else []}) + "\n")
+    return str(path)
+
+
+def test_a_chat_unit_without_documents_builds_and_resumes(tmp_path):
+    import json
+
+    from tests._cli import cli, one_line
+
+    tok = _chat_tokenizer(tmp_path)
+    lone = tmp_path / "c.jsonl"
+    lone.write_text('{"messages": []}\n')
+    r = cli("build", str(lone), str(tmp_path / "lone"), "--chat", "--tokenizer", tok, "--seq-len", "256", "-q")
+    assert r.returncode == 2, r.stderr  # a build with nothing in it, said in one line (was: KeyError, exit 1)
+    one_line(r, "no documents", "not_conversation")
+
+    src = _conversations(tmp_path / "many.jsonl", 1800)
+    args = ["--chat", "--tokenizer", tok, "--seq-len", "256", "--unit-mb", "0.004", "--workers", "1", "-q"]
+    r = cli("build", src, str(tmp_path / "clean"), *args)
+    assert r.returncode == 0, r.stderr
+    m = json.loads((tmp_path / "clean" / "manifest.json").read_text())
+    assert any(s["rows"] == 0 for s in m["shards"]) and m["totals"]["truncated"] == 0
+    assert m["totals"]["documents"] == 60 and m["totals"]["skipped"] == {"not_conversation": 1740}
+    units = [json.loads(p.read_text()) for p in sorted((tmp_path / "clean" / "units").iterdir())]
+    assert all(u["truncated"] == 0 for u in units)  # in every chat unit's record, rows or none
+
+    out = str(tmp_path / "killed")
+    r = cli("build", src, out, *args, env={"PACKER_FAULT": "manifest"})  # killed with every unit written
+    assert r.returncode != 0 and not os.path.exists(os.path.join(out, "manifest.json"))
+    r = cli("build", src, out, *args, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert open(os.path.join(out, "manifest.json"), "rb").read() == (tmp_path / "clean" / "manifest.json").read_bytes()
+
+
+def test_a_chat_unit_without_documents_on_an_object_store(tmp_path, bucket):
+    """The same on moto's S3 (the records there carry row layouts; an empty unit has none)."""
+    import json
+
+    from packer import build
+    from tests._services import objects, s3_client
+
+    tok = _chat_tokenizer(tmp_path)
+    src = _conversations(tmp_path / "many.jsonl", 1800)
+    s3_client().upload_file(src, bucket, "in/many.jsonl")
+    out = f"s3://{bucket}/o"
+    m = build([f"s3://{bucket}/in"], out, seq_len=256, tokenizer=tok, chat=True, unit_mb=0.004, workers=1).manifest
+    assert any(s["rows"] == 0 for s in m["shards"]) and m["totals"]["truncated"] == 0
+    units = {k: json.loads(v) for k, v in objects(bucket, "o").items() if k.startswith("units/")}
+    assert units and all(u["truncated"] == 0 for u in units.values())
