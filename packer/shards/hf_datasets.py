@@ -13,7 +13,13 @@ shard and kept in datasets' cache folder (``datasets.config.HF_DATASETS_CACHE``
   first slot of every piece and, in a ``--chat`` build, wherever the
   ``loss_mask`` is 0 (what ``PackedDataset`` gives as ``labels``);
 - ``seq_lengths``: the row's segments: its piece lengths, then the padding
-  tail's length where the row has one (they sum to ``seq_len``).
+  tail's length where the row has one (they sum to ``seq_len``);
+- ``position_ids``: int64, restarting at 0 at every segment (what
+  ``PackedDataset`` gives): HF Trainer's ``default_data_collator`` stacks
+  it and passes it to the model, which then finds the documents (sdpa and
+  eager with no cache and no ``attention_mask``, flash-attention, packer's
+  attention); without it each row would be one sequence, its documents
+  attending to each other.
 
 These are the columns TRL's SFTTrainer reads from packed rows
 (docs/training.md): with ``padding_free=True`` its collator restarts
@@ -56,7 +62,7 @@ from .reader import open_shard
 from .schema import LOSS_MASK, checksum, file_checksum
 
 IGNORE_INDEX = -100
-SIDE_VERSION = 1  # of the columns' file: a new version is a new file name
+SIDE_VERSION = 2  # of the columns' file: a new version is a new file name
 MAP_MARGIN = 4096  # maps left for what the process maps later (datasets' own cache files, torch, workers' imports)
 
 
@@ -186,7 +192,8 @@ def _readable(path: str, rows: int) -> bool:
 
 def _side_schema(L: int, labels: bool) -> pa.Schema:
     fields = [pa.field("labels", pa.list_(pa.int64(), L), nullable=False)] if labels else []
-    return pa.schema(fields + [pa.field("seq_lengths", pa.list_(pa.int32()), nullable=False)])
+    return pa.schema(fields + [pa.field("seq_lengths", pa.list_(pa.int32()), nullable=False),
+                               pa.field("position_ids", pa.list_(pa.int64(), L), nullable=False)])
 
 
 def _side_batch(batch: pa.RecordBatch, L: int, labels: bool, name: str) -> pa.RecordBatch:
@@ -201,7 +208,12 @@ def _side_batch(batch: pa.RecordBatch, L: int, labels: bool, name: str) -> pa.Re
     seg[np.arange(len(lens)) - off[row_of_piece] + seg_off[row_of_piece]] = lens
     has = np.flatnonzero(tail)
     seg[seg_off[has + 1] - 1] = L - used[has]
-    cols = [pa.ListArray.from_arrays(pa.array(seg_off.astype(np.int32)), pa.array(seg))]
+    # position_ids: each slot's distance from its segment's start (a row's segments sum to L, so they
+    # tile the batch's n * L slots in order)
+    starts = np.cumsum(seg, dtype=np.int64) - seg
+    pos = np.arange(n * L, dtype=np.int64) - np.repeat(starts, seg)
+    cols = [pa.ListArray.from_arrays(pa.array(seg_off.astype(np.int32)), pa.array(seg)),
+            pa.FixedSizeListArray.from_arrays(pa.array(pos), L)]
     if labels:
         lab = np.asarray(batch.column("input_ids").flatten()).astype(np.int64).reshape(n, L)
         lab[np.arange(L)[None, :] >= used[:, None]] = IGNORE_INDEX  # the padding tail

@@ -30,7 +30,12 @@
   trainer that stops mid-epoch resumes reading exactly the rows it would
   have read next, even with another world size. A digest of the epoch order
   is kept too: loading refuses a state whose order cannot be reproduced
-  (other data, other seed or NumPy).
+  (other data, other seed or NumPy). ``len()`` is the whole epoch's share, resumed
+  or not (torch's convention, on which Lightning counts: it adds the batches
+  it restored to what the resumed iteration yields); ``remaining()`` is what
+  the next iteration yields. ``set_epoch(n)`` wins over a state of an earlier
+  epoch loaded after it (torchdata's StatefulDataLoader loads the sampler's
+  state at ``iter()``, after the loop's ``set_epoch``): epoch n starts whole.
 
 ``PackedSampler.state_dict()`` counts the rows the sampler has handed out;
 a DataLoader with workers prefetches, so it hands out more than the loop
@@ -112,6 +117,7 @@ class PackedSampler(DistributedSampler):
         self._resume = 0  # global position where the next iteration starts
         self._iter_start: int | None = None  # where the current (or last) iteration started
         self._yielded = 0
+        self._epoch_set: int | None = None  # the epoch the last set_epoch selected, until a state is loaded
         self._cache: tuple | None = None  # (epoch, its order (packer/train/order.py), its digest)
 
     # DistributedSampler's attribute names, for code that reads them
@@ -177,7 +183,10 @@ class PackedSampler(DistributedSampler):
     # -- iteration ------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch to iterate next; a new epoch starts at its beginning."""
+        """Select the epoch to iterate next; a new epoch starts at its beginning. A state of an earlier
+        epoch loaded after this call (torchdata loads the sampler's state at ``iter()``, after the
+        loop's ``set_epoch``) does not take the epoch back."""
+        self._epoch_set = int(epoch)
         if int(epoch) != self.epoch:
             self.epoch, self._resume, self._iter_start, self._yielded = int(epoch), 0, None, 0
 
@@ -185,7 +194,12 @@ class PackedSampler(DistributedSampler):
         return max(self.num_samples - start, 0) // self.world_size
 
     def __len__(self) -> int:
-        """Rows this rank reads in the next iteration."""
+        """Rows this rank reads in a whole epoch, resumed or not: torch's convention, on which trainers
+        count steps (Lightning adds the batches it restored to what the resumed iteration yields)."""
+        return self._share(0)
+
+    def remaining(self) -> int:
+        """Rows this rank reads in the next iteration (fewer than ``len`` after a mid-epoch resume)."""
         return self._share(self._resume)
 
     def __iter__(self) -> Iterator[int]:
@@ -222,9 +236,13 @@ class PackedSampler(DistributedSampler):
                 f"cannot resume: state is for seed {state.get('seed')} and {state.get('num_samples')} rows per epoch, "
                 f"this sampler has seed {self.seed} and {self.num_samples}"
             )
+        chosen, self._epoch_set = self._epoch_set, None
         self.epoch, self._iter_start, self._yielded = int(state["epoch"]), None, 0
         self._resume = int(state["position"])
-        if state.get("order_digest") != self._order(self.epoch)[1]:
+        digest = self._order(self.epoch)[1]
+        if chosen is not None and chosen > self.epoch:  # set_epoch chose a later epoch: it starts whole
+            self.epoch, self._resume = chosen, 0
+        if state.get("order_digest") != digest:
             older = "" if "block_rows" in state else (
                 "; a state saved by a packer before shuffle blocks resumes with PackedSampler(..., block_rows=None)")
             raise PackerError(
@@ -261,7 +279,7 @@ class PackedLoader(DataLoader):
 
     def __iter__(self):
         self._received = 0
-        share = len(self.sampler)
+        share = self.sampler.remaining()
         for batch in super().__iter__():
             self._received = min(self._received + self.batch_size, share)
             yield batch

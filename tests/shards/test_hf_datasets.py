@@ -30,7 +30,8 @@ def test_hf_dataset_is_the_build_memory_mapped(short_docs_build, datasets_cache)
     ds = hf_dataset(short_docs_build)
     assert pa.total_allocated_bytes() - before < want.nbytes // 10  # mapped, not read into memory
     assert len(ds) == m["totals"]["rows"] == want.num_rows
-    assert set(ds.column_names) == {"input_ids", "doc_lens", "doc_index", "doc_offset", "labels", "seq_lengths"}
+    assert set(ds.column_names) == {"input_ids", "doc_lens", "doc_index", "doc_offset", "labels", "seq_lengths",
+                                  "position_ids"}
     for i in (0, len(ds) // 2, len(ds) - 1):
         assert ds[i]["input_ids"] == want.column("input_ids")[i].as_py()
         assert ds[i]["doc_lens"] == want.column("doc_lens")[i].as_py()
@@ -65,7 +66,7 @@ def test_hf_dataset_errors(short_docs_build, tmp_path):
         hf_dataset("s3://bucket/out")
 
 
-def test_labels_and_seq_lengths_are_packed_datasets(short_docs_build):
+def test_labels_seq_lengths_and_position_ids_are_packed_datasets(short_docs_build):
     from packer import PackedDataset
 
     ds, pd = hf_dataset(short_docs_build), PackedDataset(short_docs_build)
@@ -75,7 +76,9 @@ def test_labels_and_seq_lengths_are_packed_datasets(short_docs_build):
         assert row["labels"] == want["labels"].tolist()
         lens = want["doc_lens"].tolist()
         assert row["seq_lengths"] == lens + ([L - sum(lens)] if sum(lens) < L else [])
-    assert "labels" not in hf_dataset(short_docs_build, labels=False).column_names
+        assert row["position_ids"] == want["position_ids"].tolist()  # restarting at every segment
+    plain = hf_dataset(short_docs_build, labels=False)
+    assert "labels" not in plain.column_names and plain[3]["position_ids"] == ds[3]["position_ids"]
 
 
 def _tree(path):

@@ -1,11 +1,11 @@
 """Lightning on a PackedDataset with Lightning's defaults (use_distributed_sampler=True), run by
 tests/train/test_lightning.py as a script (Lightning's DDP launcher re-runs this file per rank).
 
-    python tests/train/lightning_run.py BUILD OUT DEVICES STEPS [CKPT]
+    python tests/train/lightning_run.py BUILD OUT DEVICES STEPS BATCH EVERY [CKPT]
 
-Each rank writes OUT/rank{r}.pt: the input_ids of every batch it trained on, and (rank 0) the
-final weights. A ModelCheckpoint saves every 2 steps into OUT/ckpt. With CKPT, the run resumes
-from it (``fit(ckpt_path=CKPT)``).
+Each rank writes OUT/rank{r}.pt: the input_ids and epoch of every batch it trained on, and the
+final weights. A ModelCheckpoint saves every EVERY steps into OUT/ckpt (step=N.ckpt). With CKPT,
+the run resumes from it (``fit(ckpt_path=CKPT)``); the run spans epochs when STEPS passes one.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class Tiny(pl.LightningModule):
         self.seen: list[torch.Tensor] = []
 
     def training_step(self, batch, i):
-        self.seen.append(batch["input_ids"].clone())
+        self.seen.append((self.current_epoch, batch["input_ids"].clone()))
         logits = self.out(self.emb(batch["input_ids"]))
         return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch["labels"][:, 1:].reshape(-1),
                                ignore_index=-100)
@@ -39,26 +39,27 @@ class Tiny(pl.LightningModule):
 
 
 class Data(pl.LightningDataModule):
-    def __init__(self, path: str):
+    def __init__(self, path: str, batch: int):
         super().__init__()
-        self.path = path
+        self.path, self.batch = path, batch
 
     def train_dataloader(self):
         ds = PackedDataset(self.path)
         # no rank/world_size: PackedSampler reads them from the process group Lightning made
-        return PackedLoader(ds, batch_size=2, sampler=PackedSampler(ds, seed=0))
+        return PackedLoader(ds, batch_size=self.batch, sampler=PackedSampler(ds, seed=0))
 
 
-def main(build: str, out: str, devices: int, steps: int, ckpt: str | None) -> None:
+def main(build: str, out: str, devices: int, steps: int, batch: int, every: int, ckpt: str | None) -> None:
     ds = PackedDataset(build)
     model = Tiny(ds.vocab_size)
-    every = pl.callbacks.ModelCheckpoint(dirpath=os.path.join(out, "ckpt"), every_n_train_steps=2, save_top_k=-1,
+    every = pl.callbacks.ModelCheckpoint(dirpath=os.path.join(out, "ckpt"), every_n_train_steps=every, save_top_k=-1,
                                          filename="{step}")
     trainer = pl.Trainer(accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto",
                          max_steps=steps, callbacks=[every], logger=False, enable_progress_bar=False,
                          enable_model_summary=False)
-    trainer.fit(model, datamodule=Data(build), ckpt_path=ckpt)
+    trainer.fit(model, datamodule=Data(build, batch), ckpt_path=ckpt)
     r = trainer.global_rank
+    os.makedirs(out, exist_ok=True)
     torch.save({"seen": model.seen, "world": trainer.world_size,
                 "state": {k: v.detach().clone() for k, v in model.state_dict().items()}},
                os.path.join(out, f"rank{r}.pt"))
@@ -66,4 +67,4 @@ def main(build: str, out: str, devices: int, steps: int, ckpt: str | None) -> No
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    main(a[0], a[1], int(a[2]), int(a[3]), a[4] if len(a) > 4 else None)
+    main(a[0], a[1], int(a[2]), int(a[3]), int(a[4]), int(a[5]), a[6] if len(a) > 6 else None)

@@ -1,6 +1,8 @@
 """Lightning with its defaults on packer's loader: single device and DDP (2 CPU processes,
-gloo). Each rank reads a disjoint, equal, in-order share of the epoch order, and a run resumed
-from a mid-epoch checkpoint reads exactly the rows, and ends at the weights, of the full run."""
+gloo). Each rank reads a disjoint, equal, in-order share of each epoch's order, and a run resumed
+from a checkpoint taken mid-epoch or at an epoch's end reads exactly the rows, in the same order,
+and ends at the weights, of the uninterrupted run (issue 42.1: Lightning counts the batches it
+restored against ``len(loader)``, so that must stay the whole epoch's)."""
 
 from __future__ import annotations
 
@@ -17,41 +19,61 @@ pytest.importorskip("lightning")
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lightning_run.py")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(SCRIPT)))
+B, EVERY = 8, 7  # a checkpoint every 7 steps: mid-epoch at 7, an epoch's end at 28 (1 device) or 14 (2)
 
 
 def run(build, out, devices, steps, ckpt=None):
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, SCRIPT, build, str(out), str(devices), str(steps)] + ([ckpt] if ckpt else [])
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    cmd = [sys.executable, SCRIPT, build, str(out), str(devices), str(steps), str(B), str(EVERY)] + ([ckpt] if ckpt else [])
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     return [torch.load(os.path.join(out, f"rank{r}.pt")) for r in range(devices)]
 
 
-@pytest.mark.parametrize("devices", [2])  # single-device resume: tests/train/test_sampler.py and the docs recipe
-def test_lightning_defaults_shard_in_order_and_resume_exactly(short_docs_build, tmp_path, devices):
-    ds = PackedDataset(short_docs_build)
-    steps, B = 6, 2
-    full = run(short_docs_build, tmp_path / "full", devices, steps)
-    order = PackedSampler(ds, seed=0).epoch_order()
-    for r, res in enumerate(full):
-        assert res["world"] == devices and len(res["seen"]) == steps
-        mine = order[r::devices]  # rank r: positions r, r + W, ... of the one global order
-        for j, got in enumerate(res["seen"]):
-            assert torch.equal(got, ds.batch(mine[j * B:(j + 1) * B])["input_ids"])
-    if devices == 2:  # disjoint shares: no row trained on by both ranks
-        a = {tuple(x.tolist()) for b in full[0]["seen"] for x in b}
-        b = {tuple(x.tolist()) for b in full[1]["seen"] for x in b}
-        assert len(a) == steps * B and not a & b
+def epoch_steps(ds, devices):
+    return len(ds) // devices // B
 
-    ckpt = str(tmp_path / "full" / "ckpt" / "step=2.ckpt")
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["1device", "ddp2"])
+def full(request, short_docs_build, tmp_path_factory):
+    """(devices, the uninterrupted run: one epoch and 3 steps of the next, each rank's batches checked)."""
+    devices = request.param
+    ds = PackedDataset(short_docs_build)
+    E = epoch_steps(ds, devices)
+    assert E % EVERY == 0 and len(ds) % (devices * B) == 0  # checkpoints fall mid-epoch and on the epoch's end
+    out = tmp_path_factory.mktemp(f"lightning{devices}") / "full"
+    res = run(short_docs_build, out, devices, E + 3)
+    s = PackedSampler(ds, seed=0)
+    orders = [s.epoch_order(0), s.epoch_order(1)]
+    for r, got in enumerate(res):
+        assert got["world"] == devices and len(got["seen"]) == E + 3
+        for j, (epoch, ids) in enumerate(got["seen"]):
+            mine = orders[epoch][r::devices]  # rank r: positions r, r + W, ... of the one global order
+            k = j if epoch == 0 else j - E
+            assert (epoch, k) == ((0, j) if j < E else (1, j - E))
+            assert torch.equal(ids, ds.batch(mine[k * B:(k + 1) * B])["input_ids"])
+    if devices == 2:  # disjoint shares: no row trained on by both ranks in an epoch
+        a = {tuple(x.tolist()) for e, b in res[0]["seen"] if e == 0 for x in b}
+        b = {tuple(x.tolist()) for e, b in res[1]["seen"] if e == 0 for x in b}
+        assert len(a) == E * B and not a & b
+    return devices, out, res
+
+
+@pytest.mark.parametrize("where", ["mid_epoch", "epoch_end"])
+def test_lightning_defaults_resume_exactly(short_docs_build, full, where):
+    devices, out, whole = full
+    E = epoch_steps(PackedDataset(short_docs_build), devices)
+    at = EVERY if where == "mid_epoch" else E
+    ckpt = str(out / "ckpt" / f"step={at}.ckpt")
     assert os.path.exists(ckpt)
-    resumed = run(short_docs_build, tmp_path / "resumed", devices, steps, ckpt)
-    for f, res in zip(full, resumed):
-        assert len(res["seen"]) == steps - 2
-        for got, want in zip(res["seen"], f["seen"][2:]):
+    resumed = run(short_docs_build, out.parent / f"resumed{at}", devices, E + 3, ckpt)
+    for f, res in zip(whole, resumed):
+        assert [e for e, _ in res["seen"]] == [e for e, _ in f["seen"][at:]]  # epoch 1 is whole: E steps
+        assert len(res["seen"]) == E + 3 - at
+        for (_, got), (_, want) in zip(res["seen"], f["seen"][at:]):
             assert torch.equal(got, want)
-    for k, v in full[0]["state"].items():
-        torch.testing.assert_close(resumed[0]["state"][k], v, rtol=0, atol=0, msg=k)
+        for k, v in f["state"].items():
+            torch.testing.assert_close(res["state"][k], v, rtol=0, atol=0, msg=k)
 
 
 def test_packed_sampler_is_a_distributed_sampler_that_lightning_leaves_alone():
@@ -64,4 +86,4 @@ def test_packed_sampler_is_a_distributed_sampler_that_lightning_leaves_alone():
     assert (s.rank, s.world_size, s.num_replicas) == (0, 1, 1)
     assert sorted(s) == list(range(10))
     t = PackedSampler(10, seed=3, rank=1, world_size=2)
-    assert list(t) == s.epoch_order()[1::2].tolist()
+    assert list(t) == t.epoch_order()[1::2].tolist()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from packer import PackedDataset, PackedLoader, PackedSampler
+from packer import PackedDataset, PackedLoader, PackedSampler, collate
 from packer.errors import PackerError
 
 
@@ -53,7 +54,7 @@ def test_resumed_sampler_yields_exactly_the_rest(world, stop):
         state = s.state_dict()
         fresh = PackedSampler(n, seed=5, rank=r, world_size=world)
         fresh.load_state_dict(state)
-        assert len(fresh) == len(full) - stop
+        assert fresh.remaining() == len(full) - stop and len(fresh) == len(full)  # len: the whole epoch (torch)
         assert seen + list(fresh) == full
         assert list(fresh) == full  # the resumed position applies to one pass only
 
@@ -207,3 +208,74 @@ def test_prefetching_loaders_stop_on_eight_ranks_and_resume_on_four_with_the_unr
     read = first + rest
     assert len(set(read)) == len(read) and sorted(read) == sorted(order[:len(read)])
     assert 0 <= n - len(read) < 4 * B
+
+
+def _train(ds, make_loader, epochs, stop=None, state=None):
+    """A tiny model trained over ``epochs`` epochs of a loader (``set_epoch`` before each).
+    ``stop`` (epoch, step): return there, with the loader's, model's and optimizer's state (step None:
+    once the epoch's loop has ended). ``state``: resume from such a return. Gives (rows read, weights, state at stop)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(ds.vocab_size, 8), torch.nn.Linear(8, ds.vocab_size))
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    sampler = PackedSampler(ds, seed=0)
+    loader = make_loader(sampler)
+    first = 0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        loader.load_state_dict(state["loader"])
+        first = state["epoch"]
+    rows = []
+    for epoch in range(first, epochs):
+        sampler.set_epoch(epoch)
+        for step, batch in enumerate(loader):
+            rows.append(batch["input_ids"].clone())
+            logits = model(batch["input_ids"])
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, ds.vocab_size),
+                                                     batch["labels"][:, 1:].reshape(-1), ignore_index=-100)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if stop == (epoch, step):
+                return rows, model.state_dict(), _saved(model, opt, loader, epoch)
+        if stop == (epoch, None):
+            return rows, model.state_dict(), _saved(model, opt, loader, epoch + 1)
+    return rows, model.state_dict(), None
+
+
+def _saved(model, opt, loader, epoch):
+    return {"model": copy.deepcopy(model.state_dict()), "opt": copy.deepcopy(opt.state_dict()),
+            "loader": copy.deepcopy(loader.state_dict()), "epoch": epoch}
+
+
+@pytest.mark.parametrize("kind", ["stateful", "packed"])
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("where", ["mid_epoch", "epoch_end"])
+def test_stateful_dataloader_resumes_exactly(short_docs_build, kind, workers, where):
+    """issue 42.2: torchdata's StatefulDataLoader loads the sampler's state at ``iter()``, after the loop's
+    ``set_epoch``; a state taken at an epoch's end then took epoch 1 back to epoch 0 (an empty epoch with
+    0 workers, epoch 0 again with 2). Mid-epoch and at the end, the resumed run reads the uninterrupted
+    run's rows in its order, epoch 1 whole, and ends at its weights. PackedLoader is the control."""
+    ds = PackedDataset(short_docs_build)
+    B = 8
+    if kind == "stateful":
+        loader_of = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
+    else:
+        loader_of = PackedLoader
+    kw = {"collate_fn": collate} if kind == "stateful" else {}
+
+    def make(sampler):
+        return loader_of(ds, batch_size=B, sampler=sampler, num_workers=workers, **kw)
+
+    steps = len(ds) // B
+    whole, w_whole, _ = _train(ds, make, 2)
+    assert len(whole) == 2 * steps
+    at = (0, 4) if where == "mid_epoch" else (0, None)  # None: the state taken after epoch 0's loop
+    before, _, state = _train(ds, make, 2, stop=at)
+    after, w_after, _ = _train(ds, make, 2, state=state)
+    got = before + after
+    assert len(got) == len(whole)
+    for a, b in zip(got, whole):
+        assert torch.equal(a, b)
+    for k, v in w_whole.items():
+        torch.testing.assert_close(w_after[k], v, rtol=0, atol=0, msg=k)

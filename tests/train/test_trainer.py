@@ -109,3 +109,27 @@ def test_trainer_packed_sampler_order_and_exact_resume(ds, tmp_path):
     for (n, a), b in zip(m_full.named_parameters(), m_res.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=n)
     assert not np.array_equal(order[:8], np.arange(8))  # the order is shuffled: the check can fail
+
+
+@pytest.mark.parametrize("sampling", ["random", "group_by_length"])
+def test_trainer_defaults_on_hf_dataset_keep_documents_apart(short_docs_build, ds, tmp_path, sampling):
+    """issue 42.3: ``Trainer(model, args, train_dataset=packer.hf_dataset(out))`` with defaults (and with
+    train_sampling_strategy="group_by_length") sent no position_ids, so each row ran as one sequence (hidden states off by 4.06):
+    the dataset carries them, default_data_collator passes them on, and the first step's logits equal
+    each document of its rows run alone (sdpa, the model's default cache)."""
+    from packer import hf_dataset
+
+    model = tiny(ds, "sdpa")
+    assert model.config.use_cache  # Trainer turns it off; the rows must not depend on more
+    start = copy.deepcopy(model)
+    seen = record(model)
+    Trainer(model=model, args=args(tmp_path, max_steps=1, train_sampling_strategy=sampling),
+            train_dataset=hf_dataset(short_docs_build)).train()
+    first = seen[0]["kw"]
+    assert "position_ids" in first and "attention_mask" not in first
+    assert int((first["position_ids"] == 0).sum()) > 2  # rows with several documents: mixing was possible
+    with torch.no_grad():
+        ref = alone(start.eval(), first["input_ids"], first["position_ids"])
+        mixed = start(input_ids=first["input_ids"], use_cache=False).logits  # the old batch: no position_ids
+    torch.testing.assert_close(seen[0]["logits"].reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    assert (mixed.reshape(ref.shape) - ref).abs().max() > 1e-2  # the check can fail
