@@ -1,28 +1,17 @@
 """Each model family's tokenizer: packer's ids against transformers' own, per document, on every engine.
 
-For every tokenizer (the small families of bench/families.py, built now, and
-the real files in ../shared/data where present) and every engine packer
-accepts for it (auto, hf, and tiktoken where auto chose it), this:
-
-1. builds the corpus with ``packer build`` (the API, one worker) and
-   compares the shard checksums across engines (they must be identical);
-2. encodes every document with the Encoder a build worker runs, and compares
-   its ids with ``transformers.AutoTokenizer`` (``PreTrainedTokenizerFast`` for
-   a lone tokenizer.json): ``tokenizer(text)["input_ids"]``, plus EOS unless the
-   template already ends with it (docs/tokenizers.md, "What each document gets").
-
-It prints one row per tokenizer and exits 1 on any difference.
+For every tokenizer (the small families of bench/families.py, built now, and the real files in ../shared/data
+where present) and every engine packer accepts for it (auto, hf, and tiktoken where auto chose it): (1) builds
+the corpus with ``packer build`` (the API, one worker) and compares the shard checksums across engines (they
+must be identical); (2) encodes every document with the Encoder a build worker runs, and compares its ids with
+``transformers.AutoTokenizer`` (``PreTrainedTokenizerFast`` for a lone tokenizer.json): ``tokenizer(text)["input_ids"]``,
+plus EOS unless the template already ends with it. One row per tokenizer; exits 1 on any difference.
 
     python bench/real_corpus.py bench_out/real --mb 60      # once: real text from this machine
     python bench/family_exact.py bench_out/real/real.jsonl  # or: sample_data
-    python bench/family_exact.py sample_data --normalize-cost  # what NFC costs the fast backend
+    python bench/family_exact.py bench_out/real/real.jsonl --fastokens  # fastokens on the real families (issue 40)
 
-``--normalize-cost`` times the fast backend of a Qwen-class tokenizer (NFC, built
-now) on the corpus, alternating per round: with packer's normalizer (tokenizers'
-own NFC, skipped on texts of boundary characters: packer/tokenize/normalize.py),
-with tokenizers' NFC on every non-ASCII text, with Python's ``unicodedata`` (what
-the backend used before: not exact), and with no normalizer (the ids then differ;
-a floor). Medians over rounds of CPU seconds, as ratios to ``unicodedata``.
+(``--normalize-cost``, what NFC costs the fast backend, is at commit 0a283c5: docs/benchmarks.md.)
 """
 
 from __future__ import annotations
@@ -48,10 +37,7 @@ def transformers_ids(path: str, texts: list[str], eos: int | None) -> list[list[
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     hf = AutoTokenizer.from_pretrained(path) if os.path.isdir(path) else PreTrainedTokenizerFast(tokenizer_file=path)
-    out = []
-    for ids in hf(texts, truncation=False)["input_ids"]:
-        out.append(ids if eos is None or ids[-1:] == [eos] else ids + [eos])
-    return out
+    return [ids if eos is None or ids[-1:] == [eos] else ids + [eos] for ids in hf(texts, truncation=False)["input_ids"]]
 
 
 def one(name: str, path: str, inputs: list[str], texts: list[str], work: str) -> dict:
@@ -89,58 +75,83 @@ def one(name: str, path: str, inputs: list[str], texts: list[str], work: str) ->
     return row
 
 
-def normalize_cost(texts: list[str], rounds: int) -> None:
-    import statistics
-    import unicodedata
+CACHE = os.environ.get("PACKER_TEST_TOKENIZERS", os.path.expanduser("~/.cache/packer-test-tokenizers"))
+FAMILIES = {"deepseek_v3": f"{CACHE}/deepseek_v3", "gemma3": f"{CACHE}/gemma3", "llama2": f"{CACHE}/llama2",
+            "mistral-v3": REAL["mistral-v3 (real)"], "qwen3": f"{CACHE}/qwen3", "llama3": REAL["llama3 (real)"],
+            "gpt2": REAL["gpt2 (real)"]}
 
-    from tokenizers import normalizers
 
-    from packer.tokenize import normalize as N
-    from packer.tokenize import tiktoken_backend as T
+def sweep() -> list[str]:
+    """Every code point but surrogates, 64 a text (after a letter, doubled, after a digit, before a space),
+    whitespace runs, digit runs of several scripts, emoji sequences, stacked combining marks."""
+    cps = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    ws = [" ", "\t", "\n", "\r\n", "\u00a0", "\u2003", "\u3000", "\u200b"]
+    return (["".join(f"{c}a{c}{c} 7{c}\u3000" for c in cps[i:i + 64]) for i in range(0, len(cps), 64)]
+            + [a * n + "x" + b * m for a in ws for b in ws for n in (1, 2, 3, 17) for m in (1, 4)]
+            + ["".join(chr(z + d) for d in range(10)) * 3 + " 1234567 12.5" for z in (0x30, 0x660, 0x966, 0xFF10, 0x1D7CE)]
+            + ["👩‍👩‍👧‍👦 🇫🇷 👍🏽 ❤️‍🔥 é ệ ﷽ 가각 日本語の文章 ༀ ำ", "a\u0301\u0302\u0303 e\u0308\u0304 " * 30])
 
-    with tempfile.TemporaryDirectory() as work:
-        js = open(os.path.join(families.build_all(work, families.sample_texts(), ["qwen-like"])["qwen-like"],
-                               "tokenizer.json")).read()
-    nfc = normalizers.NFC().normalize_str
-    variants = {"packer (tokenizers NFC, skipped on boundaries)": N.Normalizer("NFC"),
-                "tokenizers NFC on every non-ASCII text": lambda t: t if t.isascii() else nfc(t),
-                "unicodedata (before; not exact)": lambda t: t if t.isascii() else unicodedata.normalize("NFC", t),
-                "no normalizer (floor; ids differ)": lambda t: t}
-    from dataclasses import replace
 
-    base = T.TiktokenEncoder(js, replace(T.convert(js), normalize=None))  # tiktoken alone: each variant normalizes first
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(rounds):
-        for name, norm in variants.items():
-            t0 = time.process_time()
-            for t in texts:
-                base._buffer(norm(t), base._allowed)
-            times[name].append(time.process_time() - t0)
-    ref = statistics.median(times["unicodedata (before; not exact)"])
-    chars = sum(map(len, texts))
-    print(f"{len(texts):,} texts, {chars / 1e6:.2f} M characters, {sum(not t.isascii() for t in texts):,} not ASCII; "
-          f"{rounds} rounds, median CPU s")
-    print("| normalizer before tiktoken | CPU s | / unicodedata |")
-    print("|---|---|---|")
-    for name in variants:
-        m = statistics.median(times[name])
-        print(f"| {name} | {m:.3f} | {m / ref:.2f} |")
-    same = [base.encode_lists([variants["packer (tokenizers NFC, skipped on boundaries)"](t)])[0] for t in texts[:300]]
-    hf = [e.ids for e in __import__("tokenizers").Tokenizer.from_str(js).encode_batch(texts[:300], add_special_tokens=False)]
-    print(f"packer's ids = HF's on the first {len(hf)} texts: {same == hf}")
+def fastokens_exact(texts: list[str]) -> None:
+    """fastokens against HF tokenizers (the file, and transformers' rebuild of it where that differs) and
+    AutoTokenizer (no special tokens added), one thread each: texts that differ, the first difference, and
+    fastokens' CPU seconds / HF's ``encode_batch`` on the same texts in memory."""
+    os.environ.update(FASTOKENS_BPE_THREADS="1", RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    import json
+
+    import fastokens
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    print("| family | pre-tokenizer / normalizer | fastokens = HF: real docs, sweep, literals | = AutoTokenizer "
+          "| fastokens CPU / HF | first difference |\n|---|---|---|---|---|---|")
+    sw = sweep()
+    for name, path in [(k, v) for k, v in FAMILIES.items() if os.path.exists(v)]:
+        js = open(path if path.endswith(".json") else os.path.join(path, "tokenizer.json"), encoding="utf-8").read()
+        lits = [t["content"] for t in json.loads(js)["added_tokens"]]
+        lits += [f"x{t}y {t}{t} {t}" for t in lits]
+        auto = AutoTokenizer.from_pretrained(path) if os.path.isdir(path) else None
+        runs = [("", js, Tokenizer.from_str(js))]
+        if auto is not None and auto.backend_tokenizer.to_str() != runs[0][2].to_str():
+            runs.append((" (transformers rebuild)", auto.backend_tokenizer.to_str(), auto.backend_tokenizer))
+        a_ids = auto(texts, add_special_tokens=False)["input_ids"] if auto is not None else None
+        for label, tj, hf in runs:
+            d = json.loads(tj)
+            row = f"| {name}{label} | {(d['pre_tokenizer'] or {}).get('type')} / {(d['normalizer'] or {}).get('type')} | "
+            try:
+                ft = fastokens.Tokenizer.from_json_str(tj)
+            except ValueError as e:
+                print(f"{row}refused: {e} | - | - | - |", flush=True)
+                continue
+            cells, first = [], ""
+            for part in (texts, sw, lits):
+                t0 = time.process_time()
+                ref = hf.encode_batch(part, add_special_tokens=False)
+                t1 = time.process_time()
+                out = ft.encode_batch(part, add_special_tokens=False)
+                t2, got = time.process_time(), [list(g.ids) for g in out]
+                bad = [i for i, (g, r) in enumerate(zip(got, ref)) if g != r.ids]
+                cells.append(f"{len(bad)}/{len(part)}")
+                if bad and not first:
+                    i, r = bad[0], ref[bad[0]]
+                    k = next((j for j, (x, y) in enumerate(zip(got[i], r.ids)) if x != y), min(len(got[i]), len(r.ids)))
+                    at = r.offsets[min(k, len(r.offsets) - 1)][0]
+                    first = f"{part[i][max(0, at - 8):at + 8]!r}: HF {r.ids[k:k + 3]}, fastokens {got[i][k:k + 3]}"
+                if part is texts:
+                    speed, ft_ids = (t2 - t1) / (t1 - t0), got
+            vs_auto = "-" if a_ids is None else f"{sum(g != a for g, a in zip(ft_ids, a_ids))}/{len(texts)}"
+            print(f"{row}{', '.join(cells)} | {vs_auto} | {speed:.2f} | {first or '-'} |", flush=True)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("inputs", nargs="*", default=[os.path.join(REPO, "sample_data", "corpus.jsonl")])
     ap.add_argument("--only", default=None, help="comma-separated tokenizer names")
-    ap.add_argument("--normalize-cost", action="store_true", help="time NFC before the fast backend instead")
-    ap.add_argument("--rounds", type=int, default=5, help="with --normalize-cost")
+    ap.add_argument("--fastokens", action="store_true", help="fastokens against HF and transformers instead")
     a = ap.parse_args(argv)
     texts = corpus_texts(a.inputs)
-    if a.normalize_cost:
-        normalize_cost(texts, a.rounds)
-        return 0
+    if a.fastokens:
+        return fastokens_exact(texts) or 0
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as work:
         toks = {f"{k} (built)": v for k, v in families.build_all(os.path.join(work, "fam"), families.sample_texts()).items()}

@@ -78,7 +78,7 @@ _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 @click.option("--seq-len", default=2048, show_default=True, help="Tokens per packed row.")
 @click.option("--tokenizer", "tokenizer", default=None, metavar="T",
               help="tokenizer.json, a folder holding one, or a hub name. Default: built-in bytes (256 byte ids + EOS), no files needed.")
-@click.option("--workers", default=0, show_default="all cores", help="Worker processes, one core each.")
+@click.option("--workers", default=0, show_default="the CPUs this process may use", help="Worker processes, one core each (0: one per CPU that affinity and a cgroup quota allow).")
 @click.option("--tokenizer-backend", type=click.Choice(list(BACKENDS)), default="auto", show_default=True,
               help="Backend for an HF tokenizer: auto = tiktoken (~4x faster) where exact (checked first), else HF. Same shards.")
 @click.option("--pack", "pack_mode", type=click.Choice(["bfd", "concat"]), default="bfd", show_default=True,
@@ -270,7 +270,7 @@ class _Progress:
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
               help="Also write a PNG: document-length histogram and row fill (needs matplotlib: packer[plot]).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-@click.option("--workers", type=click.IntRange(1, 256), default=1, help="Shards checked at once (processes; threads on an object store).")
+@click.option("--workers", type=click.IntRange(0, 256), default=1, help="Shards checked at once (processes; threads on an object store); 0: one per CPU.")
 @_user_errors
 def stats(out, as_json, no_verify, plot_path, quiet, workers):
     """Verify the shards in OUT against the manifest and print what was built.

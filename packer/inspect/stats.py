@@ -32,6 +32,7 @@ import numpy as np
 from .. import shards as S
 from ..errors import ShardError
 from ..io import storage_for
+from ..io.cpus import cpu_limit
 from ..shards.manifest_stream import ManifestStream
 from . import listing, loss_mask
 from .report import Problem, ShardFigures, Report
@@ -61,13 +62,14 @@ def check(out: str, deep: bool = True, progress=None, workers: int = 1) -> Repor
     only the piece columns. ``progress(nbytes)`` is called as shard bytes are
     read (and ``progress.start(total_bytes, shards)`` first, where it has one). ``workers``: shards
     checked at once, in processes for a local build (``_in_processes``), in threads on an object store
-    (the report is the same, in manifest order). Raises ``ShardError`` only
+    (the report is the same, in manifest order); 0: one per CPU this process may use (io/cpus.py). Raises ``ShardError`` only
     for an unreadable manifest. A remote shard is fetched whole into memory to be verified (one GET per shard).
     Memory does not grow with the number of shards: the manifest is read in slices, twice (its entries
     summed and named, then checked against the shards; packer/shards/manifest_stream.py), the folder
     walked an entry at a time (packer/inspect/listing.py), each shard's figures spooled (``ShardLog``).
     Longer than 60 lines: the checks of a build in the order a reader needs them, each a few lines.
     """
+    workers = workers or cpu_limit().count  # affinity and a cgroup quota, not the host's cores
     store = storage_for(out)
     known, sums, lacking, total = listing.Names(), dict.fromkeys(_COUNTS, 0), [], [0]
 

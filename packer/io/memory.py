@@ -49,6 +49,18 @@ def _physical() -> int:
 def cgroup_limits(root: str = CGROUP_ROOT, self_cgroup: str = SELF_CGROUP) -> list[tuple[int, str]]:
     """(limit in bytes, file) of each memory limit set on this process's cgroups, v2 and v1, from
     its own cgroup up to the root; [] where there are none (or no cgroups: macOS, Windows)."""
+    out = []
+    for f in cgroup_files(root, self_cgroup, "memory.max", "memory", "memory.limit_in_bytes"):
+        n = _read_limit(f)
+        if n is not None:
+            out.append((n, f))
+    return out
+
+
+def cgroup_files(root: str, self_cgroup: str, v2_name: str, v1_controller: str, v1_name: str) -> list[str]:
+    """The paths of a controller's file (``v2_name`` in the v2 hierarchy, ``v1_name`` in v1's
+    ``v1_controller`` mount) in this process's cgroup and each one above it, own cgroup first; they
+    may not exist (the caller reads them). [] where ``self_cgroup`` cannot be read (macOS, Windows)."""
     try:
         with open(self_cgroup, encoding="utf-8", errors="replace") as f:
             lines = f.read(1 << 16).splitlines()
@@ -62,25 +74,23 @@ def cgroup_limits(root: str = CGROUP_ROOT, self_cgroup: str = SELF_CGROUP) -> li
         _, controllers, path = parts
         if controllers == "":  # v2: one hierarchy, mounted at root (or root/unified beside v1)
             base = root if os.path.exists(os.path.join(root, "cgroup.controllers")) else os.path.join(root, "unified")
-            out += _walk(base, path, "memory.max")
-        elif "memory" in controllers.split(","):
-            out += _walk(os.path.join(root, "memory"), path, "memory.limit_in_bytes")
+            out += _walk(base, path, v2_name)
+        elif v1_controller in controllers.split(","):
+            mount = os.path.join(root, v1_controller)  # v1 mounts "cpu,cpuacct" with a "cpu" link beside it
+            out += _walk(mount if os.path.exists(mount) else os.path.join(root, controllers), path, v1_name)
     return out
 
 
-def _walk(base: str, path: str, name: str) -> list[tuple[int, str]]:
-    """The limits in ``name`` from ``base/path`` up to ``base``. Inside a container the path
+def _walk(base: str, path: str, name: str) -> list[str]:
+    """``name`` in ``base/path`` and each folder up to ``base``. Inside a container the path
     /proc names may not exist under the mount (the container's own cgroup is its root): then
     only what is there counts."""
-    out, seen = [], set()
+    out = []
     rel = path.strip("/")
     while True:
         f = os.path.join(base, rel, name) if rel else os.path.join(base, name)
-        if f not in seen:
-            seen.add(f)
-            n = _read_limit(f)
-            if n is not None:
-                out.append((n, f))
+        if f not in out:
+            out.append(f)
         if not rel:
             return out
         rel = rel.rpartition("/")[0]

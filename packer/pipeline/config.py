@@ -68,7 +68,7 @@ class OutputSettings:
 class RunSettings:
     """How the build runs: the same bytes whatever these are."""
 
-    workers: int = 0  # 0 = all cores
+    workers: int = 0  # 0 = one per CPU this process may use (packer/io/cpus.py: affinity, cgroup quota)
     strict: bool = False  # stop at the first bad record instead of counting it
     overwrite: bool = False
     resume: bool = False

@@ -6,7 +6,10 @@ the plan.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import platform
 import sys
 
 from ..errors import PackerError
@@ -18,6 +21,19 @@ MOSTLY_SKIPPED = 0.5  # warn when more than this fraction of the records were sk
 def plural(n: int, one: str, many: str | None = None) -> str:
     """ "1 unit", "2 units", "1,024 units" """
     return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
+def no_fast_engine_note(backend: str, requested: str) -> list[str]:
+    """The note of a build that tiktoken encodes under ``auto`` because fastokens is missing here: it is a
+    default dependency only where it ships a wheel (pyproject.toml's markers), so on other platforms the
+    build says once why it runs the slower encoder. [] otherwise (also with ``PACKER_FASTOKENS=off``)."""
+    if backend != "tiktoken" or requested != "auto" or os.environ.get("PACKER_FASTOKENS") == "off":
+        return []
+    if importlib.util.find_spec("fastokens") is not None:
+        return []
+    where = f"{platform.system()} {platform.machine()}".strip()
+    return [f"tokenizer backend: tiktoken encodes (the same ids): fastokens, faster, is not installed here ({where}: "
+            "it ships no wheel for every platform; pip install 'packer[fast]' builds it from source)"]
 
 
 def _reasons(skipped: dict) -> str:

@@ -30,7 +30,7 @@ from .config import BuildConfig, OutputSettings
 from .engines import Progress, engine_for
 from .output import finished_records, holdout_settings, manifest, out_action, prepare_holdout, prepare_out
 from .plan import Unit, input_stamp, limit_slices, plan_units, recorded_settings
-from .report import no_documents_error, plan_dict, skipped_warning, summary_dict, write_summary
+from .report import no_documents_error, no_fast_engine_note, plan_dict, skipped_warning, summary_dict, write_summary
 from .unit import HOLDOUT_DIR, Job, holdout_out
 
 
@@ -156,7 +156,9 @@ def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
             m, warn = finish(cfg, job, settings, plan, records, out, held, lock)
             phase("manifest")
             result = BuildResult(m, phase.seconds(), len(todo), len(plan.units) - len(todo),
-                                 _notes(job.tokenizer, plan.found) + notes, job.tokenizer.added, phase.phases,
+                                 _notes(job.tokenizer, plan.found) + notes
+                                 + no_fast_engine_note(job.tokenizer.backend, cfg.run.tokenizer_backend),
+                                 job.tokenizer.added, phase.phases,
                                  [warn] if warn else [])
         finished = True
         return result

@@ -15,6 +15,7 @@ import torch
 from .. import shards as S
 from ..errors import PackerError, ShardError
 from ..io import Storage
+from ..io.cpus import cpu_limit
 from ..shards.schema import MAGIC
 
 
@@ -302,7 +303,7 @@ def verify_all(n: int, check) -> None:
         return check(0) if n else None
     from concurrent.futures import ThreadPoolExecutor
 
-    threads = min(VERIFY_THREADS, os.cpu_count() or 1, n)
+    threads = min(VERIFY_THREADS, cpu_limit().count, n)
     with ThreadPoolExecutor(threads, thread_name_prefix="packer-verify") as pool:
         for a in range(0, n, 1024):
             for _ in pool.map(check, range(a, min(a + 1024, n))):

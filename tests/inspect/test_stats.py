@@ -447,6 +447,20 @@ def test_workers_give_the_same_report(sample_build, copy_build):
     assert run("stats", sample_build, "--workers", "3").exit_code == 0
 
 
+def test_workers_0_checks_with_one_process_per_cpu_this_process_may_use(sample_build, monkeypatch):
+    """--workers 0: the CPUs of packer/io/cpus.py (affinity, cgroup quota), not the host's cores (issue 39.4)."""
+    from packer.inspect import stats as st
+    from packer.io.cpus import CpuLimit
+
+    used = []
+    real = st._in_processes
+    monkeypatch.setattr(st, "cpu_limit", lambda: CpuLimit(3, "a test's quota"))
+    monkeypatch.setattr(st, "_in_processes", lambda entries, workers, *a: used.append(workers) or real(entries, workers, *a))
+    assert run("stats", sample_build, "--workers", "0").exit_code == 0
+    assert used == [3]
+    assert run("stats", sample_build, "--workers", "-1").exit_code == 2
+
+
 def test_workers_in_threads_where_no_fork_give_the_same_report(sample_build, monkeypatch):
     """Another thread running (a notebook, a trainer): --workers checks in threads, the same report."""
     import packer.inspect.stats as st

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from packer.pipeline.report import no_documents_error, plural, skipped_warning
 
 
@@ -26,3 +28,41 @@ def test_no_documents_names_what_was_skipped_and_an_example():
     assert str(e).startswith("no documents: all 3 records were skipped (bad_json 3)")
     assert "e.g. a.jsonl:2" in str(e) and str(e).endswith("nothing was built")
     assert "empty files" in str(no_documents_error({"skipped": {}}, [], "text"))
+
+
+def test_no_fast_engine_note_only_where_tiktoken_encodes_for_want_of_fastokens(monkeypatch):
+    import importlib.util
+
+    from packer.pipeline import report
+
+    real = importlib.util.find_spec
+    monkeypatch.delenv("PACKER_FASTOKENS", raising=False)
+    monkeypatch.setattr(report.importlib.util, "find_spec", lambda name: None if name == "fastokens" else real(name))
+    (note,) = report.no_fast_engine_note("tiktoken", "auto")
+    assert "fastokens" in note and "tiktoken encodes" in note and "packer[fast]" in note
+    assert report.no_fast_engine_note("fastokens", "auto") == []
+    assert report.no_fast_engine_note("hf", "auto") == []  # HF encodes for its own reason, said elsewhere
+    assert report.no_fast_engine_note("tiktoken", "tiktoken") == []  # asked for
+    monkeypatch.setenv("PACKER_FASTOKENS", "off")
+    assert report.no_fast_engine_note("tiktoken", "auto") == []
+    monkeypatch.delenv("PACKER_FASTOKENS")
+    monkeypatch.setattr(report.importlib.util, "find_spec", real)
+    if real("fastokens") is not None:
+        assert report.no_fast_engine_note("tiktoken", "auto") == []  # installed: a small input's tiktoken says nothing
+
+
+def test_a_build_without_fastokens_says_so_once(tmp_path, monkeypatch, gpt2_path):
+    import importlib.util
+
+    from packer import build
+    from packer.pipeline import report
+    from tests.conftest import write_jsonl
+
+    real = importlib.util.find_spec
+    monkeypatch.delenv("PACKER_FASTOKENS", raising=False)
+    monkeypatch.setattr(report.importlib.util, "find_spec", lambda name: None if name == "fastokens" else real(name))
+    src = write_jsonl(tmp_path / "a.jsonl", ["hello world, a plain text"] * 20)
+    r = build(src, str(tmp_path / "out"), seq_len=64, tokenizer=gpt2_path, workers=1)
+    if r.manifest["tokenizer"]["backend"] != "tiktoken":
+        pytest.skip(f"tiktoken does not encode here ({r.manifest['tokenizer']['backend_reason']})")
+    assert sum("fastokens" in n and "not installed" in n for n in r.notes) == 1

@@ -31,20 +31,22 @@ from typing import Iterator, Literal
 
 from ...errors import PackerError
 from ...formats import PART_BYTES
+from ...io.cpus import cpu_limit
 from ...io.object_lock import LEASE_THREAD
 from .. import spill
 from ..plan import ChunkResult, Unit
 from ..unit import Job, assemble_unit, encode_chunk, encoder_for
 from .base import Chunk, FirstTask, Progress, UnitEnd, chunks_at_most
 from .reader import ReaderFailed, Window, read_units, units_for
-from .worker import JOBS, bounded_malloc, one_core_tokenizer, start_pool_worker
+from .worker import JOBS, bounded_malloc, bounded_threads, one_core_tokenizer, start_pool_worker
 
 QUIET_S = 5.0  # seconds between looks at the workers (and the longest wait for one event)
 STOPPED_CHECKS = 2  # looks in a row that find a worker stopped (SIGSTOP) before the build fails
 
 
 class LocalEngine:
-    """Worker processes on this machine; ``workers`` 0 = all cores; 1 = everything in this process."""
+    """Worker processes on this machine; ``workers`` 0 = one per CPU this process may use (io/cpus.py: affinity,
+    cgroup quota); 1 = everything in this process."""
 
     name = "local"
 
@@ -55,7 +57,9 @@ class LocalEngine:
     def run(self, todo: list[Unit], job: Job, progress: Progress,
             first: FirstTask | None = None) -> Iterator[tuple[Unit, dict]]:
         bounded_malloc()
-        workers = max(1, min(self.workers or os.cpu_count() or 1, chunks_at_most(todo)))
+        cpus = cpu_limit().count
+        bounded_threads(cpus)  # pyarrow's pool (the reader's parquet decoding): not the host's cores past a quota
+        workers = max(1, min(self.workers or cpus, chunks_at_most(todo)))
         with one_core_tokenizer():
             encoder_for(job.tokenizer)  # parsed once here; forked workers inherit it
             yield from _Scheduler(todo, job, workers, progress, first).run()

@@ -35,6 +35,7 @@ from typing import Iterator
 from ... import shards as S
 from ...errors import PackerError
 from ...io import storage_for
+from ...io.cpus import cpu_limit
 from ..plan import Unit
 from ..unit import Job, assemble_unit, encode_chunk
 from .base import Chunk, FirstTask, Progress, cut_chunks
@@ -114,7 +115,7 @@ def _connect(address: str | None, workers: int, quiet: bool) -> bool:
         if address:
             ray.init(address=address, **kwargs)
         else:  # a private Ray on this machine, stopped at the end of the build
-            ray.init(address="local", num_cpus=workers or os.cpu_count() or 1, include_dashboard=False, **kwargs)
+            ray.init(address="local", num_cpus=workers or cpu_limit().count, include_dashboard=False, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise PackerError(f"cannot connect to Ray at {address or 'a new local instance'}: {str(e).strip().splitlines()[0]}") from None
     return True

@@ -46,7 +46,18 @@ def prepare_worker() -> None:
     its first use in this process) and a bounded heap. Idempotent."""
     os.environ["RAYON_NUM_THREADS"] = "1"
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    bounded_threads(1)
     bounded_malloc()
+
+
+def bounded_threads(n: int) -> None:
+    """At most ``n`` threads in pyarrow's CPU pool in this process: it is sized by the CPUs the process
+    may run on, not by a cgroup's CPU quota, and whatever still calls into it (a compute kernel, a
+    reader that asks for threads) must not start more threads than the build has CPUs. Only lowers."""
+    import pyarrow as pa
+
+    if pa.cpu_count() > n:
+        pa.set_cpu_count(n)
 
 
 def die_with_parent() -> None:
