@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from packer.formats import discover, iter_parts, plan_slices
-from packer.pipeline import Job, assemble_unit, encode_chunk, plan_units
+from packer.pipeline import Job, OutputSettings, RunSettings, assemble_unit, encode_chunk, plan_units
 from packer.pipeline.unit import encoder_for, holdout_split
 from packer.tokenize import resolve_tokenizer
 from tests.conftest import write_jsonl
@@ -20,7 +20,7 @@ def _unit(tmp_path, texts):
 
 
 def _job(out, **kw):
-    return Job(**{**dict(out=str(out), seq_len=32, pack="bfd", text_field="text", strict=False,
+    return Job(**{**dict(out=str(out), output=OutputSettings(seq_len=32), run=RunSettings(),
                          tokenizer=resolve_tokenizer(None), dtype="uint16"), **kw})
 
 
