@@ -246,11 +246,11 @@ def index_cmd(out, quiet):
     manifest's shard list at open (8.5 s, 1.3 GB at 10^6 shards). Reads each shard's footer; does
     not verify shards (`packer stats OUT` does)."""
     from .inspect.progress import bar
-    from .io.lock import _describe, held_by
+    from .io.lock import _describe
     from .shards.index import reindex
 
     store = _build_at(out)
-    holder = held_by(out) if store.local else None
+    holder = store.held_by()  # (a build running there has written no manifest yet)
     if holder is not None:
         raise PackerError(f"{out}: a build is running there ({_describe(holder)}); index it once it is done")
     with bar(unit=" shards", desc="index", delay=1.0, leave=False, disable=quiet or None, file=sys.stderr) as b:

@@ -66,3 +66,14 @@ def test_holdout_split_depends_on_the_text_alone():
     assert holdout_split(list(reversed(texts)), 0.1) == list(reversed(keep))
     assert 100 < keep.count(False) < 300  # about a tenth held out
     assert holdout_split(["same", "same"], 0.5)[0] == holdout_split(["same", "same"], 0.5)[1]
+
+
+def test_a_job_holds_the_settings_and_pickles_whole(tmp_path):
+    """Sent to pool workers and Ray tasks by pickle: the settings come back whole, new fields included."""
+    import pickle
+
+    out = OutputSettings(seq_len=32, holdout=0.25, limit=7)
+    job = _job(tmp_path, output=out, run=RunSettings(strict=True))
+    back = pickle.loads(pickle.dumps(job))
+    assert back == job and back.output == out and back.output.limit == 7
+    assert (back.seq_len, back.pack, back.text_field, back.holdout, back.strict) == (32, "bfd", "text", 0.25, True)
