@@ -8,14 +8,12 @@ import os
 import shlex
 import signal
 import sys
-import time
 
 import click
 
 from .errors import PackerError
 from .formats import SKIP_REASONS
-from .tokenize.chat import TRAIN_ON as CHAT_TRAIN_ON
-from .tokenize.follows import BACKENDS, FOLLOWS
+from .pipeline import OPTIONS
 
 
 class Terminated(KeyboardInterrupt):
@@ -73,72 +71,22 @@ def main():
 _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 
 
+def _build_options(fn):
+    """``packer build``'s options, one per settings field (packer/pipeline/options.py): each field's
+    flag, short form, type, default and help."""
+    for o in reversed(OPTIONS):  # (click lists them in the order they are applied, the last first)
+        kind = dict(is_flag=True) if o.type is bool else \
+            dict(type=click.Choice(o.choices) if o.choices else o.type, show_default=o.show_default)
+        fn = click.option(o.flag, *[o.short] * bool(o.short), o.name, default=o.default, help=o.help,
+                          metavar=o.metavar, **kind)(fn)
+    return fn
+
+
 @main.command(epilog="\b\nRecords that are skipped (counted in the manifest and the summary):\n" + _SKIPS)
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT... OUT")
-@click.option("--seq-len", default=2048, show_default=True, help="Tokens per packed row.")
-@click.option("--tokenizer", "tokenizer", default=None, metavar="T",
-              help="tokenizer.json, a folder holding one, or a hub name. Default: built-in bytes (256 byte ids + EOS), no files needed.")
-@click.option("--workers", default=0, show_default="the CPUs this process may use", help="Worker processes, one core each (0: one per CPU that affinity and a cgroup quota allow).")
-@click.option("--tokenizer-backend", type=click.Choice(list(BACKENDS)), default="auto", show_default=True,
-              help="Backend for an HF tokenizer: auto = tiktoken (~4x faster) where exact (checked first), else HF. Same shards.")
-@click.option("--pack", "pack_mode", type=click.Choice(["bfd", "concat"]), default="bfd", show_default=True,
-              help="bfd: best-fit decreasing, documents that fit are never split. concat: concatenate and cut.")
-@click.option("--text-field", default="text", show_default=True, help="Field holding the text in jsonl/parquet; dots reach nested objects (meta.text).")
-@click.option("--no-eos", is_flag=True, help="Do not append the end-of-document token after each document.")
-@click.option("--eos-token", default=None, help="Token to use as end-of-document (default: the tokenizer's, e.g. <|endoftext|>).")
-@click.option("--max-record-mb", default=256.0, show_default=True,
-              help="Longest record read (a jsonl line, a text file decompressed, a parquet or arrow cell, a .json "
-                   "array element), in MB; a longer one is skipped and counted (too_long). Bounds a reader's memory "
-                   "(.json elements and arrow batches are read whole first). Changes the output bytes only when "
-                   "a record is over it.")
-@click.option("--bos", "bos_token", default=None, metavar="TOKEN",
-              help="Put TOKEN before each document instead of what the tokenizer's template puts there "
-                   "(default: as transformers' tokenizer(text) does, e.g. <s> for Llama-2/Mistral, none for GPT-2).")
-@click.option("--no-bos", is_flag=True, help="Put nothing before each document, whatever the tokenizer's template says.")
-@click.option("--split-special-tokens", is_flag=True,
-              help="Encode special-token strings met in the text (<s>, [MASK], <|endoftext|>) as plain text, as HF's "
-                   "split_special_tokens does; by default they become special ids and are counted in the summary.")
-@click.option("--tokenizer-follows", type=click.Choice(list(FOLLOWS)), default="transformers", show_default=True, help="A model folder: encode as transformers builds it, or as its tokenizer.json says (file).")  # noqa: E501
-@click.option("--unit-mb", default=64.0, show_default=True, help="Input MB per work unit (one shard each). Changes the output bytes.")
-@click.option("--limit", default=None, type=int, metavar="N",
-              help="Only the first N documents, in input order (deterministic): try settings before the long build.")
-@click.option("--holdout", default=0.0, type=float, metavar="FRACTION",
-              help="Hold out this fraction of documents, chosen by a hash of their text (so the same whatever the order, "
-                   "workers or engine), as a second build in OUT/holdout/ (open it with PackedDataset or packer stats).")
-@click.option("--dry-run", is_flag=True, help="Discover and plan only: print the files, formats, sizes, units and the "
-                                              "settings that would be recorded; write nothing.")
-@click.option("--summary-json", default=None, metavar="FILE",
-              help="Also write the end-of-build summary as JSON to FILE ('-': one line on stdout); "
-                   "on failure {\"ok\": false, \"error\": ...}. Schema: docs/stats.md.")
-@click.option("--strict", is_flag=True, help="Stop at the first malformed record instead of skipping and counting it.")
-@click.option("--overwrite", is_flag=True, help="Replace an existing build in OUT.")
-@click.option("--resume", is_flag=True, help="Continue a killed build in OUT; finished work is kept.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress or summary; errors only.")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="local: worker processes on this machine. ray: each unit a Ray task, on a cluster (packer[ray]; "
-                   "docs/distributed.md). The output is the same.")
-@click.option("--ray-address", default=None, metavar="ADDR",
-              help="With --engine ray: the cluster to use (HOST:PORT, auto, ray://HOST:PORT). Default: $RAY_ADDRESS, "
-                   "else a Ray started on this machine for the build.")
-@click.option("--chat", is_flag=True,
-              help="Chat data (docs/chat.md): records with messages (or prompt/completion), rendered by the "
-                   "tokenizer's chat template, trained only on the assistant's turns (a loss_mask column).")
-@click.option("--chat-template", default=None, metavar="FILE",
-              help="With --chat: a jinja chat template to use instead of the tokenizer's (tokenizer_config.json).")
-@click.option("--train-on", type=click.Choice(CHAT_TRAIN_ON), default="assistant", show_default=True,
-              help="With --chat (docs/chat.md): assistant = each reply as generated (reasoning, content, tool calls) and "
-                   "its end-of-turn token, or the {% generation %} spans; assistant+tool = and tool results; all = all.")
-@click.option("--truncate", is_flag=True,
-              help="With --chat: keep the first seq_len tokens of a longer conversation (counted) instead of "
-                   "dropping it (counted as too_long).")
-@click.option("--messages-field", default="messages", show_default=True, help="With --chat: the field of the messages list.")
-@click.option("--prompt-field", default="prompt", show_default=True, help="With --chat: the prompt field of prompt/completion records.")
-@click.option("--completion-field", default="completion", show_default=True, help="With --chat: the completion field.")
+@_build_options
 @_user_errors
-def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, text_field, no_eos, eos_token, bos_token, no_bos,
-          split_special_tokens, max_record_mb, unit_mb, limit, holdout, dry_run, summary_json, strict, overwrite, resume,
-          quiet, engine, ray_address, chat, chat_template, train_on, truncate, messages_field, prompt_field,
-          completion_field, tokenizer_follows):
+def build(inputs, **options):
     """Tokenize and pack INPUT... (folders, files, globs) into shards in OUT.
 
     Inputs: .txt/.md (one document per file), .jsonl/.ndjson (one record per line),
@@ -156,30 +104,18 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
     Example:
       packer build corpus/ out/ --seq-len 2048 --tokenizer gpt2/tokenizer.json
     """
-    # (Longer than 60 lines: one command's options passed on and the summary it prints, in order;
-    # the docstring above is the command's --help, so the reason is here.)
+    # (Longer than 60 lines: the build run and the summary it prints, in order; the docstring
+    # above is the command's --help, so the reason is here.)
+    from .inspect.progress import BuildBar
+    from .inspect.stats import summary_lines
     from .pipeline import build as run_build
     from .pipeline.report import plan_lines, plural
-    from .inspect.stats import summary_lines
 
     if len(inputs) < 2:
         raise PackerError("give at least one INPUT and then OUT")
     *ins, out = inputs
-    options = dict(
-        seq_len=seq_len, tokenizer=tokenizer, text_field=text_field, pack=pack_mode, no_eos=no_eos, eos_token=eos_token,
-        bos_token=bos_token, no_bos=no_bos, split_special_tokens=split_special_tokens,
-        unit_mb=unit_mb, workers=workers, strict=strict, overwrite=overwrite, resume=resume, quiet=quiet,
-        tokenizer_backend=tokenizer_backend, engine=engine, ray_address=ray_address, tokenizer_follows=tokenizer_follows,
-    )
-    if max_record_mb != 256.0:  # the default is the library's own (DEFAULT_MAX_RECORD)
-        options["max_record_mb"] = max_record_mb
-    # The chat options are passed as given: BuildConfig.validate says when they lack --chat (one rule, one place).
-    options.update(chat=chat, chat_template=chat_template, train_on=train_on, truncate=truncate,
-                   messages_field=messages_field, prompt_field=prompt_field, completion_field=completion_field)
-    # New options are passed only when used, so an older API keeps taking this call.
-    new = dict(limit=limit, holdout=holdout or None, dry_run=dry_run or None, summary_json=summary_json)
-    options.update({k: v for k, v in new.items() if v is not None})  # --limit 0 is passed on, and refused
-    bar = None if quiet or dry_run else _Progress()
+    quiet, summary_json = options["quiet"], options["summary_json"]
+    bar = None if quiet or options["dry_run"] else BuildBar()
     said: list[str] = []  # the tokenizer's notes, said once it is resolved (before any unit runs), not again at the end
     try:  # SIGTERM and SIGHUP (the terminal or the ssh session closed) stop the build as Ctrl-C does
         old_term = {s: signal.signal(s, _on_sigterm) for s in (signal.SIGTERM, signal.SIGHUP)}
@@ -221,45 +157,6 @@ def build(inputs, seq_len, tokenizer, workers, tokenizer_backend, pack_mode, tex
         click.echo(f"backend         {tk['backend']}: {tk.get('backend_reason', '')}", err=True)
     for w in result.warnings:
         click.echo(f"packer: WARNING: {w}", err=True)
-
-
-class _Progress:
-    """A tqdm bar over input bytes, with docs and tokens/s alongside."""
-
-    def __init__(self):
-        from .inspect.progress import bar
-
-        self._new = bar  # a tqdm bar without tqdm's monitor thread (workers are forked)
-        self.bar = None
-        self.sizing = None  # a bar over the input files being sized, shown only if that takes over a second
-        self.t0 = time.perf_counter()
-
-    def sized(self, done, total):
-        if self.sizing is None:
-            self.sizing = self._new(total=total, unit=" files", desc="sizing inputs", file=sys.stderr, delay=1.0,
-                                     leave=False, dynamic_ncols=sys.stderr.isatty())
-        elif total != self.sizing.total:  # the next input of several
-            self.sizing.reset(total=total)
-        self.sizing.update(done - self.sizing.n)
-        if done >= total:
-            self.sizing.close()
-
-    def update(self, done_bytes, docs, tokens, units_done, units, total_bytes):
-        if self.bar is None:
-            tty = sys.stderr.isatty()  # in a log file, a line every 15 s rather than a redraw every 0.5 s
-            self.bar = self._new(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
-                                  desc="build", file=sys.stderr, dynamic_ncols=tty, mininterval=0.5 if tty else 15)
-        dt = max(1e-9, time.perf_counter() - self.t0)
-        self.bar.set_postfix_str(f"{docs:,} docs, {tokens / dt / 1e6:.2f}M tok/s, units {units_done}/{units}", refresh=False)
-        # update() redraws at most every mininterval; the bar never runs backwards.
-        self.bar.update(max(0, min(done_bytes, total_bytes) - self.bar.n))
-
-    def close(self):
-        if self.sizing is not None:
-            self.sizing.close()
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
 
 
 @main.command()
@@ -349,11 +246,11 @@ def index_cmd(out, quiet):
     manifest's shard list at open (8.5 s, 1.3 GB at 10^6 shards). Reads each shard's footer; does
     not verify shards (`packer stats OUT` does)."""
     from .inspect.progress import bar
-    from .io.lock import _describe, held_by
+    from .io.lock import _describe
     from .shards.index import reindex
 
     store = _build_at(out)
-    holder = held_by(out) if store.local else None
+    holder = store.held_by()  # (a build running there has written no manifest yet)
     if holder is not None:
         raise PackerError(f"{out}: a build is running there ({_describe(holder)}); index it once it is done")
     with bar(unit=" shards", desc="index", delay=1.0, leave=False, disable=quiet or None, file=sys.stderr) as b:

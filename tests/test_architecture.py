@@ -122,11 +122,11 @@ def test_torch_stays_on_the_training_side():
 
 # Inside packer/pipeline/: module -> the pipeline modules it may import (docs/architecture.md's table).
 PIPELINE = {
-    "config": set(), "report": set(), "plan": {"config"}, "chat_unit": {"plan"}, "spill": {"plan"},
-    "unit": {"plan", "chat_unit"}, "output": {"unit"},
+    "options": set(), "config": {"options"}, "report": set(), "plan": {"config"}, "chat_unit": {"plan"},
+    "spill": {"plan"}, "unit": {"config", "plan", "chat_unit"}, "output": {"unit"},
     "engines": {"plan", "unit", "spill", "engines"},
     "backend_check": {"config", "engines", "unit"},
-    "steps": {"backend_check", "chat_unit", "config", "engines", "output", "plan", "report", "unit"},
+    "steps": {"backend_check", "chat_unit", "config", "engines", "options", "output", "plan", "report", "unit"},
 }
 
 

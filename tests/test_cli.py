@@ -11,6 +11,7 @@ import time
 import pytest
 
 from packer import build
+from packer.errors import PackerError
 from tests._cli import ARGS, corpus, one_line  # noqa: F401 - corpus is a fixture
 from tests.conftest import invoke as run_cli
 from tests.formats.test_awkward_inputs import jl
@@ -125,6 +126,38 @@ def test_help_lists_every_option_of_the_command(command):
     opts = [o for p in main.commands[command].params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")]
     assert opts and [o for o in opts if o not in res.output] == [] and "--help" in res.output
     assert res.output.startswith(f"Usage: main {command} [OPTIONS]")
+
+
+def _given_to_build(monkeypatch, *flags) -> "BuildConfig":
+    """The config ``packer build in out FLAGS`` hands the Python API (which is not run)."""
+    import packer.pipeline
+    from packer import BuildConfig
+
+    seen = {}
+
+    def fake_build(ins, out, progress=None, on_sized=None, on_note=None, **options):
+        seen["cfg"] = BuildConfig.of(ins, out, **options)
+        raise PackerError("stop")
+
+    monkeypatch.setattr(packer.pipeline, "build", fake_build)
+    assert run_cli("build", "in", "out", *flags).exit_code == 2
+    return seen["cfg"]
+
+
+def test_the_cli_flags_set_the_fields_the_python_keywords_set(monkeypatch):
+    """Both are made from the settings' fields: the CLI's defaults are the dataclasses', and its spellings
+    (--unit-mb, --no-eos, --no-bos, --max-record-mb, --bos, -q) set the fields build() sets."""
+    from packer import BuildConfig
+
+    assert _given_to_build(monkeypatch) == BuildConfig.of(["in"], "out")
+    flags = ["--seq-len", "64", "--unit-mb", "0.5", "--no-eos", "--no-bos", "--max-record-mb", "2", "--tokenizer", "t.json",
+             "--limit", "9", "--holdout", "0.1", "-q", "--workers", "3", "--tokenizer-follows", "file", "--pack", "concat"]
+    cfg = _given_to_build(monkeypatch, *flags)
+    assert cfg == BuildConfig.of(["in"], "out", seq_len=64, unit_mb=0.5, no_eos=True, no_bos=True, max_record_mb=2,
+                                 tokenizer="t.json", limit=9, holdout=0.1, quiet=True, workers=3,
+                                 tokenizer_follows="file", pack="concat")
+    assert (cfg.output.unit_bytes, cfg.output.eos, cfg.output.bos, cfg.output.max_record_bytes) == (1 << 19, False, False, 2 << 20)
+    assert _given_to_build(monkeypatch, "--bos", "<s>").output.bos_token == "<s>"
 
 
 @pytest.mark.parametrize("flag, value", [("--chat-template", "t.jinja"), ("--train-on", "all"), ("--truncate", None)])

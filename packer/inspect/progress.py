@@ -1,4 +1,6 @@
-"""The progress line of ``packer stats`` on stderr: bytes of shards read against the manifest's total.
+"""The progress lines of ``packer stats`` and ``packer build`` on stderr (``BuildBar``: input bytes).
+
+``packer stats``: bytes of shards read against the manifest's total.
 
 On a terminal, a tqdm bar that appears once the run has taken about a second (a quick check prints
 nothing); elsewhere (a log, a pipe) a plain line every ``EVERY`` seconds, the first after ``EVERY``:
@@ -85,3 +87,40 @@ class Progress:
 def progress_for(desc: str, quiet: bool) -> Progress | None:
     """The progress of ``packer stats`` (None with ``-q``)."""
     return None if quiet else Progress(desc)
+
+
+class BuildBar:
+    """``packer build``'s bars: the input files being sized (shown only if that takes over a second),
+    then a bar over input bytes, with documents, tokens/s and units alongside."""
+
+    def __init__(self):
+        self.bar = None
+        self.sizing = None
+        self.t0 = time.perf_counter()
+
+    def sized(self, done: int, total: int) -> None:
+        if self.sizing is None:
+            self.sizing = bar(total=total, unit=" files", desc="sizing inputs", file=sys.stderr, delay=1.0,
+                              leave=False, dynamic_ncols=sys.stderr.isatty())
+        elif total != self.sizing.total:  # the next input of several
+            self.sizing.reset(total=total)
+        self.sizing.update(done - self.sizing.n)
+        if done >= total:
+            self.sizing.close()
+
+    def update(self, done_bytes: int, docs: int, tokens: int, units_done: int, units: int, total_bytes: int) -> None:
+        if self.bar is None:
+            tty = sys.stderr.isatty()  # in a log file, a line every 15 s rather than a redraw every 0.5 s
+            self.bar = bar(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
+                           desc="build", file=sys.stderr, dynamic_ncols=tty, mininterval=0.5 if tty else 15)
+        dt = max(1e-9, time.perf_counter() - self.t0)
+        self.bar.set_postfix_str(f"{docs:,} docs, {tokens / dt / 1e6:.2f}M tok/s, units {units_done}/{units}", refresh=False)
+        # update() redraws at most every mininterval; the bar never runs backwards.
+        self.bar.update(max(0, min(done_bytes, total_bytes) - self.bar.n))
+
+    def close(self) -> None:
+        if self.sizing is not None:
+            self.sizing.close()
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

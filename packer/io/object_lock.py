@@ -249,6 +249,18 @@ def _refuse_live(store, prefix: str, what: str, advice: str) -> None:
             raise PackerError(f"{what} ({_describe(info)}); {advice}write to another folder")
 
 
+def held_by(storage) -> dict | None:
+    """What the build holding ``storage``'s lease wrote (``{}`` if unreadable), if it holds it now; else None."""
+    uri = storage.path(LOCK_NAME)
+    store = s3 if s3.client(uri) is not None else _Unconditional()
+    try:
+        cur = store.get(uri)
+    except PackerError:  # a prefix this caller may not read: no build known there
+        return None
+    info = _parse(cur.body) if cur is not None else None
+    return (info or {}) if cur is not None and _live(info, cur) else None
+
+
 def _parse(body: bytes) -> dict | None:
     try:
         info = json.loads(body)

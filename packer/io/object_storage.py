@@ -158,6 +158,17 @@ class ObjectStorage(Storage):
         check_nesting(self, lock.store)
         return lock.acquire()
 
+    def held_by(self) -> dict | None:
+        """What the build holding this prefix's lease now wrote (``{}`` if unreadable); None if none holds it
+        (none there, released, or its lease run out)."""
+        if urlsplit(self.root).scheme.lower() == "file":
+            from .lock import held_by
+
+            return held_by(unquote(urlsplit(self.root).path))
+        from .object_lock import held_by
+
+        return held_by(self)
+
     def stamp(self, rel: str = "") -> tuple[int, int, int] | None:
         """(size, mtime_ns, 0) of the object now, or None."""
         import pyarrow.fs as pafs

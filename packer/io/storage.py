@@ -197,6 +197,12 @@ class LocalStorage(Storage):
 
         return lock_folder(self.root)
 
+    def held_by(self) -> dict | None:
+        """What the build holding this folder's lock now wrote (``{}`` if unreadable); None if none holds it."""
+        from .lock import held_by
+
+        return held_by(self.root)
+
     def stamp(self, rel: str = "") -> tuple[int, int, int] | None:
         """(size, mtime_ns, inode) of ``rel`` now, or None if it cannot be stat'ed."""
         try:

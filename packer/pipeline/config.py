@@ -10,13 +10,15 @@ takes the CLI's options by the CLI's names (``seq_len``, ``tokenizer``,
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from ..errors import PackerError
 from ..formats.base import DEFAULT_MAX_RECORD
 from ..pack import MODES
 from ..tokenize.backends import BACKENDS, check_backend  # noqa: F401 (BACKENDS: the one definition, re-exported)
-from ..tokenize.follows import check_follows
+from ..tokenize.chat import TRAIN_ON
+from ..tokenize.follows import FOLLOWS, check_follows
+from .options import mb_option, off_option, option, options_of
 
 DEFAULT_UNIT_BYTES = 64 << 20
 # The longest row: 2**31 - 1 keeps every offset in an Arrow list and every
@@ -33,56 +35,92 @@ def _memory_limit():
     from ..io.memory import memory_limit
 
     return memory_limit()
+
+
 ENGINES = ("local", "ray")
 
 
 @dataclass(frozen=True)
 class OutputSettings:
-    """Everything that changes the bytes written (recorded; ``--resume`` compares it)."""
+    """Everything that changes the bytes written (recorded; ``--resume`` compares it). Each field is an
+    option of ``packer build`` and ``build()`` (options.py): its flag, help and default are here."""
 
-    seq_len: int = 2048  # slots per row
-    tokenizer: str | None = None  # None = built-in bytes
-    text_field: str = "text"  # dots reach nested objects
-    pack: str = "bfd"  # "bfd" | "concat"
-    eos: bool = True  # an end-of-document id after every document
-    eos_token: str | None = None  # None = the tokenizer's own
-    bos: bool = True  # what the tokenizer's template puts before each text (BOS, [CLS]); False = --no-bos
-    bos_token: str | None = None  # --bos TOKEN: this instead of the template's
-    split_special_tokens: bool = False  # special-token strings in text encoded as plain text (HF's semantics)
-    tokenizer_follows: str = "transformers"  # a model folder as transformers builds it, or "file" (tokenize/follows.py)
-    unit_bytes: int = DEFAULT_UNIT_BYTES  # input bytes per work unit (one shard each)
-    max_record_bytes: int = DEFAULT_MAX_RECORD  # a longer record is skipped (too_long): bounds a reader's memory
+    seq_len: int = option(2048, "Tokens per packed row.")
+    tokenizer: str | None = option(None, "tokenizer.json, a folder holding one, or a hub name. Default: built-in "
+                                         "bytes (256 byte ids + EOS), no files needed.", metavar="T")
+    text_field: str = option("text", "Field holding the text in jsonl/parquet; dots reach nested objects (meta.text).")
+    pack: str = option("bfd", "bfd: best-fit decreasing, documents that fit are never split. concat: concatenate "
+                              "and cut.", choices=MODES)
+    eos: bool = off_option("Do not append the end-of-document token after each document.", "--no-eos")
+    eos_token: str | None = option(None, "Token to use as end-of-document (default: the tokenizer's, e.g. <|endoftext|>).")
+    bos: bool = off_option("Put nothing before each document, whatever the tokenizer's template says.", "--no-bos")
+    bos_token: str | None = option(
+        None, "Put TOKEN before each document instead of what the tokenizer's template puts there (default: as "
+              "transformers' tokenizer(text) does, e.g. <s> for Llama-2/Mistral, none for GPT-2).",
+        flag="--bos", metavar="TOKEN")
+    split_special_tokens: bool = option(
+        False, "Encode special-token strings met in the text (<s>, [MASK], <|endoftext|>) as plain text, as HF's "
+               "split_special_tokens does; by default they become special ids and are counted in the summary.")
+    tokenizer_follows: str = option("transformers", "A model folder: encode as transformers builds it, or as its "
+                                                    "tokenizer.json says (file).", choices=FOLLOWS)
+    unit_bytes: int = mb_option(DEFAULT_UNIT_BYTES, "Input MB per work unit (one shard each). Changes the output bytes.",
+                                "--unit-mb")
+    max_record_bytes: int = mb_option(
+        DEFAULT_MAX_RECORD, "Longest record read (a jsonl line, a text file decompressed, a parquet or arrow cell, a "
+                            ".json array element), in MB; a longer one is skipped and counted (too_long). Bounds a "
+                            "reader's memory (.json elements and arrow batches are read whole first). Changes the "
+                            "output bytes only when a record is over it.", "--max-record-mb")
     # Chat builds (docs/chat.md): conversations through the tokenizer's chat template, with a loss mask.
-    chat: bool = False
-    chat_template: str | None = None  # a jinja file; None = the tokenizer's (tokenizer_config.json)
-    train_on: str = "assistant"  # packer.tokenize.chat.TRAIN_ON: "assistant" | "assistant+tool" | "all"
-    truncate: bool = False  # a conversation over seq_len: False = dropped and counted, True = cut and counted
-    messages_field: str = "messages"
-    prompt_field: str = "prompt"
-    completion_field: str = "completion"
-    limit: int | None = None  # only the first N documents, in input order (None = all)
-    holdout: float = 0.0  # fraction of documents (by a hash of their text) written to OUT/holdout/ instead
+    chat: bool = option(False, "Chat data (docs/chat.md): records with messages (or prompt/completion), rendered by "
+                               "the tokenizer's chat template, trained only on the assistant's turns (a loss_mask column).")
+    chat_template: str | None = option(None, "With --chat: a jinja chat template to use instead of the tokenizer's "
+                                             "(tokenizer_config.json).", metavar="FILE")
+    train_on: str = option(
+        "assistant", "With --chat (docs/chat.md): assistant = each reply as generated (reasoning, content, tool "
+                     "calls) and its end-of-turn token, or the {% generation %} spans; assistant+tool = and tool "
+                     "results; all = all.", choices=TRAIN_ON)
+    truncate: bool = option(False, "With --chat: keep the first seq_len tokens of a longer conversation (counted) "
+                                   "instead of dropping it (counted as too_long).")
+    messages_field: str = option("messages", "With --chat: the field of the messages list.")
+    prompt_field: str = option("prompt", "With --chat: the prompt field of prompt/completion records.")
+    completion_field: str = option("completion", "With --chat: the completion field.")
+    limit: int | None = option(None, "Only the first N documents, in input order (deterministic): try settings "
+                                     "before the long build.", metavar="N")
+    holdout: float = option(
+        0.0, "Hold out this fraction of documents, chosen by a hash of their text (so the same whatever the order, "
+             "workers or engine), as a second build in OUT/holdout/ (open it with PackedDataset or packer stats).",
+        metavar="FRACTION", show_default=False)
 
 
 @dataclass(frozen=True)
 class RunSettings:
-    """How the build runs: the same bytes whatever these are."""
+    """How the build runs: the same bytes whatever these are (options of ``packer build`` too)."""
 
-    workers: int = 0  # 0 = one per CPU this process may use (packer/io/cpus.py: affinity, cgroup quota)
-    strict: bool = False  # stop at the first bad record instead of counting it
-    overwrite: bool = False
-    resume: bool = False
-    quiet: bool = False
-    tokenizer_backend: str = "auto"  # "auto" | "hf" | "tiktoken": the ids are the same
-    engine: str = "local"  # "local" (worker processes) | "ray" (Ray tasks): same bytes
-    ray_address: str | None = None  # engine "ray": a running cluster; None = start one here
-    dry_run: bool = False  # discover and plan, print what would be built, write nothing
-    summary_json: str | None = None  # a local file to write the end-of-build summary to, as JSON ("-": stdout)
+    workers: int = option(0, "Worker processes, one core each (0: one per CPU that affinity and a cgroup quota allow).",
+                          show_default="the CPUs this process may use")
+    strict: bool = option(False, "Stop at the first malformed record instead of skipping and counting it.")
+    overwrite: bool = option(False, "Replace an existing build in OUT.")
+    resume: bool = option(False, "Continue a killed build in OUT; finished work is kept.")
+    quiet: bool = option(False, "No progress or summary; errors only.", short="-q")
+    tokenizer_backend: str = option(
+        "auto", "Backend for an HF tokenizer: auto = tiktoken (~4x faster) where exact (checked first), else HF. "
+                "Same shards.", choices=BACKENDS)
+    engine: str = option("local", "local: worker processes on this machine. ray: each unit a Ray task, on a cluster "
+                                  "(packer[ray]; docs/distributed.md). The output is the same.", choices=ENGINES)
+    ray_address: str | None = option(
+        None, "With --engine ray: the cluster to use (HOST:PORT, auto, ray://HOST:PORT). Default: $RAY_ADDRESS, "
+              "else a Ray started on this machine for the build.", metavar="ADDR")
+    dry_run: bool = option(False, "Discover and plan only: print the files, formats, sizes, units and the settings "
+                                  "that would be recorded; write nothing.")
+    summary_json: str | None = option(
+        None, "Also write the end-of-build summary as JSON to FILE ('-': one line on stdout); on failure "
+              "{\"ok\": false, \"error\": ...}. Schema: docs/stats.md.", metavar="FILE")
 
 
-_OUTPUT = {f.name for f in fields(OutputSettings)}
-_RUN = {f.name for f in fields(RunSettings)}
-_ALIASES = {"unit_mb": "unit_bytes", "no_eos": "eos", "no_bos": "bos", "max_record_mb": "max_record_bytes"}  # the CLI's spellings
+# Every option of packer build and build(), in the order of --help: the bytes' settings, then the run's.
+OPTIONS = options_of(OutputSettings, "output") + options_of(RunSettings, "run")
+_BY_NAME = {o.name: o for o in OPTIONS}
+_BY_FIELD = {o.field: o for o in OPTIONS}  # build(unit_bytes=...) and BuildConfig.but take the fields' names too
 
 
 @dataclass(frozen=True)
@@ -108,24 +146,18 @@ class BuildConfig:
         """A config from the CLI's option names; unknown names and bad values raise ``PackerError``."""
         if isinstance(inputs, (str, os.PathLike)):
             inputs = (inputs,)
-        out_opts, run_opts = {}, {}
+        given: dict[str, dict] = {"output": {}, "run": {}}
         for name, value in options.items():
-            if name in ("unit_mb", "max_record_mb"):
-                try:
-                    value = int(float(value) * (1 << 20))
-                except (TypeError, ValueError, OverflowError):
-                    raise PackerError(f"--{name.replace('_', '-')} must be a number of MB (got {value!r})") from None
-            elif name in ("no_eos", "no_bos"):
-                value = not value
-            name = _ALIASES.get(name, name)
-            if name in _OUTPUT:
-                out_opts[name] = value
-            elif name in _RUN:
-                run_opts[name] = value
+            if name in _BY_NAME:
+                o = _BY_NAME[name]
+                value = o.value(value)
+            elif name in _BY_FIELD:  # a field's own name (unit_bytes, eos): its value as the field holds it
+                o = _BY_FIELD[name]
             else:
-                known = sorted((_OUTPUT | _RUN | set(_ALIASES)) - {"unit_bytes", "eos", "bos", "max_record_bytes"})
-                raise PackerError(f"unknown build option {name!r}; options are: {', '.join(known)}")
-        cfg = cls(tuple(os.fspath(p) for p in inputs), os.fspath(out), OutputSettings(**out_opts), RunSettings(**run_opts))
+                raise PackerError(f"unknown build option {name!r}; options are: {', '.join(sorted(_BY_NAME))}")
+            given[o.half][o.field] = value
+        cfg = cls(tuple(os.fspath(p) for p in inputs), os.fspath(out), OutputSettings(**given["output"]),
+                  RunSettings(**given["run"]))
         cfg.validate()
         return cfg
 
@@ -171,8 +203,6 @@ class BuildConfig:
         if r.resume and r.overwrite:
             raise PackerError("--resume and --overwrite contradict each other: --resume keeps the build in OUT, "
                               "--overwrite replaces it; pass one")
-        from ..tokenize.chat import TRAIN_ON
-
         if o.train_on not in TRAIN_ON:
             raise PackerError(f"unknown --train-on {o.train_on!r}: choose from {', '.join(TRAIN_ON)}")
         if not o.chat and (o.chat_template is not None or o.truncate or o.train_on != "assistant"):

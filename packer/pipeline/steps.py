@@ -26,8 +26,9 @@ from ..formats import discover, no_inputs_error, plan_slices
 from ..io import Storage, storage_for
 from ..tokenize import TokenizerInfo, resolve_tokenizer
 from . import backend_check
-from .config import BuildConfig, OutputSettings
+from .config import OPTIONS, BuildConfig, OutputSettings
 from .engines import Progress, engine_for
+from .options import signature
 from .output import finished_records, holdout_settings, manifest, out_action, prepare_holdout, prepare_out
 from .plan import Unit, input_stamp, limit_slices, plan_units, recorded_settings
 from .report import no_documents_error, no_fast_engine_note, plan_dict, skipped_warning, summary_dict, write_summary
@@ -52,15 +53,15 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, on_no
 
     ``inputs``: a path (folder, file, glob, URI) or a list of them, or a whole
     ``BuildConfig``. ``options`` are ``packer build``'s options by the same
-    names (seq_len, tokenizer, text_field, pack, no_eos, eos_token, no_bos, bos_token,
-    split_special_tokens, unit_mb, max_record_mb, limit, holdout, chat, chat_template, train_on,
-    truncate, workers, strict, overwrite, resume, quiet, tokenizer_backend, engine, ray_address,
-    dry_run, summary_json), validated the same way. Raises ``PackerError`` (one line) for a user
-    mistake, and when the build produced no document at all (naming the fields the records have).
-    ``progress`` (optional) is called as progress(done_bytes, docs, tokens, units_done, units,
-    total_bytes); ``on_sized`` as on_sized(files_done, files) while input files are sized; ``on_note``
-    as on_note(line) for each of the tokenizer's notes once it is resolved, before any input is read
-    (a model folder whose tokenizer.json and transformers disagree); they stay in ``notes`` as well.
+    names (``--unit-mb`` is ``unit_mb``; the signature lists them, typed, with
+    their defaults: config.OPTIONS), validated the same way. Raises ``PackerError``
+    (one line) for a user mistake, and when the build produced no document at all
+    (naming the fields the records have). ``progress`` (optional) is called as
+    progress(done_bytes, docs, tokens, units_done, units, total_bytes); ``on_sized``
+    as on_sized(files_done, files) while input files are sized; ``on_note`` as
+    on_note(line) for each of the tokenizer's notes once it is resolved, before any
+    input is read (a model folder whose tokenizer.json and transformers disagree);
+    they stay in ``notes`` as well.
     """
     cfg = _config(inputs, out, options)
     try:
@@ -72,6 +73,9 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, on_no
     if cfg.run.summary_json:
         write_summary(cfg.run.summary_json, result.plan if result.plan is not None else summary_dict(result, cfg.out))
     return result
+
+
+build.__signature__ = signature(build, OPTIONS)  # one typed keyword per option, for help() and completion
 
 
 def _config(inputs, out, options: dict) -> BuildConfig:
@@ -135,9 +139,7 @@ def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
     tok, check = backend_check.decide(cfg, tok, plan.units, chat)
     phase("backend check")
     settings = recorded_settings(cfg, tok, plan.units, chat)
-    job = Job(out=cfg.out, seq_len=cfg.output.seq_len, pack=cfg.output.pack, text_field=cfg.output.text_field,
-              strict=cfg.run.strict, tokenizer=tok, dtype=S.dtype_for_vocab(tok.vocab_size),
-              max_record=cfg.output.max_record_bytes, chat=chat, holdout=float(cfg.output.holdout))
+    job = Job(cfg.out, cfg.output, cfg.run, tok, S.dtype_for_vocab(tok.vocab_size), chat)
     lock = out.lock()  # one build at a time in OUT; says who holds it
     finished = False
     try:

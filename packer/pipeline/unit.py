@@ -20,11 +20,12 @@ import numpy as np
 from .. import faults
 from .. import shards as S
 from ..formats.consumed import digest as consumed_digest
-from ..formats import DEFAULT_MAX_RECORD, Document, Part, Skip, parse_part, strict_error, where_of_document
+from ..formats import Document, Part, Skip, parse_part, strict_error, where_of_document
 from ..io import storage_for
 from ..pack import pack
 from ..tokenize import Encoder, TokenizerInfo
 from .chat_unit import encode_chat_chunk
+from .config import OutputSettings, RunSettings
 from .plan import ChunkResult, Unit
 
 MAX_EXAMPLES = 5  # file:line examples kept per skip reason
@@ -32,18 +33,23 @@ MAX_EXAMPLES = 5  # file:line examples kept per skip reason
 
 @dataclass(frozen=True)
 class Job:
-    """The settings every unit needs; picklable, sent once to each worker."""
+    """What every unit needs: where it writes, the build's settings (as given, not copied field by
+    field: a new option is read as ``job.output.<name>``), and the tokenizer as resolved. Picklable,
+    sent once to each worker (a pool's initializer, one Ray object)."""
 
     out: str
-    seq_len: int
-    pack: str
-    text_field: str
-    strict: bool
+    output: OutputSettings
+    run: RunSettings
     tokenizer: TokenizerInfo
-    dtype: str
-    max_record: int = DEFAULT_MAX_RECORD  # bytes: a longer record is skipped (too_long)
+    dtype: str  # the shards' token dtype (shards.dtype_for_vocab of the tokenizer)
     chat: object = None  # a ChatJob (packer/pipeline/chat_unit.py) for a chat build, else None
-    holdout: float = 0.0  # --holdout: this fraction of documents (by the hash of their text) go to OUT/holdout/
+
+    # The settings a unit's code reads most, by their short names.
+    seq_len = property(lambda self: self.output.seq_len)
+    pack = property(lambda self: self.output.pack)
+    text_field = property(lambda self: self.output.text_field)
+    holdout = property(lambda self: self.output.holdout)  # --holdout: this fraction of documents go to OUT/holdout/
+    strict = property(lambda self: self.run.strict)
 
     @property
     def read_field(self):

@@ -67,6 +67,31 @@ def test_a_second_build_into_a_locked_prefix_is_refused_naming_the_holder(bucket
     assert LOCK_NAME not in objects(bucket, "out")
 
 
+def test_packer_index_names_the_build_that_holds_the_prefix(bucket):
+    """Issue 41 item 10: it said "not a packer build (no manifest.json)" (the running build has written
+    none yet); it names the holder, as on a local folder, and a released or expired lease holds nothing."""
+    from tests.conftest import invoke
+
+    out = f"s3://{bucket}/busy"
+    assert storage_for(out).held_by() is None
+    held = storage_for(out).lock()
+    try:
+        r = invoke("index", out)
+        assert r.exit_code == 2, r.output
+        assert f"a build is running there (pid {os.getpid()} on {socket.gethostname()}" in r.stderr
+        assert storage_for(out).held_by()["token"] == held.info["token"]
+    finally:
+        held.release(finished=False)
+    assert storage_for(out).held_by() is None  # released: --resume may take it, index may read it
+    _put_lock(bucket, "old", lease_s=1)
+    deadline = time.monotonic() + 10
+    while storage_for(f"s3://{bucket}/old").held_by() is not None:  # the store's clock counts whole seconds
+        assert time.monotonic() < deadline, "a lease not renewed within lease_s still holds"
+        time.sleep(0.25)
+    _put_lock(bucket, "held")
+    assert storage_for(f"s3://{bucket}/held").held_by()["host"] == "elsewhere"
+
+
 @pytest.mark.parametrize("stale", [False, True])
 def test_of_many_builds_taking_the_lock_at_once_exactly_one_wins(bucket, stale):
     if stale:  # all of them take over the same released lock

@@ -285,3 +285,18 @@ def test_sizing_inputs_is_reported_up_to_every_file(tmp_path):
     assert calls[-1] == (700, 700) and len(calls) >= 3
     assert all(t == 700 for _, t in calls)
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+def test_build_takes_every_option_by_keyword_typed_with_its_default(tmp_path):
+    """build()'s signature (help(build), IPython and Jupyter completion) is made from the settings' fields:
+    a field added to OutputSettings or RunSettings is a keyword of build() with no other edit."""
+    import inspect
+
+    from packer.pipeline import OPTIONS
+
+    params = inspect.signature(build).parameters
+    keywords = [p for p in params.values() if p.kind is p.KEYWORD_ONLY and p.name not in ("progress", "on_sized", "on_note")]
+    assert [(p.name, p.default) for p in keywords] == [(o.name, o.default) for o in OPTIONS]
+    assert params["unit_mb"].annotation is float and params["limit"].annotation == (int | None)
+    with pytest.raises(PackerError, match="unknown build option 'seqlen'; options are: .*seq_len"):
+        build(str(tmp_path), str(tmp_path / "out"), seqlen=5)

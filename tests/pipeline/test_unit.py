@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from packer.formats import discover, iter_parts, plan_slices
-from packer.pipeline import Job, assemble_unit, encode_chunk, plan_units
+from packer.pipeline import Job, OutputSettings, RunSettings, assemble_unit, encode_chunk, plan_units
 from packer.pipeline.unit import encoder_for, holdout_split
 from packer.tokenize import resolve_tokenizer
 from tests.conftest import write_jsonl
@@ -21,7 +21,7 @@ def _unit(tmp_path, texts):
 
 
 def _job(out, **kw):
-    return Job(**{**dict(out=str(out), seq_len=32, pack="bfd", text_field="text", strict=False,
+    return Job(**{**dict(out=str(out), output=OutputSettings(seq_len=32), run=RunSettings(),
                          tokenizer=resolve_tokenizer(None), dtype="uint16"), **kw})
 
 
@@ -135,3 +135,12 @@ def test_a_chat_unit_without_documents_on_an_object_store(tmp_path, bucket):
     assert any(s["rows"] == 0 for s in m["shards"]) and m["totals"]["truncated"] == 0
     units = {k: json.loads(v) for k, v in objects(bucket, "o").items() if k.startswith("units/")}
     assert units and all(u["truncated"] == 0 for u in units.values())
+def test_a_job_holds_the_settings_and_pickles_whole(tmp_path):
+    """Sent to pool workers and Ray tasks by pickle: the settings come back whole, new fields included."""
+    import pickle
+
+    out = OutputSettings(seq_len=32, holdout=0.25, limit=7)
+    job = _job(tmp_path, output=out, run=RunSettings(strict=True))
+    back = pickle.loads(pickle.dumps(job))
+    assert back == job and back.output == out and back.output.limit == 7
+    assert (back.seq_len, back.pack, back.text_field, back.holdout, back.strict) == (32, "bfd", "text", 0.25, True)

@@ -48,7 +48,7 @@ FORWARD_ENV = ("PACKER_FAULT", "PACKER_FAULT_UNIT")  # fault injection (packer/f
 def run_unit(job: Job, unit: Unit) -> dict:
     """Read, tokenize, pack and write one unit in this process; return its record."""
     chunks = [encode_chunk(job, unit.index, ev.parts)
-              for ev in cut_chunks([unit], job.read_field, job.max_record) if isinstance(ev, Chunk)]
+              for ev in cut_chunks([unit], job.read_field, job.output.max_record_bytes) if isinstance(ev, Chunk)]
     return assemble_unit(job, unit, chunks)
 
 

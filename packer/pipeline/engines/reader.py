@@ -86,7 +86,7 @@ def read_units(todo, job, events: queue.Queue, slots: threading.Semaphore, windo
                 raise Stopped
 
     try:
-        for ev in cut_chunks(todo, job.read_field, job.max_record, on_bytes, on_unit=enter):
+        for ev in cut_chunks(todo, job.read_field, job.output.max_record_bytes, on_bytes, on_unit=enter):
             if stop.is_set():
                 return
             if isinstance(ev, Chunk):

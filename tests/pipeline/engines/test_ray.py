@@ -239,8 +239,7 @@ def test_a_path_missing_on_a_worker_node_is_named_not_counted(cluster, tmp_path)
     B = importlib.import_module("packer.pipeline")
     path = write_jsonl(tmp_path / "c.jsonl", ["x"] * 10)
     unit = B.plan_units(plan_slices(discover([path]).files, 1 << 20), 1 << 20)[0]
-    job = B.Job(out=str(tmp_path / "not-here"), seq_len=16, pack="bfd", text_field="text", strict=False,
-                tokenizer=resolve_tokenizer(None), dtype="uint16")
+    job = B.Job(str(tmp_path / "not-here"), B.OutputSettings(seq_len=16), B.RunSettings(), resolve_tokenizer(None), "uint16")
     with pytest.raises(PackerError, match=r"not-here is not on Ray node .*: with --engine ray, inputs and OUT must be"):
         packer_unit(job, unit, os.getcwd())
 

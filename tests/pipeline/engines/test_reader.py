@@ -6,7 +6,7 @@ import queue
 import threading
 
 from packer.formats import discover, plan_slices
-from packer.pipeline import Job, plan_units
+from packer.pipeline import Job, OutputSettings, RunSettings, plan_units
 from packer.pipeline.engines.base import Chunk, UnitEnd
 from packer.pipeline.engines.reader import ReaderDone, ReaderFailed, Window, read_units
 from packer.tokenize import resolve_tokenizer
@@ -17,8 +17,7 @@ def test_the_reader_posts_every_chunk_then_each_units_end_then_done(tmp_path):
     for k in range(3):
         write_jsonl(tmp_path / f"{k}.jsonl", [f"{k}:{i} " + "y" * 400 for i in range(2000)])
     units = plan_units(plan_slices(discover([str(tmp_path)]).files, 300_000), 400_000)
-    job = Job(out=str(tmp_path / "o"), seq_len=64, pack="bfd", text_field="text", strict=False,
-              tokenizer=resolve_tokenizer(None), dtype="uint16")
+    job = Job(str(tmp_path / "o"), OutputSettings(seq_len=64), RunSettings(), resolve_tokenizer(None), "uint16")
     events: queue.Queue = queue.Queue()
     slots = threading.Semaphore(1000)
     read_units(units, job, events, slots, Window(1 << 40), threading.Event(), lambda n: None)
@@ -36,8 +35,7 @@ def test_the_reader_posts_every_chunk_then_each_units_end_then_done(tmp_path):
 def test_a_stopped_reader_leaves_without_posting_more(tmp_path):
     write_jsonl(tmp_path / "a.jsonl", ["z" * 300] * 5000)
     units = plan_units(plan_slices(discover([str(tmp_path)]).files, 1 << 20), 1 << 20)
-    job = Job(out=str(tmp_path / "o"), seq_len=64, pack="bfd", text_field="text", strict=False,
-              tokenizer=resolve_tokenizer(None), dtype="uint16")
+    job = Job(str(tmp_path / "o"), OutputSettings(seq_len=64), RunSettings(), resolve_tokenizer(None), "uint16")
     events: queue.Queue = queue.Queue()
     stop = threading.Event()
     stop.set()
