@@ -14,8 +14,8 @@ import click
 
 from .errors import PackerError
 from .formats import SKIP_REASONS
+from .tokenize import BACKENDS, FOLLOWS
 from .tokenize.chat import TRAIN_ON as CHAT_TRAIN_ON
-from .tokenize.follows import BACKENDS, FOLLOWS
 
 
 class Terminated(KeyboardInterrupt):

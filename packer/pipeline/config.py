@@ -15,8 +15,7 @@ from dataclasses import dataclass, field, fields
 from ..errors import PackerError
 from ..formats.base import DEFAULT_MAX_RECORD
 from ..pack import MODES
-from ..tokenize.backends import BACKENDS, check_backend  # noqa: F401 (BACKENDS: the one definition, re-exported)
-from ..tokenize.follows import check_follows
+from ..tokenize import check_backend, check_follows
 
 DEFAULT_UNIT_BYTES = 64 << 20
 # The longest row: 2**31 - 1 keeps every offset in an Arrow list and every

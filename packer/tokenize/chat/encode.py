@@ -1,75 +1,59 @@
-"""The chat half of a work unit: conversations rendered, tokenized and masked on any core.
+"""Conversations rendered, tokenized and masked on any core: ``encode_conversations``.
 
-``encode_chat_chunk`` is ``encode_chunk`` for a chat build (``--chat``):
-each conversation is rendered by its chat template (packer/tokenize/chat.py),
-tokenized whole as transformers tokenizes the rendered string (HF
-``tokenizers``, no special tokens added: the template writes BOS and the
-end-of-turn tokens), and given a loss mask from its trained character
-spans. A conversation is one document: longer than seq_len, it is dropped
-(``too_long``) or, with ``--truncate``, cut to its first seq_len tokens and
-counted; it is never split into pieces that attend separately.
+Each conversation is rendered by its chat template (template.py), tokenized
+whole as transformers tokenizes the rendered string (HF ``tokenizers``, no
+special tokens added: the template writes BOS and the end-of-turn tokens),
+and given a loss mask from its trained character spans. A conversation is one
+document: longer than seq_len, it is dropped (``too_long``) or, with
+``--truncate``, cut to its first seq_len tokens and counted; it is never split
+into pieces that attend separately. ``chat_tokenizer`` (main process, once)
+loads the template and gives the tokenizer as a chat build uses it.
+
+Conversations are duck-typed (``packer.formats.chat.Conversation``: ``messages``,
+``trained``, ``where()``): tokenize imports no other stage.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 from array import array
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..errors import PackerError
-from ..formats import Part, Skip, parse_part, strict_error
-from ..formats.chat import ChatFields, Conversation
-from ..tokenize.chat import ChatError, ChatRenderer, ChatSpec, mask_from_offsets
-from ..tokenize.tokenizer import loaded_hf
-from .plan import ChunkResult
+from ...errors import PackerError
+from ..tokenizer import EOS_CANDIDATES, PAD_CANDIDATES, TokenizerInfo, loaded_hf
+from .template import ChatError, ChatRenderer, ChatSpec, load_chat_template, mask_from_offsets
 
 
 @dataclass(frozen=True)
-class ChatJob:
-    """A chat build's settings, part of the Job."""
+class Encoded:
+    """A batch of conversations, encoded: every kept conversation's ids back to back, in order."""
 
-    spec: ChatSpec
-    fields: ChatFields
-    truncate: bool = False  # False: a conversation over seq_len is dropped and counted
+    tokens: np.ndarray  # (sum(lengths),) uint32
+    lengths: np.ndarray  # (conversations kept,) int64
+    mask: np.ndarray  # (sum(lengths),) uint8: 1 = trained
+    truncated: int = 0  # conversations cut to seq_len (--truncate)
 
 
-def chat_job(o, tok):
-    """(the tokenizer as a chat build uses it, the ChatJob): the template loaded and compiled once, in the
-    main process. The pad id is the one a text build of this tokenizer pads with (its pad token, else
-    the end-of-document token): a chat build appends no EOS, so the tokenizer was resolved without one."""
-    from ..tokenize.chat import load_chat_template
-    from ..tokenize.tokenizer import EOS_CANDIDATES, PAD_CANDIDATES
-
+def chat_tokenizer(tok: TokenizerInfo, tokenizer: str | None, chat_template: str | None,
+                   train_on: str) -> tuple[TokenizerInfo, ChatSpec]:
+    """(the tokenizer as a chat build uses it, its ChatSpec): the template of ``tokenizer`` (the
+    --tokenizer given) or the file ``chat_template``, loaded and compiled once, in the main process.
+    The pad id is the one a text build of this tokenizer pads with (its pad token, else the
+    end-of-document token): a chat build appends no EOS, so the tokenizer was resolved without one."""
     if tok.kind != "hf":
         raise PackerError("--chat needs --tokenizer: a folder with tokenizer.json and a chat template")
     hf = loaded_hf(tok)
     added = hf.get_added_tokens_decoder().values()
     specials = [t.content for t in added if t.special]
-    spec = load_chat_template(o.tokenizer, o.chat_template, specials, o.train_on)
+    spec = load_chat_template(tokenizer, chat_template, specials, train_on)
     vocab = hf.get_vocab(with_added_tokens=True)
     pads = [*PAD_CANDIDATES, *(c for c in EOS_CANDIDATES if c in specials or c == "<|endoftext|>"),
             dict(spec.specials).get("eos_token"), *spec.end_tokens]
     pad = next((vocab[c] for c in pads if c in vocab), tok.pad_id)
     around = "nothing: the chat template writes BOS and the end-of-turn tokens"  # (the summary's "around text")
-    fields = ChatFields(o.messages_field, o.prompt_field, o.completion_field)
-    return replace(tok, pad_id=pad, added=around), ChatJob(spec, fields, o.truncate)
-
-
-def resumed(chat: ChatJob, out) -> ChatJob:
-    """``chat`` with the date its killed build recorded (``strftime_now`` templates), so a resumed build's
-    conversations all carry one date; ``out``: the build's storage."""
-    if not chat.spec.date:
-        return chat
-    try:
-        old = json.loads(out.read("build.json"))["settings"]["chat"]["date"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        return chat  # nothing recorded: the resume's own check of the settings says what differs
-    if not isinstance(old, str) or old == chat.spec.date:
-        return chat
-    return replace(chat, spec=replace(chat.spec, date=old))
+    return replace(tok, pad_id=pad, added=around), spec
 
 
 @functools.lru_cache(maxsize=2)
@@ -131,57 +115,47 @@ def _encodings(tok, texts: list[str], seq_len: int, longest: int) -> list:
     return out
 
 
-def encode_chat_chunk(job, parts: list[Part]):
-    """Render, tokenize and mask one chunk's conversations; returns a ``ChunkResult`` with ``mask`` set."""
-    chat: ChatJob = job.chat
-    renderer = _renderer(chat.spec)
+def encode_conversations(info: TokenizerInfo, spec: ChatSpec, conversations, seq_len: int, truncate: bool,
+                         skip) -> Encoded:
+    """Render, tokenize and mask ``conversations`` (an iterable, read once, in order) with the
+    template of ``spec`` and the HF tokenizer of ``info``. A conversation that cannot be built is
+    passed to ``skip(reason, where)`` (which may raise: ``--strict``) as it is met: ``no_assistant``
+    (nothing to train), the template's reasons (``ChatError``), ``too_long`` (over ``seq_len``
+    tokens, without ``truncate``)."""
+    renderer = _renderer(spec)
     texts: list[str] = []
     spans: list[list[tuple[int, int]]] = []
     wheres = []
-    skipped: list[Skip] = []
-
-    def skip(reason: str, where: str) -> None:
-        rec = Skip(reason, where)
-        if job.strict:
-            raise strict_error(rec)
-        skipped.append(rec)
-
-    for part in parts:
-        for rec in parse_part(part, chat.fields):
-            if type(rec) is not Conversation:
-                skip(rec.reason, rec.where)
-                continue
-            if chat.spec.train_on != "all" and not any(t and m["role"] == "assistant"
-                                                       for t, m in zip(rec.trained, rec.messages)):
-                skip("no_assistant", rec.where())
-                continue
-            try:
-                text, sp = renderer.render(rec.messages, rec.trained)
-            except ChatError as e:
-                skip(e.reason, rec.where())
-                continue
-            texts.append(text)
-            spans.append(sp)
-            wheres.append(rec.where)
-    tok = loaded_hf(job.tokenizer)  # HF always: its offsets map spans to tokens
+    for rec in conversations:
+        if spec.train_on != "all" and not any(t and m["role"] == "assistant"
+                                              for t, m in zip(rec.trained, rec.messages)):
+            skip("no_assistant", rec.where())
+            continue
+        try:
+            text, sp = renderer.render(rec.messages, rec.trained)
+        except ChatError as e:
+            skip(e.reason, rec.where())
+            continue
+        texts.append(text)
+        spans.append(sp)
+        wheres.append(rec.where)
+    tok = loaded_hf(info)  # HF always: its offsets map spans to tokens
     ids, masks = array("I"), []
     lengths: list[int] = []
     truncated = 0
-    encs = _encodings(tok, texts, job.seq_len, _longest_token(job.tokenizer.fingerprint, tok)) if texts else []
+    encs = _encodings(tok, texts, seq_len, _longest_token(info.fingerprint, tok)) if texts else []
     for enc, sp, where in zip(encs, spans, wheres):
         n = len(enc.ids)
-        if n > job.seq_len:
-            if not chat.truncate:
+        if n > seq_len:
+            if not truncate:
                 skip("too_long", where())
                 continue
             truncated += 1
-        m = _token_mask(enc, sp) if chat.spec.train_on != "all" else np.ones(n, np.uint8)
-        keep = min(n, job.seq_len)
+        m = _token_mask(enc, sp) if spec.train_on != "all" else np.ones(n, np.uint8)
+        keep = min(n, seq_len)
         ids.extend(enc.ids[:keep] if keep < n else enc.ids)
         masks.append(m[:keep])
         lengths.append(keep)
     tokens = np.frombuffer(ids, dtype=np.uint32) if len(ids) else np.zeros(0, np.uint32)
     mask = np.concatenate(masks) if masks else np.zeros(0, np.uint8)
-    nbytes = sum(p.nbytes for p in parts)
-    return ChunkResult(tokens.astype(job.dtype, copy=False), np.array(lengths, np.int64), tuple(skipped), nbytes,
-                       mask=mask, truncated=truncated)
+    return Encoded(tokens, np.array(lengths, np.int64), mask, truncated)
