@@ -19,7 +19,7 @@ It prints one row per tokenizer and exits 1 on any difference.
 
 ``--normalize-cost`` times the fast backend of a Qwen-class tokenizer (NFC, built
 now) on the corpus, alternating per round: with packer's normalizer (tokenizers'
-own NFC, skipped on texts of boundary characters: packer/tokenize/normalize.py),
+own NFC, skipped on texts of boundary characters: packer/tokenize/backend/normalize.py),
 with tokenizers' NFC on every non-ASCII text, with Python's ``unicodedata`` (what
 the backend used before: not exact), and with no normalizer (the ids then differ;
 a floor). Medians over rounds of CPU seconds, as ratios to ``unicodedata``.
@@ -58,7 +58,7 @@ def one(name: str, path: str, inputs: list[str], texts: list[str], work: str) ->
     from packer import build
     from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
 
-    from packer.tokenize.tiktoken_backend import SAMPLE_DOCS
+    from packer.tokenize.backend import SAMPLE_DOCS
 
     ref = None
     row = {"tokenizer": name, "engines": [], "docs": len(texts)}
@@ -95,14 +95,13 @@ def normalize_cost(texts: list[str], rounds: int) -> None:
 
     from tokenizers import normalizers
 
-    from packer.tokenize import normalize as N
-    from packer.tokenize import tiktoken_backend as T
+    from packer.tokenize import backend as T
 
     with tempfile.TemporaryDirectory() as work:
         js = open(os.path.join(families.build_all(work, families.sample_texts(), ["qwen-like"])["qwen-like"],
                                "tokenizer.json")).read()
     nfc = normalizers.NFC().normalize_str
-    variants = {"packer (tokenizers NFC, skipped on boundaries)": N.Normalizer("NFC"),
+    variants = {"packer (tokenizers NFC, skipped on boundaries)": T.Normalizer("NFC"),
                 "tokenizers NFC on every non-ASCII text": lambda t: t if t.isascii() else nfc(t),
                 "unicodedata (before; not exact)": lambda t: t if t.isascii() else unicodedata.normalize("NFC", t),
                 "no normalizer (floor; ids differ)": lambda t: t}

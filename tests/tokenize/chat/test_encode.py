@@ -1,6 +1,7 @@
 """Chat builds (docs/chat.md): ids equal transformers' apply_chat_template, the loss mask equals the
 assistant spans transformers finds from {% generation %} tags, conversations are packed whole, and a
-tiny model's loss counts exactly the assistant tokens.
+tiny model's loss counts exactly the assistant tokens (packer/tokenize/chat/encode.py, through whole builds
+and called alone).
 
 Three templates: the real Llama 3 one (../shared/data/llama3), a Qwen-style ChatML one and a
 Mistral-style [INST] one written here (tests/chat_data.py), each checked against transformers on
@@ -413,37 +414,10 @@ def test_pad_id_is_a_text_builds(small_folders, tmp_path):
     assert m["pad_id"] == tk.convert_tokens_to_ids("<|end_of_text|>") != 0
 
 
-def test_a_resumed_build_renders_with_the_recorded_date(small_folders, tmp_path):
-    """Issue 33.6: strftime_now is fixed at the build's start, recorded, and reused by --resume."""
-    tpl = tmp_path / "date.jinja"
-    tpl.write_text("{{ 'Today: ' + strftime_now('%Y-%m-%d') + '\\n' }}" + QWEN3)
-    ins = []
-    for k in range(2):
-        ins.append(_write(tmp_path / f"c{k}.jsonl", tool_conversations(30, seed=k)))
-    out = str(tmp_path / "o")
-    kw = dict(seq_len=4096, tokenizer=small_folders["qwen3"], chat=True, chat_template=str(tpl), workers=1,
-              unit_mb=0.004)
-    build(ins, out, **kw)
-    bj = json.load(open(os.path.join(out, "build.json")))
-    assert bj["settings"]["chat"]["date"]
-    bj["settings"]["chat"]["date"] = "2020-01-02T00:00:00+00:00"  # as if the killed build had started then
-    with open(os.path.join(out, "build.json"), "w") as f:
-        json.dump(bj, f)
-    m = json.load(open(os.path.join(out, "manifest.json")))
-    os.remove(os.path.join(out, "manifest.json"))
-    last = m["shards"][-1]
-    os.remove(os.path.join(out, last["path"]))
-    m = build(ins, out, resume=True, **kw).manifest
-    assert m["settings"]["chat"]["date"] == "2020-01-02T00:00:00+00:00"
-    tk = transformers.AutoTokenizer.from_pretrained(small_folders["qwen3"])
-    t = pa.ipc.open_file(os.path.join(out, m["shards"][-1]["path"])).read_all()
-    assert "Today: 2020-01-02" in tk.decode(t.column("input_ids")[0].as_py())
-
-
 def test_hostile_conversations_are_counted_skips_and_the_build_goes_on(small_folders, tmp_path, monkeypatch):
     """Issue 33.7/33.8: a template that renders '' for one conversation, or runs away on another, and a
     field nested 1,000 deep: counted skips, the other conversations built."""
-    from packer.tokenize import chat_sandbox
+    from packer.tokenize.chat import sandbox as chat_sandbox
 
     monkeypatch.setattr(chat_sandbox, "RENDER_SECONDS", 0.5)  # (the local engine's workers fork: they see it)
     tpl = tmp_path / "t.jinja"
@@ -465,3 +439,35 @@ def test_hostile_conversations_are_counted_skips_and_the_build_goes_on(small_fol
     t = m["totals"]
     assert t["skipped"].get("empty_render") == 1 and t["skipped"].get("template_limit") == 1
     assert t["documents"] + sum(t["skipped"].values()) == 5 and t["documents"] >= 2
+
+
+def test_encode_conversations_skips_as_met_and_lines_ids_up(small_folders):
+    """The door a chunk walks through, called once: conversations that cannot be built go to ``skip`` in
+    their order (no_assistant as met, too_long once the batch is encoded), the others come back with
+    transformers' ids and a mask on the reply; ``truncate`` cuts the long one instead, and counts it."""
+    from packer.formats.chat import Conversation
+    from packer.tokenize import resolve_tokenizer
+    from packer.tokenize.chat import chat_tokenizer, encode_conversations
+
+    folder = small_folders["qwen3"]
+    tok, spec = chat_tokenizer(resolve_tokenizer(folder, eos=False, bos=False), folder, None, "assistant")
+
+    def conv(msgs, name):
+        return Conversation(msgs, [True] * len(msgs), lambda: name)
+
+    good = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"}]
+    long = [{"role": "user", "content": "word " * 400}, {"role": "assistant", "content": "ok"}]
+    recs = [conv(good, "a:1"), conv([{"role": "user", "content": "no reply"}], "a:2"), conv(long, "a:3"),
+            conv(good, "a:4")]
+    skipped = []
+    got = encode_conversations(tok, spec, iter(recs), 64, False, lambda r, w: skipped.append((r, w)))
+    assert skipped == [("no_assistant", "a:2"), ("too_long", "a:3")]
+    assert len(got.lengths) == 2 and got.lengths[0] == got.lengths[1] and got.truncated == 0
+    assert len(got.tokens) == len(got.mask) == got.lengths.sum() and got.tokens.dtype == np.uint32
+    n = int(got.lengths[0])
+    assert np.array_equal(got.tokens[:n], got.tokens[n:]) and 0 < got.mask[:n].sum() < n
+    tk = transformers.AutoTokenizer.from_pretrained(folder)
+    assert list(got.tokens[:n]) == _ids(tk.apply_chat_template(good, tokenize=True))
+    skipped.clear()
+    cut = encode_conversations(tok, spec, iter(recs), 64, True, lambda r, w: skipped.append((r, w)))
+    assert skipped == [("no_assistant", "a:2")] and cut.truncated == 1 and list(cut.lengths) == [n, 64, n]
