@@ -15,8 +15,8 @@ transformers does.
 
 from .backends import BACKENDS, check_backend
 from .follows import FOLLOWS, check_follows
-from .tokenizer import (BYTES_EOS, BYTES_NAME, Encoder, TokenizerInfo, choose_backend, describe, forget_parsed, loaded_hf,
-                        parsed_hf, resolve_tokenizer)
+from .tokenizer import (BYTES_EOS, BYTES_NAME, Encoder, TokenizerInfo, choose_backend, describe, forget_parsed,
+                        loaded_hf, parsed_hf, resolve_tokenizer)
 
 __all__ = ["BACKENDS", "BYTES_EOS", "BYTES_NAME", "Encoder", "FOLLOWS", "TokenizerInfo", "check_backend",
            "check_follows", "choose_backend", "describe", "forget_parsed", "loaded_hf", "parsed_hf",

@@ -270,7 +270,7 @@ class Encoder:
         self._specials = dict(info.specials) if not info.split_special else {}
         self._plain = dict(info.plain_added)  # cut out of text whatever --split-special-tokens says
         self._tk = None
-        if info.kind == "hf" and info.backend in ("tiktoken", "fastokens"):  # fastokens: tokenize/backend/fastokens_backend.py
+        if info.kind == "hf" and info.backend in ("tiktoken", "fastokens"):  # fastokens: backend/fastokens_backend.py
             from .backend.tiktoken_backend import encoder_for
 
             self._tk = encoder_for(info.json, info.fingerprint, _LOADED.get((info.fingerprint, info.split_special)),
