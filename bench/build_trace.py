@@ -106,10 +106,7 @@ def _install() -> None:
 def _fresh_process_state() -> None:
     """Forget what this process parsed or checked in an earlier build, as a new `packer build` process
     would (records on disk, PACKER_CACHE, stay)."""
-    for mod, names in (("packer.tokenize.tokenizer", ("_LOADED", "_CUT_RULE")),
-                       ("packer.tokenize.tiktoken_backend", ("_STATIC", "_ENCODERS"))):
-        for name in names:
-            getattr(importlib.import_module(mod), name, {}).clear()
+    importlib.import_module("packer.tokenize").forget_parsed()
     importlib.import_module("packer.pipeline.unit").encoder_for.cache_clear()
 
 

@@ -52,7 +52,7 @@ def _work(args):
         return cpu, wall, 0
     enc = _STATE["encoder"]
     if mode == "private":
-        from packer.tokenize.tiktoken_backend import TiktokenEncoder
+        from packer.tokenize.backend import TiktokenEncoder
 
         tk = enc.tiktoken
         enc._tk = TiktokenEncoder(tk._json, tk.conv, None, tk.split_special)  # new Rust tables, this child's pages

@@ -44,7 +44,7 @@ def one(name: str, path: str, inputs: list[str], texts: list[str], work: str) ->
     from packer import build
     from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
 
-    from packer.tokenize.tiktoken_backend import SAMPLE_DOCS
+    from packer.tokenize.backend import SAMPLE_DOCS
 
     ref = None
     row = {"tokenizer": name, "engines": [], "docs": len(texts)}

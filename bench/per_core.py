@@ -33,12 +33,12 @@ import common
 # Each child prints {"wall", "cpu"} for the encode alone; TEXTS and TOK are set before the body runs.
 ALONE = {
     "tiktoken": """
-from packer.tokenize.tiktoken_convert import convert
+from packer.tokenize.backend import convert
 import tiktoken
 conv = convert(JS, check_merges=False)
 enc = tiktoken.Encoding("x", pat_str=conv.pat_str, mergeable_ranks=conv.ranks, special_tokens={})
 if conv.normalize:
-    from packer.tokenize.normalize import Normalizer
+    from packer.tokenize.backend import Normalizer
     norm = Normalizer(conv.normalize); TEXTS = [norm(t) for t in TEXTS]
 run = lambda: enc.encode_ordinary_batch(TEXTS, num_threads=1)""",
     "hf": """

@@ -39,7 +39,7 @@ import hashlib, json, os, sys, time
 import numpy as np
 from common import char_batches, corpus_texts
 from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
-from packer.tokenize import tiktoken_backend as T
+from packer.tokenize import backend as T
 inputs, tok_path, variant, n, batch_chars = sys.argv[1].split("\0"), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 texts = corpus_texts(inputs)
 batches = char_batches(texts, batch_chars)
@@ -131,7 +131,7 @@ def sweep(tok: str) -> None:
     """Every code point (bar surrogates) in 8 contexts: HF vs tiktoken. Prints the differences."""
     from tokenizers import Tokenizer
 
-    from packer.tokenize import tiktoken_backend as T
+    from packer.tokenize import backend as T
     from packer.tokenize import resolve_tokenizer
 
     info = resolve_tokenizer(tok)

@@ -15,7 +15,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO, "sample_data")
-# Engine checks are recorded per machine (packer/tokenize/check_cache.py): the tests keep their own record.
+# Engine checks are recorded per machine (packer/tokenize/backend/check_cache.py): the tests keep their own record.
 os.environ.setdefault("PACKER_CACHE", os.path.join(__import__("tempfile").mkdtemp(prefix="packer-test-cache-")))
 SHARED = os.path.abspath(os.path.join(REPO, "..", "shared", "data"))
 if os.environ.get("PACKER_TEST_NO_SHARED"):  # run as a fresh clone would, without ../shared

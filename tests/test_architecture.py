@@ -120,6 +120,55 @@ def test_torch_stays_on_the_training_side():
                 assert (node.module or "").split(".")[0] != "torch", f"{name} imports torch"
 
 
+# tokenize has three doors (docs/architecture.md): everything outside packer/tokenize/ (the other stages,
+# cli, bench/ and the tests of other stages) imports these packages, never a module file inside them.
+TOKENIZE_DOORS = {"packer.tokenize", "packer.tokenize.backend", "packer.tokenize.chat"}
+
+
+def _absolute_imports(path: str) -> set[str]:
+    """The packer modules a script or test imports (absolute imports and importlib.import_module("...") alike),
+    "from packer.tokenize import backend" counted as the package packer.tokenize.backend."""
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in _MODS else node.module
+                         for a in node.names)
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            found.add(node.args[0].value)
+    return {m for m in found if m.startswith("packer")}
+
+
+def test_other_stages_go_through_the_tokenize_doors():
+    repo = os.path.dirname(ROOT)
+    users = {name: deps for name, deps in GRAPH.items() if stage(name) != "tokenize"}
+    for top in ("bench", "tests"):
+        for d, _, files in os.walk(os.path.join(repo, top)):
+            if os.path.relpath(d, repo).split(os.sep)[:2] == ["tests", "tokenize"]:
+                continue  # tokenize's own tests may test its module files
+            for f in files:
+                if f.endswith(".py"):
+                    path = os.path.join(d, f)
+                    users[os.path.relpath(path, repo)] = _absolute_imports(path)
+    assert len(users) > 100
+    for name, deps in users.items():
+        for dep in deps:
+            if dep.startswith("packer.tokenize.") or dep == "packer.tokenize":
+                assert dep in TOKENIZE_DOORS, f"{name} imports {dep}: outside tokenize, import {sorted(TOKENIZE_DOORS)}"
+
+
+def test_the_tokenize_doors_name_what_they_export():
+    """Each door's __init__ lists its names (__all__), and each of them is there."""
+    import importlib
+
+    for door in sorted(TOKENIZE_DOORS):
+        mod = importlib.import_module(door)
+        assert isinstance(getattr(mod, "__all__", None), list) and mod.__all__, f"{door} has no __all__"
+        assert all(hasattr(mod, n) for n in mod.__all__), door
+
+
 # Inside packer/pipeline/: module -> the pipeline modules it may import (docs/architecture.md's table).
 PIPELINE = {
     "options": set(), "config": {"options"}, "report": set(), "plan": {"config"}, "chat_unit": {"plan"},

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from ..errors import PackerError
 from ..formats.base import DEFAULT_MAX_RECORD
 from ..pack import MODES
-from ..tokenize.backends import BACKENDS, check_backend  # noqa: F401 (BACKENDS: the one definition, re-exported)
+from ..tokenize import BACKENDS, FOLLOWS, check_backend, check_follows
 from ..tokenize.chat import TRAIN_ON
-from ..tokenize.follows import FOLLOWS, check_follows
 from .options import mb_option, off_option, option, options_of
 
 DEFAULT_UNIT_BYTES = 64 << 20

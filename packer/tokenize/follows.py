@@ -30,7 +30,6 @@ import io
 import json
 import os
 
-from .backends import BACKENDS  # noqa: F401,E402 (for the CLI: the choices of both tokenizer options in one import)
 from .follows_rule import RULE_VERSION, Refused, by_rule
 
 FOLLOWS = ("transformers", "file")

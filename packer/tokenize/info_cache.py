@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from .check_cache import folder, read_json, read_text, write_json, write_text
+from .backend.check_cache import folder, read_json, read_text, write_json, write_text
 
 VERSION = "3"  # bump when what resolve_tokenizer derives changes
 FIELDS = {"kind": str, "vocab_size": int, "eos_id": (int, type(None)), "pad_id": int, "fingerprint": str,

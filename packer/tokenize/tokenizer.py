@@ -10,7 +10,7 @@ no files at all.
 
 The backend that encodes an HF tokenizer (``TokenizerInfo.backend``) is HF
 ``tokenizers`` or, where it gives the same ids, tiktoken (about 4x faster):
-``choose_backend`` decides, see packer/tokenize/tiktoken_backend.py and docs/tokenizers.md.
+``choose_backend`` decides, see packer/tokenize/backend/tiktoken_backend.py and docs/tokenizers.md.
 The ids, and so the shards, are the same whichever runs.
 """
 
@@ -199,7 +199,7 @@ def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: 
 def choose_backend_later(info: TokenizerInfo, requested: str = "auto", fast: bool = True):
     """``choose_backend`` up to the check on input texts, which it leaves to the caller:
     (info, None) when decided, else (info with tiktoken, the ``InputCheck`` to run; then
-    ``with_choice(info, check.outcome(result))``). A build runs it on a worker (packer/pipeline/local.py)."""
+    ``with_choice(info, check.outcome(result))``). A build runs it on a worker (backend/input_check.py)."""
     return _choose(info, requested, lambda: [], True, fast)
 
 
@@ -210,7 +210,7 @@ def with_choice(info: TokenizerInfo, c) -> TokenizerInfo:
 
 
 def _choose(info: TokenizerInfo, requested: str, sample, defer: bool, fast: bool = True):
-    from .tiktoken_backend import choose
+    from .backend.tiktoken_backend import choose
 
     check_backend(requested)
     if info.kind != "hf":
@@ -221,7 +221,7 @@ def _choose(info: TokenizerInfo, requested: str, sample, defer: bool, fast: bool
     if hf is None:
         hf = lambda: loaded_hf(info)  # noqa: E731  (parsed only if a check needs it)
     c = choose(info.json, info.fingerprint, requested, sample, hf, info.split_special, defer_input=defer,
-               fast=fast)  # fast: fastokens may take auto (tokenize/fastokens_backend.py)
+               fast=fast)  # fast: fastokens may take auto (tokenize/backend/fastokens_backend.py)
     return with_choice(info, c), c.later
 
 
@@ -237,6 +237,21 @@ def loaded_hf(info: TokenizerInfo):
         return tok
 
     return remember(_LOADED, (info.fingerprint, info.split_special), parse)
+
+
+def forget_parsed() -> None:
+    """Forget the HF tokenizers, cut rules, tiktoken encoders and checks this process parsed or ran
+    (their records on disk, ``PACKER_CACHE``, stay): the state of a new process. For tests and
+    benchmarks of a build's start."""
+    from .backend import tiktoken_backend
+
+    for cache in (_LOADED, _CUT_RULE, tiktoken_backend._STATIC, tiktoken_backend._ENCODERS):
+        cache.clear()
+
+
+def parsed_hf() -> int:
+    """How many HF tokenizers this process holds parsed (``loaded_hf``): 0 where a build needed none."""
+    return len(_LOADED)
 
 
 class Encoder:
@@ -255,8 +270,8 @@ class Encoder:
         self._specials = dict(info.specials) if not info.split_special else {}
         self._plain = dict(info.plain_added)  # cut out of text whatever --split-special-tokens says
         self._tk = None
-        if info.kind == "hf" and info.backend in ("tiktoken", "fastokens"):  # fastokens: tokenize/fastokens_backend.py
-            from .tiktoken_backend import encoder_for
+        if info.kind == "hf" and info.backend in ("tiktoken", "fastokens"):  # fastokens: backend/fastokens_backend.py
+            from .backend.tiktoken_backend import encoder_for
 
             self._tk = encoder_for(info.json, info.fingerprint, _LOADED.get((info.fingerprint, info.split_special)),
                                    info.split_special, info.backend)

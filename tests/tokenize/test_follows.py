@@ -162,7 +162,7 @@ def test_real_folders_agree_with_transformers(name):
 
 def qwen2_folder(folder, **config) -> str:
     """A byte-level BPE whose tokenizer.json splits digits in threes (not Qwen2's one by one), named Qwen2Tokenizer."""
-    from tests.tokenize.test_normalize import QWEN_PATTERN, qwen_like
+    from tests.tokenize.backend.test_normalize import QWEN_PATTERN, qwen_like
 
     d = json.loads(qwen_like("NFC"))
     d["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = QWEN_PATTERN.replace(r"\p{N}|", r"\p{N}{1,3}|")

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
-from packer.tokenize import tiktoken_backend as TE
+from packer.tokenize.backend import tiktoken_backend as TE
 from packer.tokenize import tokenizer as T
 from packer.tokenize.memo import remember
 

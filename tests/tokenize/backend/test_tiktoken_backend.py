@@ -16,7 +16,9 @@ pytest.importorskip("tiktoken")
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
 
-from packer.tokenize import tiktoken_backend as T  # noqa: E402
+from packer.tokenize.backend import tiktoken_backend as T  # noqa: E402
+from packer.tokenize.backend import tiktoken_check as TK  # noqa: E402
+from packer.tokenize.backend import tiktoken_convert as TC  # noqa: E402
 from packer.formats import Skip, discover, plan_slices, read_slice  # noqa: E402
 from packer.tokenize import resolve_tokenizer  # noqa: E402
 
@@ -27,7 +29,7 @@ REAL = os.path.join(REPO, "bench_out", "real", "real.jsonl")
 LLAMA3_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-U = {b: c for c, b in T.byte_decoder().items()}  # byte -> its byte-level symbol
+U = {b: c for c, b in TC.byte_decoder().items()}  # byte -> its byte-level symbol
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +54,7 @@ def texts_of(*paths: str, limit: int | None = None) -> list[str]:
 def gpt2(gpt2_path):
     """(tokenizer.json as packer uses it, its conversion, the encoder, the HF tokenizer)."""
     js = resolve_tokenizer(gpt2_path).json
-    conv = T.convert(js)
+    conv = TC.convert(js)
     return js, conv, T.TiktokenEncoder(js, conv), Tokenizer.from_str(js)
 
 
@@ -71,11 +73,11 @@ def tk_ids(enc, texts):
 def test_gpt2_converts_with_its_pattern_and_every_merge(gpt2):
     js, conv, _, _ = gpt2
     d = json.loads(js)
-    assert conv.pat_str == T.GPT2_PATTERN
+    assert conv.pat_str == TC.GPT2_PATTERN
     assert conv.added == ("<|endoftext|>",)
     # every vocabulary token but the added one is a rank, under its own id
     assert len(conv.ranks) == len(d["model"]["vocab"]) - 1
-    b2 = T.byte_decoder()
+    b2 = TC.byte_decoder()
     for tok, i in list(d["model"]["vocab"].items())[::97]:
         if tok != "<|endoftext|>":
             assert conv.ranks[bytes(b2[c] for c in tok)] == i
@@ -83,7 +85,7 @@ def test_gpt2_converts_with_its_pattern_and_every_merge(gpt2):
 
 def test_conversion_recorded_and_loaded_back_equal(gpt2, tmp_path, monkeypatch):
     """The recorded conversion (check_cache) is the same Conversion; a damaged record is ignored."""
-    from packer.tokenize import check_cache
+    from packer.tokenize.backend import check_cache
 
     monkeypatch.setenv("PACKER_CACHE", str(tmp_path))
     _, conv, _, _ = gpt2
@@ -98,8 +100,8 @@ def test_conversion_recorded_and_loaded_back_equal(gpt2, tmp_path, monkeypatch):
 
 def test_gpt2_same_ids_on_hard_strings(gpt2):
     _, conv, enc, hf = gpt2
-    hard = T.hard_strings(conv.added)
-    r = T.check(enc, hf, hard, "hard string")
+    hard = TK.hard_strings(conv.added)
+    r = TK.check(enc, hf, hard, "hard string")
     assert r.ok, r.difference
     assert r.texts == len(hard) and r.tokens > 100_000
 
@@ -141,7 +143,7 @@ def test_unencodable_text_fails_in_both(gpt2):
         hf.encode_batch(["a\ud800b"], add_special_tokens=False)
     with pytest.raises(Exception):
         enc.encode_arrays(["ok", "a\ud800b"])
-    r = T.check(enc, hf, ["fine", "a\udc80b", "fine too"], "t")
+    r = TK.check(enc, hf, ["fine", "a\udc80b", "fine too"], "t")
     assert r.ok and r.texts == 3
 
 
@@ -182,10 +184,10 @@ def test_llama3_style_split_pattern_and_all_splits_merges(gpt2):
         {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN}, "behavior": "Isolated", "invert": False},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
     js3 = json.dumps(d)
-    conv = T.convert(js3)
+    conv = TC.convert(js3)
     assert conv.pat_str == LLAMA3_PATTERN
     enc, hf = T.TiktokenEncoder(js3, conv), Tokenizer.from_str(js3)
-    r = T.check(enc, hf, T.hard_strings(conv.added) + texts_of(*SAMPLE_ONCE, limit=60), "text")
+    r = TK.check(enc, hf, TK.hard_strings(conv.added) + texts_of(*SAMPLE_ONCE, limit=60), "text")
     assert r.ok, r.difference
 
 
@@ -208,26 +210,26 @@ def byte_level_json(merges: list[tuple[str, str]], extra: list[str], **model) ->
 def naive(js: str) -> T.TiktokenEncoder:
     """The conversion without its checks: every vocabulary token a rank, under its id."""
     d = json.loads(js)
-    b2 = T.byte_decoder()
+    b2 = TC.byte_decoder()
     ranks = {bytes(b2[c] for c in t): i for t, i in d["model"]["vocab"].items()}
-    return T.TiktokenEncoder(js, T.Conversion(T._pattern(d["pre_tokenizer"]), ranks, (), len(ranks), ""))
+    return T.TiktokenEncoder(js, TC.Conversion(TC._pattern(d["pre_tokenizer"]), ranks, (), len(ranks), ""))
 
 
 def test_refuses_wordpiece():
     tok = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1, "##b": 2}, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer()
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    with pytest.raises(T.NotExpressible, match="WordPiece"):
-        T.convert(tok.to_str())
+    with pytest.raises(TC.NotExpressible, match="WordPiece"):
+        TC.convert(tok.to_str())
 
 
 def test_refuses_a_normalizer_that_changes_text():
     d = json.loads(byte_level_json([], []))
     d["normalizer"] = {"type": "Lowercase"}
-    with pytest.raises(T.NotExpressible, match="normalizer Lowercase"):
-        T.convert(json.dumps(d))
+    with pytest.raises(TC.NotExpressible, match="normalizer Lowercase"):
+        TC.convert(json.dumps(d))
     d["normalizer"] = {"type": "Sequence", "normalizers": []}  # a no-op is fine
-    T.convert(json.dumps(d))
+    TC.convert(json.dumps(d))
 
 
 @pytest.mark.parametrize("change, reason", [
@@ -246,24 +248,24 @@ def test_refuses_what_tiktoken_cannot_do(change, reason):
             d["model"][k[6:]] = v
         else:
             d[k] = v
-    with pytest.raises(T.NotExpressible, match=reason):
-        T.convert(json.dumps(d))
+    with pytest.raises(TC.NotExpressible, match=reason):
+        TC.convert(json.dumps(d))
 
 
 def test_refuses_a_vocabulary_that_is_not_byte_level():
     d = json.loads(byte_level_json([], []))
     del d["model"]["vocab"][U[ord("a")]]
-    with pytest.raises(T.NotExpressible, match="256 byte-level"):
-        T.convert(json.dumps(d))
+    with pytest.raises(TC.NotExpressible, match="256 byte-level"):
+        TC.convert(json.dumps(d))
 
 
 def ids_check(js: str, sample=None):
     """What ``choose`` decides on: the hard strings (or, for the small alphabets of the random
     tokenizers, ``sample`` in their place: the input sample's step) and the suspects' strings."""
-    conv = T.convert(js)
+    conv = TC.convert(js)
     enc = T.TiktokenEncoder(js, conv)
-    base = T.hard_strings(conv.added) if sample is None else sample
-    return conv, T.check(enc, Tokenizer.from_str(js), base + T.suspect_strings(conv.suspects), "h")
+    base = TK.hard_strings(conv.added) if sample is None else sample
+    return conv, TK.check(enc, Tokenizer.from_str(js), base + TK.suspect_strings(conv.suspects), "h")
 
 
 def test_merges_out_of_id_order_are_suspects_and_the_ids_refuse_them():
@@ -289,11 +291,11 @@ def test_a_token_its_merges_do_not_rebuild_is_a_suspect_and_the_ids_refuse_it():
 
 def test_refuses_a_token_no_merge_makes_when_whole_words_are_looked_up():
     js = byte_level_json([("a", "b")], ["ab", "xyz"], ignore_merges=True)
-    with pytest.raises(T.NotExpressible, match="made by no merge"):
-        T.convert(js)
+    with pytest.raises(TC.NotExpressible, match="made by no merge"):
+        TC.convert(js)
     # without the whole-word lookup HF never produces it: left out, and identical
     js = byte_level_json([("a", "b")], ["ab", "xyz"])
-    conv = T.convert(js)
+    conv = TC.convert(js)
     assert b"xyz" not in conv.ranks
     texts = ["xyz abxyz ab", "xyzxyz"]
     assert tk_ids(T.TiktokenEncoder(js, conv), texts) == hf_ids(Tokenizer.from_str(js), texts)
@@ -344,7 +346,7 @@ def test_whatever_is_accepted_is_identical_on_random_tokenizers():
         sample = ["".join(rng.choice("aabbcd  ") for _ in range(rng.randint(1, 50))) for _ in range(100)]
         try:
             conv, pre = ids_check(js, sample)  # the conditions, then the ids on a sample and the suspects' strings
-        except T.NotExpressible:
+        except TC.NotExpressible:
             refused += 1
             continue
         if not pre.ok:
@@ -353,7 +355,7 @@ def test_whatever_is_accepted_is_identical_on_random_tokenizers():
         accepted += 1
         proven += not conv.suspects
         texts = ["".join(rng.choice("aabbcd  ") for _ in range(rng.randint(1, 50))) for _ in range(150)]
-        r = T.check(T.TiktokenEncoder(js, conv), Tokenizer.from_str(js), texts, "random text")
+        r = TK.check(T.TiktokenEncoder(js, conv), Tokenizer.from_str(js), texts, "random text")
         assert r.ok, (r.difference, js)
     assert accepted > 40 and refused > 5 and proven > 30  # every path was exercised
 
@@ -446,7 +448,7 @@ def gap_tokenizer(tmp_path, gap: str, gpt2_path: str) -> str:
     """GPT-2 with a Split pattern that matches no ``gap``: HF keeps that
     character as a piece of its own, tiktoken drops it."""
     d = json.loads(resolve_tokenizer(gpt2_path).json)
-    pat = T.GPT2_PATTERN.replace(r" ?\p{L}+", r" ?[^\P{L}" + gap + "]+").replace(r"[^\s\p{L}\p{N}]", r"[^\s\p{L}\p{N}" + gap + "]")
+    pat = TC.GPT2_PATTERN.replace(r" ?\p{L}+", r" ?[^\P{L}" + gap + "]+").replace(r"[^\s\p{L}\p{N}]", r"[^\s\p{L}\p{N}" + gap + "]")
     d["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
         {"type": "Split", "pattern": {"Regex": pat}, "behavior": "Isolated", "invert": False},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
@@ -485,8 +487,8 @@ def test_a_pattern_tiktoken_cannot_compile_is_refused():
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
     js = json.dumps(d)
     Tokenizer.from_str(js).encode("Oniguruma takes it")
-    with pytest.raises(T.NotExpressible, match="regex engine rejects"):
-        T.TiktokenEncoder(js, T.convert(js))
+    with pytest.raises(TC.NotExpressible, match="regex engine rejects"):
+        T.TiktokenEncoder(js, TC.convert(js))
 
 
 def test_forcing_tiktoken_where_it_cannot_be_exact_is_one_clear_error(tmp_path, gpt2_path):
@@ -528,7 +530,7 @@ def test_cli_says_which_backend_ran(tmp_path, gpt2_path):
     ("<s>", "</s>", "[MASK]", "<pad>", "|x|"),  # no common prefix: the regex alone
 ])
 def test_the_added_token_scan_finds_exactly_the_texts_that_hold_one(added):
-    from packer.tokenize.tiktoken_backend import _AddedScan
+    from packer.tokenize.backend.tiktoken_backend import _AddedScan
 
     rng = random.Random(7)
     scan = _AddedScan(added)

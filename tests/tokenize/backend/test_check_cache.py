@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("tiktoken")
 
-from packer.tokenize import check_cache as C  # noqa: E402
+from packer.tokenize.backend import check_cache as C  # noqa: E402
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ depend on which encoder ran, so neither do the shards.
 
 ``PACKER_FASTOKENS=off`` keeps tiktoken. Its thread pool is held to one thread (``FASTOKENS_BPE_THREADS=1``, unless
 set): the build runs one encoder per core. A fork after encoding is safe
-(tests/tokenize/test_fastokens_backend.py).
+(tests/tokenize/backend/test_fastokens_backend.py).
 """
 
 from __future__ import annotations

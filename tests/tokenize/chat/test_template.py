@@ -1,4 +1,4 @@
-"""packer/tokenize/chat.py and chat_sandbox.py: rendering equals transformers', spans equal the
+"""packer/tokenize/chat/template.py and sandbox.py: rendering equals transformers', spans equal the
 {% generation %} spans transformers computes, the fingerprint is deterministic, hostile templates
 and files end in a counted skip or one line, and signals still stop a render."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from packer import PackerError
 from packer.formats.chat import ChatFields, conversation_of, dict_getter, paths
-from packer.tokenize import chat_sandbox
+from packer.tokenize.chat import sandbox as chat_sandbox
 from packer.tokenize.chat import ChatError, ChatRenderer, ChatSpec, load_chat_template
 from tests.chat_data import (CHATML_GEN, GEMMA3_GEN, LLAMA3_GEN, MISTRAL_GEN, QWEN3_GEN, conversations, plain,
                              tool_conversations)
@@ -133,7 +133,7 @@ def test_a_template_that_never_finishes_stops_the_build(monkeypatch):
 
 def test_a_render_in_progress_still_serves_signals(tmp_path):
     """A template that never ends under a long budget: SIGTERM still ends the process at once."""
-    code = ("import signal, sys; import packer.tokenize.chat_sandbox as s; s.RENDER_SECONDS = 3600\n"
+    code = ("import signal, sys; import packer.tokenize.chat.sandbox as s; s.RENDER_SECONDS = 3600\n"
             "from packer.tokenize.chat import ChatRenderer, ChatSpec\n"
             "r = ChatRenderer(ChatSpec('{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
             "{% endfor %}', (), ()))\n"

@@ -18,10 +18,10 @@ pytest.importorskip("tiktoken")
 
 from tokenizers import Tokenizer  # noqa: E402
 
-from packer.tokenize import fastokens_backend as F  # noqa: E402
+from packer.tokenize.backend import fastokens_backend as F  # noqa: E402
 from packer.tokenize import resolve_tokenizer  # noqa: E402
-from packer.tokenize import tiktoken_backend as T  # noqa: E402
-from packer.tokenize.tokenizer import Encoder, choose_backend  # noqa: E402
+from packer.tokenize.backend import tiktoken_backend as T  # noqa: E402
+from packer.tokenize import Encoder, choose_backend  # noqa: E402
 
 from tests.conftest import SAMPLE, invoke, load_script, write_jsonl  # noqa: E402
 
@@ -116,7 +116,8 @@ def test_forked_child_encodes(pair):
 
 def test_no_threads_of_its_own(families):
     """One encoder per core: fastokens encodes on the calling thread (its pool held to one thread)."""
-    code = ("import os, sys; from packer.tokenize import resolve_tokenizer, tiktoken_backend as T, fastokens_backend as F\n"
+    code = ("import os, sys; from packer.tokenize import resolve_tokenizer\n"
+            "from packer.tokenize.backend import tiktoken_backend as T, fastokens_backend as F\n"
             "info = resolve_tokenizer(sys.argv[1]); n = len(os.listdir('/proc/self/task'))\n"
             "enc = F.FastokensEncoder(info.json, T.TiktokenEncoder(info.json))\n"
             "enc.encode_flat(['some words here, and more. ' * 50] * 400, 0)\n"
@@ -164,7 +165,7 @@ def test_build_shards_identical_to_tiktoken(tmp_path, families, monkeypatch):
 
 
 def test_two_workers_check_on_a_worker_with_fastokens(tmp_path, families, monkeypatch):
-    """The deferred input check (on a worker, pipeline/backend_check.py) runs with fastokens too."""
+    """The deferred input check (on a worker, packer/pipeline/backend_check.py) runs with fastokens too."""
     from packer import build
 
     monkeypatch.setattr(F, "MIN_INPUT_BYTES", 0)

@@ -1,7 +1,7 @@
 """The fast way to a plain conversation's reply starts: found once per shape, on a skeleton.
 
 ``ChatRenderer`` finds where a reply starts by rendering the conversation
-before it with ``add_generation_prompt=True`` (packer/tokenize/chat.py): one
+before it with ``add_generation_prompt=True`` (packer/tokenize/chat/template.py): one
 more render per reply. Conversations of one shape (the same roles, each
 content empty or not, no other fields) mostly share that work: it is done
 once on the shape's skeleton (every non-empty content replaced by a unique
@@ -10,7 +10,7 @@ checked character for character: the conversation's rendering must be the
 skeleton's template text with each content (as is, or trimmed as templates
 trim) in place of its marker. Where the check fails (a template that
 rewrites content, or branches on it) the caller falls back to the exact
-renders; the spans are the same either way (tests/tokenize/test_chat.py).
+renders; the spans are the same either way (tests/tokenize/chat/test_template.py).
 """
 
 from __future__ import annotations

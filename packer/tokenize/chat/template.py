@@ -4,7 +4,7 @@
 tokenizer's tokenizer_config.json or chat_template.jinja, or a file given
 with ``--chat-template``) and the special tokens it reads; ``ChatRenderer``
 (one per worker) renders conversations in the environment of transformers'
-``apply_chat_template`` (packer/tokenize/chat_sandbox.py, bounded in time
+``apply_chat_template`` (packer/tokenize/chat/sandbox.py, bounded in time
 and size) and finds the character spans to train on (docs/chat.md):
 
 - a template with ``{% generation %}`` tags: the spans its tags render, as
@@ -38,10 +38,10 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from ..errors import PackerError
-from . import chat_sandbox as sandbox
-from .chat_sandbox import LIMIT_FACTOR, MIN_CHARS, Budget, TemplateLimit, has_generation_tags, new_environment, uses_date
-from .chat_skeleton import Skeletons
+from ...errors import PackerError
+from . import sandbox
+from .sandbox import LIMIT_FACTOR, MIN_CHARS, Budget, TemplateLimit, has_generation_tags, new_environment, uses_date
+from .skeleton import Skeletons
 
 ROLES = ("system", "user", "assistant", "tool")
 # What --train-on trains (docs/chat.md, "The loss mask"): assistant = every assistant reply as the model
@@ -209,7 +209,7 @@ class ChatRenderer:
         self._kw = dict(spec.specials)
         self._chars = MIN_CHARS
         self._timeouts = 0  # conversations in a row over their time budget
-        self._skeletons = Skeletons()  # per conversation shape: where its replies start (chat_skeleton.py)
+        self._skeletons = Skeletons()  # per conversation shape: where its replies start (skeleton.py)
 
     def _render(self, messages: list[dict], generation_prompt: bool = False) -> tuple[str, list]:
         """(text, generation spans): one bounded render, as ``apply_chat_template`` renders it."""

@@ -19,11 +19,12 @@ pytest.importorskip("tiktoken")
 
 from tokenizers import Tokenizer, normalizers  # noqa: E402
 
-from packer.tokenize import normalize as N  # noqa: E402
-from packer.tokenize import tiktoken_backend as T  # noqa: E402
+from packer.tokenize.backend import normalize as N  # noqa: E402
+from packer.tokenize.backend import tiktoken_backend as T  # noqa: E402
+from packer.tokenize.backend import tiktoken_convert as TC  # noqa: E402
 
 QWEN_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-U = {b: c for c, b in T.byte_decoder().items()}  # byte -> its byte-level symbol
+U = {b: c for c, b in TC.byte_decoder().items()}  # byte -> its byte-level symbol
 
 
 def qwen_like(form: str) -> str:
@@ -52,7 +53,7 @@ def qwen_like(form: str) -> str:
 def pair(request):
     """(form, the fast encoder, the HF tokenizer, the normalizer's boundary table) for ``form``."""
     js = qwen_like(request.param)
-    enc = T.TiktokenEncoder(js, T.convert(js))
+    enc = T.TiktokenEncoder(js, TC.convert(js))
     assert enc.conv.normalize == request.param
     return request.param, enc, Tokenizer.from_str(js), N.table(request.param)
 

@@ -53,12 +53,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..memo import remember, store
 from . import check_cache
-from .backends import BACKENDS, check_backend  # noqa: F401 (BACKENDS re-exported: its home is backends.py)
-from .memo import remember, store
-from .tiktoken_convert import (GPT2_PATTERN, Conversion, NotExpressible, _pattern, byte_decoder, convert,  # noqa: F401
-                               readable)  # (re-exported: the backend's names, as before the split)
-from .tiktoken_check import _NEVER, CheckResult, check, hard_strings, suspect_strings  # noqa: F401 (re-exported)
+from .tiktoken_check import _NEVER, CheckResult, check, hard_strings, suspect_strings
+from .tiktoken_convert import Conversion, NotExpressible, convert
 
 
 # --------------------------------------------------------------------------
@@ -247,7 +245,7 @@ def run_input_check(enc: "TiktokenEncoder", hf, texts: list[str]) -> CheckResult
 
 
 def _refuse(requested: str, why: str, notice: bool) -> Choice:
-    from ..errors import PackerError
+    from ...errors import PackerError
 
     if requested == "tiktoken":  # the build stops: say so, and what to pass instead
         raise PackerError(f"--tokenizer-backend tiktoken: {why}; nothing was built (drop the option, or pass "
