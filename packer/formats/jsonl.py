@@ -106,8 +106,9 @@ class Jsonl(Format):
             # A plain file that ends before the slice does, or a file changed
             # since it was found: records would be lost (or mixed) uncounted.
             if f.compression is None and pos < min(sl.end, f.size):
+                now = storage_for(f.path).stamp()  # a range past the end starts beyond it: name the end itself
                 tail = Skip("truncated", f"{f.path}: the file changed while it was read "
-                                         f"(ends at byte {pos:,}, {f.size:,} when found)")
+                                         f"(ends at byte {min(pos, now[0]) if now else pos:,}, {f.size:,} when found)")
             else:
                 tail = changed(sl, storage_for(f.path).stamp())
         if lines or tail is not None:

@@ -158,3 +158,29 @@ def test_pool_workers_read_local_jsonl_themselves(tmp_path, monkeypatch):
     b = build(str(tmp_path / "c.jsonl"), str(tmp_path / "b"), seq_len=128, workers=1, quiet=True)
     for name in ("manifest.json", "shards/000000.arrow", "units/000000.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_a_file_that_shrank_after_discovery_is_counted_once_when_the_workers_read_it(tmp_path, monkeypatch):
+    import sys
+
+    from packer import build
+
+    B = sys.modules["packer.pipeline.steps"]
+    monkeypatch.setattr("packer.pipeline.engines.reader.RANGE_BYTES", 4096)
+    write_jsonl(tmp_path / "a.jsonl", [f"record {k}" for k in range(4000)])
+    real = B.discover
+
+    def discover_then_cut(*a, **kw):
+        found = real(*a, **kw)
+        data = (tmp_path / "a.jsonl").read_bytes()
+        (tmp_path / "a.jsonl").write_bytes(data[: len(data) // 4])
+        return found
+
+    monkeypatch.setattr(B, "discover", discover_then_cut)
+    data = (tmp_path / "a.jsonl").read_bytes()
+    got = {}
+    for workers in (2, 1):  # 1: the reader thread reads it, as before spans
+        (tmp_path / "a.jsonl").write_bytes(data)
+        got[workers] = build(str(tmp_path / "a.jsonl"), str(tmp_path / f"out{workers}"), seq_len=64, workers=workers,
+                             quiet=True).manifest["totals"]
+    assert got[2] == got[1] and got[2]["skipped"]["truncated"] == 1 and got[2]["documents"] > 900
