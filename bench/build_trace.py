@@ -13,6 +13,10 @@ What the host gives, in the same call: ``--ceiling`` (N processes encoding the t
 nothing else), ``--clock`` (a pure integer loop on 1 and on N cores at once: a host that slows its
 cores when all of them work caps every program's N-fold speed-up), and ``--loaded`` with
 ``--cli-only`` (the 1-worker build while the other cores spin: a linear baseline at the all-core clock).
+Each row also gives CPU seconds per GB of text (decompressed): the main process's, and the workers' split
+into read, parse, encode, spill, pack, gather, Arrow, checksum and write. ``--reader both`` runs each
+build twice, side by side: jsonl read by the main process's reader thread (as before Spans) and by
+the workers (reader.Span), and prints their main-process and whole-build CPU per GB.
 """
 
 from __future__ import annotations
@@ -36,10 +40,14 @@ from common import corpus_texts, pin, spin, start_together  # noqa: E402
 
 local = importlib.import_module("packer.pipeline.engines.local")
 base = importlib.import_module("packer.pipeline.engines.base")
-worker = importlib.import_module("packer.pipeline.engines.worker")
 backend_check = importlib.import_module("packer.pipeline.backend_check")
+reader = importlib.import_module("packer.pipeline.engines.reader")
+unit = importlib.import_module("packer.pipeline.unit")
+shards = importlib.import_module("packer.shards")
+spill = importlib.import_module("packer.pipeline.spill")
 
-S: dict = {"dir": None, "depth": 0, "posted": [], "cpu": {}}  # this process's trace state; forked workers inherit it
+S: dict = {"dir": None, "depth": 0, "posted": [], "cpu": {}, "main": os.getpid()}  # forked workers inherit it
+SPANS_OF = reader.spans_of
 
 
 def _span(kind: str, fn):
@@ -56,15 +64,18 @@ def _span(kind: str, fn):
             if not S["depth"]:
                 with open(os.path.join(S["dir"], f"{os.getpid()}.jsonl"), "a") as f:
                     f.write(json.dumps([kind, t0, time.monotonic()]) + "\n")
+                if os.getpid() != S["main"]:  # a worker: its CPU split so far
+                    with open(os.path.join(S["dir"], f"{os.getpid()}.cpu"), "w") as f:
+                        json.dump(S["cpu"], f)
     return traced
 
 
 def _cpu(name: str, fn, clock=time.thread_time):
     @functools.wraps(fn)
-    def timed(*args):
+    def timed(*args, **kw):
         t0 = clock()
         try:
-            return fn(*args)
+            return fn(*args, **kw)
         finally:
             S["cpu"][name] = S["cpu"].get(name, 0.0) + clock() - t0
     return timed
@@ -84,10 +95,22 @@ def _reader(fn):
     return _cpu("reader", read)
 
 
+# Worker CPU (process time: a worker runs one task at a time, its read-ahead threads included):
+# read = task - parse+encode - spill (a Span's reading and decompressing); parse = parse+encode - encode.
+SPLIT = ((local, "_encode_task", "task"), (local, "_span_task", "task"), (local, "encode_chunk", "parse+encode"),
+         (unit, "_encode", "encode"), (spill, "put", "spill"), (spill.SpilledParts, "load", "spill"),
+         (local, "_assemble_task", "unit"), (local, "assemble_unit", "unit"), (unit, "pack", "pack"),
+         (unit, "_gather", "gather"), (shards, "shard_table", "arrow"), (shards, "table_bytes", "arrow"),
+         (shards, "checksum", "checksum"))
+
+
 def _install() -> None:
+    for obj, name, label in SPLIT:
+        setattr(obj, name, _cpu(label, getattr(obj, name), time.process_time))
+    spill.put_parts = _cpu("main spill write", spill.put_parts)
     # Pool tasks (spill reads and writes count as the task's work) and the inline ones (--workers 1).
-    for name, kind in (("_encode_task", "chunk"), ("encode_chunk", "chunk"), ("_assemble_task", "unit"),
-                       ("assemble_unit", "unit")):
+    for name, kind in (("_encode_task", "chunk"), ("_span_task", "chunk"), ("encode_chunk", "chunk"),
+                       ("_assemble_task", "unit"), ("assemble_unit", "unit")):
         setattr(local, name, _span(kind, getattr(local, name)))
     backend_check.check_input = _span("check", backend_check.check_input)
     local.make_pool = _cpu("pool start s", local.make_pool, time.monotonic)
@@ -115,10 +138,37 @@ def _usage() -> tuple[float, float, float, float, int]:
     return (me.ru_utime + me.ru_stime, ch.ru_utime + ch.ru_stime, me.ru_stime, ch.ru_stime, me.ru_minflt + ch.ru_minflt)
 
 
-def trace(inputs: list[str], tokenizer: str | None, workers: int) -> dict:
-    """One build, traced; returns the figures (seconds)."""
-    from packer import build
+def _split(cpu: dict, gb: float) -> dict:
+    """Worker CPU seconds per GB of text, by step."""
+    g = {k: cpu.get(k, 0.0) for k in ("task", "parse+encode", "encode", "spill", "unit", "pack", "gather", "arrow",
+                                       "checksum")}
+    steps = {"read": g["task"] - g["parse+encode"] - g["spill"] if g["task"] else 0.0,
+             "parse": g["parse+encode"] - g["encode"], "encode": g["encode"], "spill": g["spill"], "pack": g["pack"],
+             "gather": g["gather"], "arrow": g["arrow"], "checksum": g["checksum"],
+             "write": g["unit"] - g["pack"] - g["gather"] - g["arrow"] - g["checksum"]}
+    return {k: max(0.0, v) / gb for k, v in steps.items()}
 
+
+def _text_bytes(f) -> int:
+    """Bytes of ``f`` once decompressed."""
+    from packer.io import open_stream
+
+    if f.compression is None:
+        return f.size
+    n = 0
+    with open_stream(f.path, f.compression) as s:
+        while b := s.read(1 << 22):
+            n += len(b)
+    return n
+
+
+def trace(inputs: list[str], tokenizer: str | None, workers: int, by_workers: bool = True) -> dict:
+    """One build, traced; returns the figures (seconds). ``by_workers``: False has the reader thread read jsonl."""
+    from packer import build
+    from packer.formats import discover
+
+    reader.spans_of = SPANS_OF if by_workers else (lambda sl: None)
+    gb = sum(_text_bytes(f) for f in discover(inputs).files) / 1e9
     tmp = tempfile.mkdtemp(prefix="trace-")
     S.update(dir=os.path.join(tmp, "spans"), posted=[], cpu={})
     os.makedirs(S["dir"])
@@ -127,9 +177,13 @@ def trace(inputs: list[str], tokenizer: str | None, workers: int) -> dict:
         u0, t0 = _usage(), time.monotonic()
         r = build(inputs, os.path.join(tmp, "out"), tokenizer=tokenizer, workers=workers, quiet=True)
         wall, u1 = time.monotonic() - t0, _usage()
-        spans = []
+        spans, wcpu = [], dict(S["cpu"]) if workers == 1 else {}
         for name in os.listdir(S["dir"]):
             with open(os.path.join(S["dir"], name)) as f:
+                if name.endswith(".cpu"):
+                    for k, v in json.load(f).items():
+                        wcpu[k] = wcpu.get(k, 0.0) + v
+                    continue
                 spans += [(int(name.split(".")[0]), *json.loads(line)) for line in f]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -157,7 +211,8 @@ def trace(inputs: list[str], tokenizer: str | None, workers: int) -> dict:
         "main_cpu": d[0], "workers_cpu": d[1], "main_sys": d[2], "workers_sys": d[3], "minflt": int(d[4]),
         "gap_mean_ms": 1e3 * sum(gaps) / len(gaps) if gaps else 0.0, "gap_max_ms": 1e3 * max(gaps, default=0.0),
         "pool_start": S["cpu"].get("pool start s", 0.0), "reader_cpu": S["cpu"].get("reader", 0.0),
-        "loop_cpu": S["cpu"].get("event loop", 0.0),
+        "loop_cpu": S["cpu"].get("event loop", 0.0), "spill_write": S["cpu"].get("main spill write", 0.0),
+        "gb": gb, "split": _split(wcpu, gb), "reader": "workers" if by_workers else "thread",
     }
 
 
@@ -236,7 +291,11 @@ def _row(f: dict) -> str:
             f"workers {f['workers_cpu']:.2f} (system {f['workers_sys']:.2f}); page faults {f['minflt']:,}\n"
             f"      main process threads, CPU s: reader {f['reader_cpu']:.2f}, event loop {f['loop_cpu']:.2f} (the rest "
             f"is the pool's threads: pickling, pipes); a worker's gap between tasks: mean {f['gap_mean_ms']:.1f} ms, "
-            f"max {f['gap_max_ms']:.0f} ms")
+            f"max {f['gap_max_ms']:.0f} ms\n"
+            f"      CPU s per GB of text ({f['gb']:.3f} GB; jsonl read by the {f['reader']}): main process "
+            f"{f['main_cpu'] / f['gb']:.2f} (reader thread {f['reader_cpu'] / f['gb']:.2f}, its spill writes "
+            f"{f['spill_write'] / f['gb']:.2f}), workers {f['workers_cpu'] / f['gb']:.2f}: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in f["split"].items()))
 
 
 def _scaling(label: str, got: dict, loaded: list) -> None:
@@ -264,12 +323,14 @@ def main(argv=None) -> None:
     ap.add_argument("--clock", action="store_true", help="also time a pure integer loop on 1 and on N cores at once")
     ap.add_argument("--loaded", action="store_true",
                     help="with --cli-only: also the 1-worker build while the other N-1 cores run a busy loop")
-    ap.add_argument("--part-kb", type=int, default=0, help="an experiment: input per chunk (packer's is 256 KB)")
-    ap.add_argument("--mmap-threshold-kb", type=int, default=0,
-                    help="an experiment: glibc's mmap threshold in the workers (packer fixes it at 4 MB)")
+    ap.add_argument("--reader", choices=("workers", "thread", "both"), default="workers",
+                    help="who reads jsonl: the workers (packer's way), the main process's reader thread, both in turn")
+    ap.add_argument("--fastokens", action="store_true", help="auto picks fastokens whatever the input's size")
     ap.add_argument("--resume-check", action="store_true", help="time a resume's consumed-bytes check (issue 41.8) "
                     "against reading the same input as a build does")
     args = ap.parse_args(argv)
+    if args.fastokens:
+        importlib.import_module("packer.tokenize.backend").fastokens_backend.MIN_INPUT_BYTES = 0
     if args.resume_check:
         from packer.formats import discover, iter_parts, plan_slices
         from packer.formats.consumed import digest
@@ -277,10 +338,6 @@ def main(argv=None) -> None:
         t0 = time.perf_counter(); n = sum(p.nbytes for s in sls for p in iter_parts(s)); t1 = time.perf_counter()  # noqa: E702
         all(digest(s) for s in sls); t2 = time.perf_counter()  # noqa: E702
         return print(f"{n / 1e9:.2f} GB, {len(sls)} slices: check {t2 - t1:.2f} s, read {t1 - t0:.2f} s, x{(t2 - t1) / (t1 - t0):.3f}")
-    if args.part_kb:
-        local.PART_BYTES = base.PART_BYTES = args.part_kb << 10
-    if args.mmap_threshold_kb:  # read by bounded_malloc in each (forked) worker
-        worker.MMAP_THRESHOLD = args.mmap_threshold_kb << 10
     if args.ceiling:
         ceil = {n: ceiling(args.inputs, args.tokenizer, n) for n in args.workers}
         lo = min(ceil)
@@ -296,12 +353,22 @@ def main(argv=None) -> None:
     _install()
     runs, clis, loaded = {}, {}, []
     top = max(args.workers)
+    if not args.cli_only:  # untimed: the input check's record in place, the files in the page cache
+        trace(args.inputs, args.tokenizer, top)
     for rnd in range(args.rounds):
         for n in args.workers:
             if not args.cli_only:
-                f = trace(args.inputs, args.tokenizer, n)
+                both = {}
+                for spans in {"workers": (True,), "thread": (False,), "both": (False, True)}[args.reader]:
+                    f = both[spans] = trace(args.inputs, args.tokenizer, n, spans)
+                    print(f"round {rnd} " + _row(f), flush=True)
                 runs.setdefault(n, []).append(f)
-                print(f"round {rnd} " + _row(f), flush=True)
+                if len(both) == 2:
+                    a, b = both[False], both[True]
+                    print(f"      x{n} reader thread -> workers, CPU s per GB: main process {a['main_cpu'] / a['gb']:.2f}"
+                          f" -> {b['main_cpu'] / b['gb']:.2f}; whole build {(a['main_cpu'] + a['workers_cpu']) / a['gb']:.2f}"
+                          f" -> {(b['main_cpu'] + b['workers_cpu']) / b['gb']:.2f}; wall {a['wall']:.2f} -> "
+                          f"{b['wall']:.2f} s", flush=True)
             if args.cli_only:
                 c = cli(args.inputs, args.tokenizer, n)
                 clis.setdefault(n, []).append(c)

@@ -174,7 +174,8 @@ def main() -> None:
                 best[name] = r
     for name in [n for n in best if n.startswith("packer")]:  # the encoder auto chose (fastokens: >= 32 MB on disk)
         with open(os.path.join(tmp, name, "manifest.json")) as f:
-            best[name]["backend"] = json.load(f)["tokenizer"]["backend"]
+            m = json.load(f)
+        best[name].update(backend=m["tokenizer"]["backend"], tokens=m["totals"]["tokens"])
     shutil.rmtree(tmp, ignore_errors=True)
     vs = f"packer-{a.workers}" if a.workers else "tiktoken"
     ref = best.get(vs)
@@ -183,11 +184,14 @@ def main() -> None:
     for name, r in best.items():  # > 1: the row is faster than the reference
         w, c = (f"{ref[k] / r[k]:.2f}x" if ref else "-" for k in ("wall", "cpu"))
         print(f"{name + (' ' + r['backend'] if 'backend' in r else ''):18s} {r['wall']:8.2f} {r['cpu']:8.2f} {r['rss']:13d} {r['pss']:13d} {w:>17s} {c:>16s}")
+    if a.workers:
+        n, h = ref, best[f"packer-{a.workers // 2}"]
+        print(f"packer-{a.workers}: {n['tokens'] / n['wall'] / 1e6:.1f} M tokens/s ({n['tokens']:,} tokens, {n['backend']}, "
+              f"start to exit); packer {a.workers // 2} -> {a.workers} workers: {h['wall'] / n['wall']:.2f}x")
     if a.workers and "datatrove" in best:
-        d, n, h = best["datatrove"], ref, best[f"packer-{a.workers // 2}"]
+        d = best["datatrove"]
         print(f"packer-{a.workers} against datatrove-{a.workers}: {d['wall'] / n['wall']:.2f}x faster (wall), "
-              f"{d['cpu'] / n['cpu']:.2f}x less CPU, {d['pss'] / max(1, n['pss']):.1f}x less peak PSS; packer "
-              f"{a.workers // 2} -> {a.workers} workers: {h['wall'] / n['wall']:.2f}x")
+              f"{d['cpu'] / n['cpu']:.2f}x less CPU, {d['pss'] / max(1, n['pss']):.1f}x less peak PSS")
     mb = sum(os.path.getsize(p) for p in inputs) / 1e6
     common.emit_json({"bench": "per_core", "tokenizer": a.tokenizer, "input_mb": round(mb, 1), "workers": a.workers,
                       "machine": platform.processor() or platform.machine(), "rows": best}, a.json)

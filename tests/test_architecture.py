@@ -205,12 +205,12 @@ def test_no_module_over_400_lines_no_function_over_100_no_global():
 
 
 def test_bench_stays_small_and_docs_benchmarks_names_every_script():
-    """bench/ holds what docs/benchmarks.md cites, at most 4,000 lines of Python (issue 28): a script
+    """bench/ holds what docs/benchmarks.md cites, at most 4,200 lines of Python (issue 28): a script
     whose figures are all that is left of it goes, and its figures name the commit where it last was."""
     bench = os.path.join(os.path.dirname(ROOT), "bench")
     files = [os.path.join(top, f) for top, _, names in os.walk(bench) for f in names if f.endswith(".py")]
     lines = sum(len(open(f).read().splitlines()) for f in files)
-    assert lines <= 4000, f"bench/ holds {lines} lines of Python (at most 4,000)"
+    assert lines <= 4200, f"bench/ holds {lines} lines of Python (at most 4,200)"
     with open(os.path.join(os.path.dirname(ROOT), "docs", "benchmarks.md")) as f:
         doc = f.read()
     unnamed = sorted(f for f in os.listdir(bench) if f.endswith(".py") and not re.search(rf"(?<!\w){re.escape(f)}", doc))

@@ -8,7 +8,9 @@ decoded on the core that tokenizes them.
 
 from __future__ import annotations
 
+import bisect
 import json
+import os
 from typing import Iterator
 
 import orjson
@@ -104,8 +106,9 @@ class Jsonl(Format):
             # A plain file that ends before the slice does, or a file changed
             # since it was found: records would be lost (or mixed) uncounted.
             if f.compression is None and pos < min(sl.end, f.size):
+                now = storage_for(f.path).stamp()  # a range past the end starts beyond it: name the end itself
                 tail = Skip("truncated", f"{f.path}: the file changed while it was read "
-                                         f"(ends at byte {pos:,}, {f.size:,} when found)")
+                                         f"(ends at byte {min(pos, now[0]) if now else pos:,}, {f.size:,} when found)")
             else:
                 tail = changed(sl, storage_for(f.path).stamp())
         if lines or tail is not None:
@@ -320,16 +323,44 @@ def where(sl: Slice, line_no: int | None, byte: int) -> str:
 
 
 def _count_lines_before(path: str, byte: int) -> int:
-    """Line index of ``byte`` in a plain file; only called to name a bad record."""
-    n, left = 0, byte
+    """Line index of ``byte`` in a plain file; only called to name a bad record.
+
+    A slice (or a worker's byte range, pipeline/engines/reader.py) that starts mid-file does not
+    know its line numbers; counting from the file's start for each bad record of a 1 MB range late
+    in a big file made a file with many bad records quadratic. So the counts found are kept per file
+    (``_LINE_MARKS``, keyed by its stat: a rewrite is a new key) and the next count starts from the
+    closest one before ``byte``."""
+    key, marks = _marks(path)
+    k = bisect.bisect_right(marks, (byte, 1 << 62)) - 1
+    at, n = marks[k] if k >= 0 else (0, 0)
+    left = byte - at
     with storage_for(path).stream() as fh:
+        if at:
+            fh.seek(at)  # (only a local file has marks)
         while left > 0:
             chunk = fh.read(min(left, 8 << 20))
             if not chunk:
                 break
             n += chunk.count(b"\n")
             left -= len(chunk)
+    if key is not None and len(marks) < MAX_MARKS:
+        bisect.insort(marks, (byte, n))
     return n
+
+
+_LINE_MARKS: dict = {}  # (path, size, mtime_ns, inode, ctime_ns) -> sorted [(byte, lines before it)]
+MAX_MARKS = 1 << 14  # per file; and at most 64 files are remembered
+
+
+def _marks(path: str):
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):  # an object in a store: no stat, nothing kept
+        return None, []
+    key = (path, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+    if key not in _LINE_MARKS and len(_LINE_MARKS) >= 64:
+        _LINE_MARKS.clear()
+    return key, _LINE_MARKS.setdefault(key, [])
 
 
 FORMAT = Jsonl()

@@ -55,3 +55,17 @@ def test_limit_counts_the_lines_a_run_of_blank_lines_holds(tmp_path):
     for limit, want in ((1, ["one"]), (6, ["one"]), (7, ["one", "two"]), (8, ["one", "two", "three"])):
         got = [r.text for part in iter_parts(replace(sl, max_items=limit)) for r in parse_part(part, ("text",))]
         assert got == want, limit
+
+
+def test_line_counts_from_kept_marks_match_a_count_from_the_start_and_a_rewrite_starts_afresh(tmp_path):
+    import random
+
+    from packer.formats import jsonl
+
+    p = tmp_path / "a.jsonl"
+    data = b"".join(b"x" * random.Random(i).randrange(0, 300) + b"\n" for i in range(3000))
+    p.write_bytes(data)
+    for byte in random.Random(1).sample(range(len(data)), 200):  # in no order: marks before and after
+        assert jsonl._count_lines_before(str(p), byte) == data[:byte].count(b"\n")
+    p.write_bytes(b"\n" * len(data))  # same size, rewritten: the old marks must not be used
+    assert jsonl._count_lines_before(str(p), 5000) == 5000

@@ -132,8 +132,11 @@ def test_pool_workers_read_their_input_from_files(tmp_path, monkeypatch):
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(spill.shutil, "disk_usage", lambda p: type("U", (), {"free": 0})())
-    corpus = tmp_path / "c.jsonl"
-    corpus.write_text("".join('{"text": "document %d %s"}\n' % (i, "word " * (i % 50)) for i in range(4000)))
+    # Text files: the reader thread reads them (jsonl on local disk the workers read themselves: test_reader.py).
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    for i in range(400):
+        (corpus / f"{i:03d}.txt").write_text("document %d %s" % (i, "word " * (i % 50) * 10))
     real_load, loaded = spill.SpilledParts.load, tmp_path / "loaded"
 
     def load(self):  # runs in the worker that encodes the chunk

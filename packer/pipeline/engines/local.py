@@ -37,7 +37,7 @@ from .. import spill
 from ..plan import ChunkResult, Unit
 from ..unit import Job, assemble_unit, encode_chunk, encoder_for
 from .base import Chunk, FirstTask, Progress, UnitEnd, chunks_at_most
-from .reader import ReaderFailed, Window, read_units, units_for
+from .reader import ReaderFailed, Span, Window, read_span, read_units, units_for
 from .worker import JOBS, bounded_malloc, bounded_threads, one_core_tokenizer, start_pool_worker
 
 QUIET_S = 5.0  # seconds between looks at the workers (and the longest wait for one event)
@@ -94,6 +94,14 @@ def _encode_task(key: str, folder: str, unit_index: int, seq: int, parts) -> Chu
     if isinstance(parts, spill.SpilledParts):
         parts = parts.load()
     return spill.put(encode_chunk(JOBS[key], unit_index, parts), os.path.join(folder, f"{unit_index}.{seq}"))
+
+
+def _span_task(key: str, folder: str, unit_index: int, seq: int, sl, last: bool) -> list[ChunkResult]:
+    """A ``reader.Span`` in a pool worker: read (and decompress) here, each chunk of it encoded and its
+    arrays left in ``folder`` as ``_encode_task`` leaves them; the main process never touches its bytes."""
+    job = JOBS[key]
+    return [spill.put(encode_chunk(job, unit_index, parts), os.path.join(folder, f"{unit_index}.{seq}.{k}"))
+            for k, parts in enumerate(read_span(sl, job, last))]
 
 
 def _assemble_task(key: str, unit: Unit, chunks: list[ChunkResult]) -> dict:
@@ -153,6 +161,8 @@ class _Scheduler:
             raise
         if self.pool is not None:
             self.encode = lambda u, seq, parts: self.pool.submit(_encode_task, key, self.folder.path, u, seq, parts)
+            self.read_span = lambda s: self.pool.submit(_span_task, key, self.folder.path, s.unit.index, s.seq, s.sl,
+                                                        s.last)
             self.assemble = lambda unit, chunks: self.pool.submit(_assemble_task, key, unit, chunks)
             self.start_first = lambda f: self.pool.submit(_first_task, key, f.fn, f.args)
         else:
@@ -170,7 +180,9 @@ class _Scheduler:
             args=(todo, job, self.events, self.slots, self.window, self.stop, progress.read,
                   self.folder.path if self.folder is not None else None))
         self.by_index = {u.index: u for u in todo}
-        self.chunks: dict[int, dict[int, ChunkResult]] = {u.index: {} for u in todo}
+        # unit -> {seq: its chunks' results}: one for a Chunk, a Span's in order
+        self.chunks: dict[int, dict[int, list[ChunkResult]]] = {u.index: {} for u in todo}
+        self.span_bytes: dict[tuple[int, int], int] = {}  # (unit, seq) of a Span in flight -> its bytes on disk
         self.n_chunks: dict[int, int] = {}
         self.in_flight = 0  # tasks submitted whose result event has not been handled
         self.waiting = first is not None  # no unit is assembled before the first task's result is in
@@ -194,6 +206,10 @@ class _Scheduler:
                 if isinstance(ev, Chunk):
                     self.unit = ev.unit.index
                     self._submit("chunk", ev.unit.index, ev.seq, self.encode(ev.unit.index, ev.seq, ev.parts))
+                elif isinstance(ev, Span):
+                    self.unit = ev.unit.index
+                    self.span_bytes[ev.unit.index, ev.seq] = ev.weight
+                    self._submit("chunk", ev.unit.index, ev.seq, self.read_span(ev))
                 elif isinstance(ev, UnitEnd):
                     self.unit = ev.unit.index
                     self.n_chunks[ev.unit.index] = ev.chunks
@@ -250,7 +266,7 @@ class _Scheduler:
         if self.waiting:
             self.held.append(u)
             return
-        parts = [got[i] for i in range(len(got))]
+        parts = [c for i in range(len(got)) for c in got[i]]
         del self.chunks[u]
         self._submit("unit", u, None, self.assemble(self.by_index[u], parts))
 
@@ -270,9 +286,13 @@ class _Scheduler:
             return True
         if ev.kind == "chunk":
             self.slots.release()
+            res = res if isinstance(res, list) else [res]
             self.chunks[ev.unit][ev.seq] = res
             self._maybe_assemble(ev.unit)
-            self.progress.tokenized(len(res.lengths), len(res.tokens))
+            span = self.span_bytes.pop((ev.unit, ev.seq), None)
+            if span is not None:
+                self.progress.read(span)
+            self.progress.tokenized(sum(len(r.lengths) for r in res), sum(len(r.tokens) for r in res))
         else:
             unit = self.by_index[ev.unit]
             self.left -= 1

@@ -65,3 +65,120 @@ def test_unit_window_admits_two_more_while_the_first_task_runs():
     assert w.enter(500, timeout=0.01)
 
 
+
+
+def _records(parts, field=("text",)):
+    from packer.formats import parse_part
+
+    return [r for p in parts for r in parse_part(p, field)]
+
+
+def _job(tmp_path):
+    return Job(out=str(tmp_path / "o"), seq_len=64, pack="bfd", text_field="text", strict=False,
+               tokenizer=resolve_tokenizer(None), dtype="uint16")
+
+
+def test_spans_cut_plain_jsonl_into_ranges_and_leave_the_rest_to_the_reader(tmp_path, monkeypatch):
+    import dataclasses
+
+    from packer.pipeline.engines import reader
+
+    monkeypatch.setattr(reader, "RANGE_BYTES", 1000)
+    write_jsonl(tmp_path / "a.jsonl", ["x" * 90] * 100)  # 10,400 bytes
+    (tmp_path / "b.txt").write_text("text")
+    big = {f.path: f for f in discover([str(tmp_path)]).files}
+    sl = plan_slices((big[str(tmp_path / "a.jsonl")],), 1 << 20)[0][0]
+    spans = reader.spans_of(sl)
+    assert [(s.start, s.end) for s in spans] == [(a, min(a + 1000, sl.end)) for a in range(0, sl.end, 1000)]
+    assert reader.spans_of(plan_slices((big[str(tmp_path / "b.txt")],), 1 << 20)[0][0]) is None
+    assert reader.spans_of(dataclasses.replace(sl, max_items=5)) is None  # --limit's cut: read in order here
+    zst = dataclasses.replace(sl, file=dataclasses.replace(sl.file, compression="zstd"))
+    assert reader.spans_of(zst) == [zst]  # small compressed: one worker, whole
+    monkeypatch.setattr(reader, "WHOLE_MAX", 100)
+    assert reader.spans_of(zst) is None
+
+
+def test_spans_read_every_record_once_with_the_slices_lines(tmp_path, monkeypatch):
+    """Ranges cut anywhere (mid-line) give the slice's records, bad ones named at their true line."""
+    from packer.formats import iter_parts
+    from packer.pipeline.engines import reader
+
+    monkeypatch.setattr(reader, "RANGE_BYTES", 777)
+    lines = [f'{{"text": "doc {i} {"w " * (i % 30)}"}}' if i % 7 else ("{bad" if i % 2 else '{"text": ""}')
+             for i in range(600)]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n\n\n")
+    sl = plan_slices(discover([str(tmp_path)]).files, 1 << 20)[0][0]
+    spans = reader.spans_of(sl)
+    assert len(spans) > 20
+    got = _records([p for i, s in enumerate(spans) for g in reader.read_span(s, _job(tmp_path), i == len(spans) - 1)
+                    for p in g])
+    want = _records(iter_parts(sl))
+    assert got == want and any(r.__class__.__name__ == "Skip" and r.where.endswith(":8") for r in got)
+
+
+def test_a_file_changed_since_found_is_counted_once_however_many_spans(tmp_path, monkeypatch):
+    import dataclasses
+
+    from packer.formats import Skip
+    from packer.pipeline.engines import reader
+
+    monkeypatch.setattr(reader, "RANGE_BYTES", 500)
+    write_jsonl(tmp_path / "a.jsonl", ["y" * 50] * 100)
+    sl = plan_slices(discover([str(tmp_path)]).files, 1 << 20)[0][0]
+    sl = dataclasses.replace(sl, file=dataclasses.replace(sl.file, stamp=(1, sl.file.stamp[1])))  # "rewritten"
+    spans = reader.spans_of(sl)
+    recs = _records([p for i, s in enumerate(spans) for g in reader.read_span(s, _job(tmp_path), i == len(spans) - 1)
+                     for p in g])
+    assert sum(1 for r in recs if isinstance(r, Skip) and r.reason == "truncated") == 1
+    assert sum(1 for r in recs if not isinstance(r, Skip)) == 100
+
+
+def test_pool_workers_read_local_jsonl_themselves(tmp_path, monkeypatch):
+    """With a pool, no jsonl byte passes through the main process: the workers open the file."""
+    import os
+
+    from packer import build
+    from packer.io import readahead
+
+    write_jsonl(tmp_path / "c.jsonl", [f"document {i} " + "word " * (i % 50) for i in range(20000)])
+    opened, real = tmp_path / "opened", readahead.ReadAhead.__init__
+
+    def init(self, path, *a, **k):
+        with open(opened, "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+        real(self, path, *a, **k)
+
+    monkeypatch.setattr(readahead.ReadAhead, "__init__", init)
+    monkeypatch.setattr("packer.pipeline.engines.reader.RANGE_BYTES", 64 << 10)
+    a = build(str(tmp_path / "c.jsonl"), str(tmp_path / "a"), seq_len=128, workers=2, quiet=True)
+    pids = opened.read_text().split()
+    assert len(pids) >= 10 and str(os.getpid()) not in pids
+    b = build(str(tmp_path / "c.jsonl"), str(tmp_path / "b"), seq_len=128, workers=1, quiet=True)
+    for name in ("manifest.json", "shards/000000.arrow", "units/000000.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_a_file_that_shrank_after_discovery_is_counted_once_when_the_workers_read_it(tmp_path, monkeypatch):
+    import sys
+
+    from packer import build
+
+    B = sys.modules["packer.pipeline.steps"]
+    monkeypatch.setattr("packer.pipeline.engines.reader.RANGE_BYTES", 4096)
+    write_jsonl(tmp_path / "a.jsonl", [f"record {k}" for k in range(4000)])
+    real = B.discover
+
+    def discover_then_cut(*a, **kw):
+        found = real(*a, **kw)
+        data = (tmp_path / "a.jsonl").read_bytes()
+        (tmp_path / "a.jsonl").write_bytes(data[: len(data) // 4])
+        return found
+
+    monkeypatch.setattr(B, "discover", discover_then_cut)
+    data = (tmp_path / "a.jsonl").read_bytes()
+    got = {}
+    for workers in (2, 1):  # 1: the reader thread reads it, as before spans
+        (tmp_path / "a.jsonl").write_bytes(data)
+        got[workers] = build(str(tmp_path / "a.jsonl"), str(tmp_path / f"out{workers}"), seq_len=64, workers=workers,
+                             quiet=True).manifest["totals"]
+    assert got[2] == got[1] and got[2]["skipped"]["truncated"] == 1 and got[2]["documents"] > 900
