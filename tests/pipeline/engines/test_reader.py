@@ -65,8 +65,6 @@ def test_unit_window_admits_two_more_while_the_first_task_runs():
     assert w.enter(500, timeout=0.01)
 
 
-
-
 def _records(parts, field=("text",)):
     from packer.formats import parse_part
 
@@ -74,8 +72,7 @@ def _records(parts, field=("text",)):
 
 
 def _job(tmp_path):
-    return Job(out=str(tmp_path / "o"), seq_len=64, pack="bfd", text_field="text", strict=False,
-               tokenizer=resolve_tokenizer(None), dtype="uint16")
+    return Job(str(tmp_path / "o"), OutputSettings(seq_len=64), RunSettings(), resolve_tokenizer(None), "uint16")
 
 
 def test_spans_cut_plain_jsonl_into_ranges_and_leave_the_rest_to_the_reader(tmp_path, monkeypatch):
