@@ -2,7 +2,7 @@
 
 Deterministic (sorted files, a seeded generator): several turns, system
 prompts on some, short and long assistant replies, odd whitespace and
-words that also occur in the templates' headers. Used by tests/pipeline/test_chat.py
+words that also occur in the templates' headers. Used by tests/tokenize/chat/test_encode.py
 and bench/chat_bench.py (at commit 99450b8).
 """
 

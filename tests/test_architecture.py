@@ -228,3 +228,29 @@ def test_tests_mirror_the_modules():
     big = [m for m, p in _MODS.items() if not p.endswith("__init__.py") and len(open(p).read().splitlines()) > 60]
     missing = sorted(m for m in big if not os.path.exists(_test_file_for(m)))
     assert len(big) - len(missing) >= 0.8 * len(big), f"{len(missing)} of {len(big)} without a test file: {missing}"
+
+
+def _cited_paths():
+    """(where, path, name) for every ``packer/...py`` and ``tests/...py[::name]`` that docs/, README.md or the code names."""
+    top = os.path.dirname(ROOT)
+    texts = [os.path.join(top, "README.md")] + [os.path.join(top, "docs", f) for f in os.listdir(os.path.join(top, "docs"))
+                                                if f.endswith(".md")]
+    for sub in ("packer", "bench", "tests"):
+        texts += [os.path.join(t, f) for t, _, fs in os.walk(os.path.join(top, sub)) for f in fs if f.endswith(".py")]
+    for where in texts:
+        for m in re.finditer(r"\b((?:packer|tests)/[\w/]+\.py)(?:::(\w+)\b(?!\*))?", open(where, encoding="utf-8").read()):
+            yield os.path.relpath(where, top), m.group(1), m.group(2)
+
+
+def test_every_cited_module_and_test_exists():
+    """A path named in docs or code (a module, or a test by its file and name) is there: a move
+    that leaves a name behind fails here, not in a reader's head."""
+    top = os.path.dirname(ROOT)
+    missing = []
+    for where, path, name in _cited_paths():
+        full = os.path.join(top, path)
+        if not os.path.isfile(full):
+            missing.append(f"{where}: {path}")
+        elif name and not re.search(rf"\b(def|class) {name}\b", open(full, encoding="utf-8").read()):
+            missing.append(f"{where}: {path}::{name}")
+    assert not missing, "\n".join(sorted(set(missing)))

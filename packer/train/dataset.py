@@ -107,7 +107,7 @@ class PackedDataset(Dataset):
     ``input_ids_dtype``: ``torch.int64`` (default) or ``torch.int32``.
     A build on object storage (``"s3://bucket/out"``) is read through a local
     cache: each shard is downloaded on first use, verified against the
-    manifest as it arrives, then mapped (packer/shard_cache.py).
+    manifest as it arrives, then mapped (packer/io/cache.py).
     ``cache_dir``: the cache folder (default ``~/.cache/packer/shards``);
     ``cache_max_bytes``: its bound, least recently used shards go first (None: no bound).
     ``max_open_shards``: shards this process keeps mapped at once (least recently used are unmapped).

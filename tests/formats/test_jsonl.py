@@ -15,7 +15,7 @@ def test_json_wide_integers_and_lone_surrogates_elsewhere_are_kept(tmp_path):
 
 
 
-# Moved from tests/formats/test_hostile_inputs.py (issue 33 items 12, 13).
+# Moved from test_hostile_inputs (now gone) (issue 33 items 12, 13).
 import bz2  # noqa: E402
 
 import pytest  # noqa: E402

@@ -55,7 +55,7 @@ def test_parquet_nested_struct_field(tmp_path):
 
 
 
-# Moved from tests/formats/test_hostile_inputs.py (issue 33 item 13).
+# Moved from test_hostile_inputs (now gone) (issue 33 item 13).
 from packer.formats import Document, discover, plan_slices, read_slice  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""The records of passed checks (packer/tokenize/check_cache.py): read back only whole, written atomically
+"""The records of passed checks (packer/tokenize/backend/check_cache.py): read back only whole, written atomically
 or not at all, and never an error."""
 
 import os

@@ -1,7 +1,7 @@
 """The fast backend normalizes (NFC / NFKC) exactly as HF does: every code point, every base + mark pair.
 
 A Qwen-like byte-level BPE (the Qwen2 split pattern, an NFC or NFKC normalizer, a few merges) is built
-here; HF ``tokenizers`` is the reference. packer/tokenize/normalize.py skips the normalizer for a text
+here; HF ``tokenizers`` is the reference. packer/tokenize/backend/normalize.py skips the normalizer for a text
 whose characters are all boundaries by its table: the sweeps put those characters in texts of their own,
 so the skip is what runs on them, and compare the ids with HF's.
 """

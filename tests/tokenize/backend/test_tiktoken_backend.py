@@ -35,7 +35,7 @@ U = {b: c for c, b in TC.byte_decoder().items()}  # byte -> its byte-level symbo
 @pytest.fixture(autouse=True)
 def _tiktoken_alone(monkeypatch):
     """These test tiktoken's own path: fastokens, where installed, would take auto's place
-    (its tests: tests/tokenize/test_fastokens_backend.py)."""
+    (its tests: tests/tokenize/backend/test_fastokens_backend.py)."""
     monkeypatch.setenv("PACKER_FASTOKENS", "off")
 
 
