@@ -16,7 +16,7 @@ writes Arrow IPC (tests/test_architecture.py holds the rule).
 The columns of a shard are listed in schema.py and docs/format.md.
 """
 
-from .index import INDEX, ShardIndex, index_table, open_index, write_manifest
+from .index import INDEX, ShardIndex, damaged_index, index_table, open_index, write_manifest
 from .checks import boundary_problem, head_schema, row_used, schema_problems_of, shard_fd
 from .manifest import read_manifest
 from .mapped import Mapped, check_layout, map_shard
@@ -27,7 +27,7 @@ from .schema import (BUILD_JSON, CHECKSUM, FORMAT_NAME, FORMAT_VERSION, LOSS_MAS
                      shard_table, table_bytes)
 
 __all__ = [
-    "read_manifest", "write_manifest", "open_index", "index_table", "ShardIndex", "INDEX", "open_shard", "open_shard_buffer", "BUILD_JSON", "CHECKSUM", "LOSS_MASK", "FORMAT_NAME", "FORMAT_VERSION",
+    "read_manifest", "write_manifest", "open_index", "index_table", "ShardIndex", "INDEX", "damaged_index", "open_shard", "open_shard_buffer", "BUILD_JSON", "CHECKSUM", "LOSS_MASK", "FORMAT_NAME", "FORMAT_VERSION",
     "MANIFEST", "REQUIRED", "SHARD_DIR", "UNIT_DIR", "checksum", "dtype_for_vocab", "file_checksum", "ipc_problems",
     "loss_mask_type", "schema",
     "schema_problems", "shard_table", "table_bytes", "boundary_problem", "head_schema", "row_used", "schema_problems_of",

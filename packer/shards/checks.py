@@ -95,13 +95,13 @@ def row_used(offsets: np.ndarray, lens: np.ndarray) -> np.ndarray:
 
 
 def boundary_problem(offsets: np.ndarray, n_values: int, lens: np.ndarray | None, seq_len: int,
-                     row0: int = 0) -> str | None:
+                     row0: int = 0, column: str = "doc_lens") -> str | None:
     """The first thing wrong with a batch's doc_lens, or None: ``offsets`` ((n + 1,) int64, as stored)
     in order and within the ``n_values`` values; then (``lens``: the values they span, offsets[0]..)
     every piece of 1..seq_len slots and every row summing to at most seq_len (``row0``: the batch's
-    first row, for the message)."""
+    first row, for the message; ``column``: the list column the offsets are of)."""
     if len(offsets) and (offsets[0] < 0 or np.any(np.diff(offsets) < 0) or offsets[-1] > n_values):
-        return "doc_lens offsets are out of order: shard is corrupt"
+        return f"{column} offsets are out of order: shard is corrupt"
     if lens is None:
         return None
     if len(lens) and (lens.min() < 1 or lens.max() > seq_len):
