@@ -179,3 +179,41 @@ def test_tests_mirror_the_modules():
     big = [m for m, p in _MODS.items() if not p.endswith("__init__.py") and len(open(p).read().splitlines()) > 60]
     missing = sorted(m for m in big if not os.path.exists(_test_file_for(m)))
     assert len(big) - len(missing) >= 0.8 * len(big), f"{len(missing)} of {len(big)} without a test file: {missing}"
+
+
+# pyarrow's IPC readers and writers, and its memory maps: the shard format is read and written in
+# packer/shards/ alone (issue 38.2), and inputs in Arrow IPC are read by packer/formats/.
+IPC_NAMES = {"ipc", "memory_map", "RecordBatchFileReader", "RecordBatchFileWriter", "RecordBatchStreamReader",
+             "RecordBatchStreamWriter", "open_file", "open_stream", "new_file", "new_stream"}
+IPC_STAGES = {"shards", "formats"}
+
+
+def _ipc_uses(tree) -> list[tuple[int, str]]:
+    """(line, what) of every use of pyarrow's IPC module or its memory maps in ``tree``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("ipc", "memory_map") and \
+                isinstance(node.value, ast.Name) and node.value.id in ("pa", "pyarrow"):
+            found.append((node.lineno, f"{node.value.id}.{node.attr}"))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("pyarrow.ipc")]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            if (node.module or "").startswith("pyarrow.ipc"):
+                found.append((node.lineno, node.module))
+            elif node.module == "pyarrow":
+                found += [(node.lineno, f"pyarrow.{a.name}") for a in node.names if a.name in IPC_NAMES]
+    return found
+
+
+def test_only_shards_and_formats_read_or_write_arrow_ipc():
+    for name, path in _MODS.items():
+        if stage(name) in IPC_STAGES:
+            continue
+        uses = _ipc_uses(_tree(path))
+        assert not uses, f"{name}:{uses[0][0]}: {uses[0][1]} (Arrow IPC is read and written in packer/shards/ only)"
+
+
+def test_the_ipc_rule_sees_each_spelling():
+    src = ("import pyarrow as pa\nimport pyarrow.ipc\nfrom pyarrow import ipc\nfrom pyarrow.ipc import open_file\n"
+           "pa.ipc.open_file(x)\npa.memory_map(p)\n")
+    assert sorted(line for line, _ in _ipc_uses(ast.parse(src))) == [2, 3, 4, 5, 6]

@@ -20,14 +20,14 @@ from .index import INDEX, ShardIndex, damaged_index, index_table, open_index, wr
 from .checks import boundary_problem, head_schema, row_used, schema_problems_of, shard_fd
 from .manifest import read_manifest
 from .mapped import Mapped, check_layout, map_shard
-from .reader import open_shard, open_shard_buffer
+from .reader import file_reader, open_shard, open_shard_buffer, stream_reader
 from .shard_file import FAST as READ_BY_LAYOUT, ShardFile
 from .schema import (BUILD_JSON, CHECKSUM, FORMAT_NAME, FORMAT_VERSION, LOSS_MASK, MANIFEST, REQUIRED, SHARD_DIR, UNIT_DIR,
                      checksum, dtype_for_vocab, file_checksum, ipc_problems, loss_mask_type, schema, schema_problems,
                      shard_table, table_bytes)
 
 __all__ = [
-    "read_manifest", "write_manifest", "open_index", "index_table", "ShardIndex", "INDEX", "damaged_index", "open_shard", "open_shard_buffer", "BUILD_JSON", "CHECKSUM", "LOSS_MASK", "FORMAT_NAME", "FORMAT_VERSION",
+    "read_manifest", "write_manifest", "open_index", "index_table", "ShardIndex", "INDEX", "damaged_index", "open_shard", "open_shard_buffer", "stream_reader", "file_reader", "BUILD_JSON", "CHECKSUM", "LOSS_MASK", "FORMAT_NAME", "FORMAT_VERSION",
     "MANIFEST", "REQUIRED", "SHARD_DIR", "UNIT_DIR", "checksum", "dtype_for_vocab", "file_checksum", "ipc_problems",
     "loss_mask_type", "schema",
     "schema_problems", "shard_table", "table_bytes", "boundary_problem", "head_schema", "row_used", "schema_problems_of",
