@@ -8,7 +8,10 @@ manifest.json's bytes. It is written just before the manifest
 size and hash, reads the shard list from the index, memory-mapped: columns,
 not a million JSON objects. Any mismatch (a manifest edited by hand, an index
 left by another build, a damaged index) and the manifest is read instead: the
-manifest stays the contract, the index is a cache of it.
+manifest stays the contract, the index is a cache of it. An index with the
+manifest's stamp is validated before use (``index_problem``: buffers and UTF-8 in
+full, columns and types, nulls, ranges, counts against the manifest's totals); a
+damaged one is ignored with one warning naming it (a stale one, silently).
 """
 
 from __future__ import annotations
@@ -305,14 +308,14 @@ def damaged_index(store: Storage) -> str | None:
     """Why index.arrow of the build at ``store`` is damaged (``packer stats`` reports it), or None:
     absent, another manifest's (stale), or sound."""
     try:
-        _checked_index(store)
+        _checked_index(store, use=False)
     except _Damaged as why:
         return str(why)
     return None
 
 
-def _checked_index(store: Storage) -> ShardIndex | None:
-    """``_matching_index``'s work; ``_Damaged`` where it warns. Longer than 30 lines: each step one check."""
+def _checked_index(store: Storage, use: bool = True) -> ShardIndex | None:
+    """``_matching_index``'s work; ``_Damaged`` where it warns (``use`` False: checked only, None)."""
     try:
         table, meta = _read_table(store)
     except FileNotFoundError:
@@ -341,7 +344,7 @@ def _checked_index(store: Storage) -> ShardIndex | None:
     why = index_problem(table, head)
     if why:
         raise _Damaged(why)
-    return ShardIndex(table, head, store.path(INDEX), store)
+    return ShardIndex(table, head, store.path(INDEX), store) if use else None
 
 
 def _manifest_hash(store: Storage) -> tuple[int, str] | None:
@@ -351,7 +354,7 @@ def _manifest_hash(store: Storage) -> tuple[int, str] | None:
     try:
         if store.local:
             with open(store.path(MANIFEST), "rb") as f:
-                while block := f.read(1 << 20):
+                while block := f.read(1 << 16):  # (64 KiB: packer stats hashes it too, and its memory must not grow with the manifest)
                     h.update(block)
                     n += len(block)
         else:
