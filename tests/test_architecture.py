@@ -254,3 +254,39 @@ def test_every_cited_module_and_test_exists():
         elif name and not re.search(rf"\b(def|class) {name}\b", open(full, encoding="utf-8").read()):
             missing.append(f"{where}: {path}::{name}")
     assert not missing, "\n".join(sorted(set(missing)))
+# pyarrow's IPC readers and writers, and its memory maps: the shard format is read and written in
+# packer/shards/ alone (issue 38.2), and inputs in Arrow IPC are read by packer/formats/.
+IPC_NAMES = {"ipc", "memory_map", "RecordBatchFileReader", "RecordBatchFileWriter", "RecordBatchStreamReader",
+             "RecordBatchStreamWriter", "open_file", "open_stream", "new_file", "new_stream"}
+IPC_STAGES = {"shards", "formats"}
+
+
+def _ipc_uses(tree) -> list[tuple[int, str]]:
+    """(line, what) of every use of pyarrow's IPC module or its memory maps in ``tree``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("ipc", "memory_map") and \
+                isinstance(node.value, ast.Name) and node.value.id in ("pa", "pyarrow"):
+            found.append((node.lineno, f"{node.value.id}.{node.attr}"))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("pyarrow.ipc")]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            if (node.module or "").startswith("pyarrow.ipc"):
+                found.append((node.lineno, node.module))
+            elif node.module == "pyarrow":
+                found += [(node.lineno, f"pyarrow.{a.name}") for a in node.names if a.name in IPC_NAMES]
+    return found
+
+
+def test_only_shards_and_formats_read_or_write_arrow_ipc():
+    for name, path in _MODS.items():
+        if stage(name) in IPC_STAGES:
+            continue
+        uses = _ipc_uses(_tree(path))
+        assert not uses, f"{name}:{uses[0][0]}: {uses[0][1]} (Arrow IPC is read and written in packer/shards/ only)"
+
+
+def test_the_ipc_rule_sees_each_spelling():
+    src = ("import pyarrow as pa\nimport pyarrow.ipc\nfrom pyarrow import ipc\nfrom pyarrow.ipc import open_file\n"
+           "pa.ipc.open_file(x)\npa.memory_map(p)\n")
+    assert sorted(line for line, _ in _ipc_uses(ast.parse(src))) == [2, 3, 4, 5, 6]

@@ -42,6 +42,7 @@ KINDS = {
     "count": "a count measured in a shard differs from its manifest entry",
     "totals": "the manifest's totals differ from the sum of its shard entries",
     "manifest": "the manifest contradicts itself (dtype too narrow for the vocabulary, path outside the build)",
+    "index": "index.arrow is damaged or disagrees with the manifest's totals (readers use the manifest instead)",
     "extra": "a file in the build folder that the manifest does not account for",
 }
 

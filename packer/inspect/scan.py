@@ -139,9 +139,7 @@ class ShardScan:
             r = int(np.searchsorted(o, p, side="right")) - 1
             self.problem("pieces", f"row {row0 + r}: a piece of 0 tokens (doc_index {pdoc[p]})")
 
-        cs = np.zeros(len(plen) + 1, dtype=np.int64)
-        np.cumsum(plen, out=cs[1:])
-        row_tok = cs[o[1:]] - cs[o[:-1]]  # (n,) tokens in each row
+        row_tok = S.row_used(o, plen)  # (n,) tokens in each row (the readers' arithmetic, packer/shards/checks.py)
         pieces = np.diff(o)
         over = np.nonzero(row_tok > L)[0]
         for r in over[:MAX_PER_KIND]:
@@ -256,7 +254,7 @@ def scan_deep(scan: ShardScan, store: Storage, rel: str, entry: dict, fig: Shard
         scan.problem("unreadable", ipc[0])
     else:
         try:
-            stream = pa.ipc.open_stream(pa.PythonFile(reader, mode="r"))
+            stream = S.stream_reader(pa.PythonFile(reader, mode="r"))
             if scan.check_schema(stream.schema):
                 for batch in stream:
                     scan.batch(batch)
@@ -270,7 +268,7 @@ def scan_deep(scan: ShardScan, store: Storage, rel: str, entry: dict, fig: Shard
         pass
     if parsed:
         try:
-            n = pa.ipc.open_file(pa.py_buffer(mm)).num_record_batches  # reads the footer only
+            n = S.file_reader(pa.py_buffer(mm)).num_record_batches  # reads the footer only
             if n != batches:
                 scan.problem("unreadable", f"the Arrow footer indexes {n} record batches, the file holds {batches}")
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
@@ -292,7 +290,7 @@ def scan_shallow(scan: ShardScan, store: Storage, rel: str, size: int, fig: Shar
     """Memory-map the file (ranged reads of an object) and read only the piece columns:
     no checksum, no token checks."""
     try:
-        r = pa.ipc.open_file(store.arrow_map(rel))
+        r = S.file_reader(store.arrow_map(rel))
         if scan.check_schema(r.schema):
             for i in range(r.num_record_batches):
                 scan.batch(r.get_batch(i))

@@ -14,8 +14,6 @@ one row of tokens are touched.
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,26 +68,35 @@ def read_row(out: str, row: int) -> RowView:
     seq_len = int(m["seq_len"])
     if not store.inside(rel):
         raise ShardError(f"{store.path(S.MANIFEST)}: shard path {rel!r} points outside the build folder")
-    if store.local and not _regular(store.path(rel)):  # a FIFO would block the read forever
-        raise ShardError(f"{store.path(rel)}: not a regular file (a FIFO, device or folder): shard is corrupt")
     try:
-        data = store.map(rel)  # a local shard memory-mapped; a remote one fetched whole
+        data = store.map(rel)  # a local shard memory-mapped (a regular file: never blocks on a FIFO); a remote one fetched whole
     except FileNotFoundError:
         raise ShardError(f"{store.path(rel)}: shard is missing") from None
     except (OSError, ValueError) as err:
+        if getattr(err, "strerror", None) == "not a regular file":
+            raise ShardError(f"{store.path(rel)}: not a regular file (a FIFO, device or folder): shard is corrupt") from None
         raise ShardError(f"{store.path(rel)}: cannot read shard ({err})") from None
-    table = S.open_shard_buffer(data, store.path(e["path"]), seq_len, m["dtype"])
+    path = store.path(e["path"])
+    table = S.open_shard_buffer(data, path, seq_len, m["dtype"])
     if local >= table.num_rows:
         raise PackerError(f"{e['path']}: holds {table.num_rows} rows, the manifest says {e['rows']}: run packer stats {out}")
 
     def flat(name):
+        """(offsets from 0, values) of a list column, its offsets checked before NumPy follows them."""
         col = table.column(name).combine_chunks()
-        o = np.asarray(col.offsets, dtype=np.int64)
-        return o - o[0], np.asarray(col.values)[o[0] : o[-1]].astype(np.int64)
+        o, v = np.asarray(col.offsets, dtype=np.int64), np.asarray(col.values)
+        problem = S.boundary_problem(o, len(v), None, seq_len, column=name)
+        if problem:
+            raise ShardError(f"{path}: {problem}")
+        return o - o[0], v[o[0]:o[-1]].astype(np.int64)
 
     offs, lens = flat("doc_lens")
-    _, docs = flat("doc_index")
-    _, starts = flat("doc_offset")
+    problem = S.boundary_problem(offs, len(lens), lens, seq_len)  # the shared bounds: pieces of 1..seq_len, rows <= seq_len
+    if problem:
+        raise ShardError(f"{path}: {problem}")
+    (o_doc, docs), (o_off, starts) = flat("doc_index"), flat("doc_offset")
+    if not (np.array_equal(o_doc, offs) and np.array_equal(o_off, offs)):
+        raise ShardError(f"{path}: doc_lens, doc_index and doc_offset have different numbers of pieces: shard is corrupt")
     piece_row = np.repeat(np.arange(table.num_rows), np.diff(offs))
     ids = np.asarray(table.column("input_ids")[local].values)
     mask = np.asarray(table.column(S.LOSS_MASK)[local].values) if S.LOSS_MASK in table.schema.names else None
@@ -105,16 +112,6 @@ def read_row(out: str, row: int) -> RowView:
         slot += n
     return RowView(row, total, e["path"], local, table.num_rows, seq_len, tuple(pieces), int(m["pad_id"]),
                    max(0, seq_len - slot), ids[slot:])
-
-
-def _regular(path: str) -> bool:
-    """``path`` is a regular file, or absent (then reading it says "missing")."""
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
 
 
 class Decoder:

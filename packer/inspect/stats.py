@@ -96,6 +96,10 @@ def check(out: str, deep: bool = True, progress=None, workers: int = 1) -> Repor
     if dtype not in ("uint16", "uint32") or np.iinfo(np.dtype(dtype)).max < vocab - 1:
         rep.problems.append(Problem("", "manifest", f"manifest: dtype {dtype} cannot hold token ids below vocab_size {vocab}"))
     _check_totals(rep, m, sums)
+    damaged = S.damaged_index(store)  # the index PackedDataset and show read (they warn and use the manifest)
+    if damaged:
+        rep.problems.append(Problem(S.INDEX, "index", f"damaged shard index ({damaged}): readers ignore it and read "
+                                                      f"{S.MANIFEST}; `packer index {out}` rewrites it"))
     if hasattr(progress, "start"):
         progress.start(total[0], ms.n)
 

@@ -12,6 +12,7 @@ from .discover import Found, find
 from .readahead import READ_BLOCK, READ_DEPTH, ReadAhead, io_thread, open_stream
 from .atomic import atomic_write, json_bytes, write_json
 from .object_storage import ObjectStorage
+from .regular import open_regular
 from .storage import LocalStorage, storage_for
 from .storage_base import RangedFile, Storage
 from .uri import check_uri, is_uri, redact
@@ -19,5 +20,5 @@ from .uri import check_uri, is_uri, redact
 __all__ = [
     "Storage", "LocalStorage", "ObjectStorage", "RangedFile", "storage_for", "atomic_write", "json_bytes", "write_json",
     "find", "Found", "ReadAhead", "open_stream", "io_thread", "READ_BLOCK", "READ_DEPTH", "truncation_errors", "decompress_all", "COMPRESSION_SUFFIXES",
-    "ShardCache", "is_uri", "redact", "check_uri",
+    "ShardCache", "is_uri", "redact", "check_uri", "open_regular",
 ]

@@ -17,16 +17,15 @@ upload: a build's manifest, written last, still means the build is complete.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import mmap
 import os
 import shutil
-import stat
 
 from ..errors import PackerError
 from .atomic import atomic_write
 from .object_storage import ObjectStorage
+from .regular import FLAGS as REGULAR_FLAGS, open_regular
 from .storage_base import RangedFile, Storage
 from .uri import check_uri, is_uri
 
@@ -95,15 +94,12 @@ class LocalStorage(Storage):
         the same call whether the file still ends there; any other answer (it
         shrank or grew, or the read was capped at 2 GiB) reads on to the end.
         """
-        fd = os.open(self.path(rel), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
+        if size_hint is None:  # checked: a regular file (packer/io/regular.py: a FIFO never blocks)
+            fd, size_hint = open_regular(self.path(rel))
+        else:  # (discovery saw a regular file of that size: no fstat; O_NONBLOCK still keeps a FIFO from blocking)
+            fd = os.open(self.path(rel), REGULAR_FLAGS)
         try:
-            # O_NONBLOCK: a FIFO put in the file's place opens at once (and reads
-            # nothing) instead of blocking; on a regular file it changes nothing.
-            if size_hint is None:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):  # /dev/zero never ends, a FIFO blocks: refuse both
-                    raise OSError(errno.EINVAL, "not a regular file", self.path(rel))
-            first = (size_hint if size_hint is not None else st.st_size) + 1
+            first = size_hint + 1
             if limit is not None:
                 first = min(first, limit)
             data = os.read(fd, first)
@@ -132,15 +128,26 @@ class LocalStorage(Storage):
         return self.path(rel)
 
     def arrow_map(self, rel: str = ""):
-        """A pyarrow random-access file over ``rel``: memory-mapped."""
+        """A pyarrow random-access file over ``rel``: memory-mapped (``OSError`` unless a regular file:
+        ``pa.memory_map`` would block on a FIFO)."""
         import pyarrow as pa
 
-        return pa.memory_map(self.path(rel), "r")
+        fd, size = open_regular(self.path(rel))
+        try:
+            if not size:
+                return pa.BufferReader(b"")
+            return pa.BufferReader(pa.py_buffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ)))
+        finally:
+            os.close(fd)
 
     def map(self, rel: str = ""):
-        """The file's bytes as a read-only memory map, read ahead aggressively (a cold file read once)."""
-        with open(self.path(rel), "rb") as f:
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        """The file's bytes as a read-only memory map, read ahead aggressively (a cold file read once);
+        ``OSError`` unless a regular file (never blocks on a FIFO), ``ValueError`` if empty."""
+        fd, _ = open_regular(self.path(rel))
+        try:
+            mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
         if hasattr(mmap, "MADV_SEQUENTIAL"):
             mm.madvise(mmap.MADV_SEQUENTIAL)
         return mm

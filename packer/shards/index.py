@@ -8,7 +8,10 @@ manifest.json's bytes. It is written just before the manifest
 size and hash, reads the shard list from the index, memory-mapped: columns,
 not a million JSON objects. Any mismatch (a manifest edited by hand, an index
 left by another build, a damaged index) and the manifest is read instead: the
-manifest stays the contract, the index is a cache of it.
+manifest stays the contract, the index is a cache of it. An index with the
+manifest's stamp is validated before use (``index_problem``: buffers and UTF-8 in
+full, columns and types, nulls, ranges, counts against the manifest's totals); a
+damaged one is ignored with one warning naming it (a stale one, silently).
 """
 
 from __future__ import annotations
@@ -160,24 +163,26 @@ class ShardIndex:
     def __setstate__(self, state):
         self.head, self.source, self.store = state["head"], state["source"], state["store"]
         self.from_index = self.store is not None
-        table = state["table"] if not self.from_index else _read_table(self.store)[0]
+        if self.from_index:  # mapped again, and checked again: the file may have changed since
+            try:
+                table = _read_table(self.store)[0]
+                why = index_problem(table, self.head)
+            except _READ_ERRORS as err:
+                why = f"unreadable ({_first_line(err)})"
+            if why:
+                raise ShardError(f"{self.source}: damaged shard index ({why}), changed since the dataset opened it")
+        else:
+            table = state["table"]
         self._load(table)
         self.layouts = open_layouts(table, table.schema.metadata or {}) if self.from_index else None
 
     def _load(self, table: pa.Table) -> None:
+        """The columns as arrays (index.arrow's: checked first by ``index_problem``)."""
         self.table = table
         self.n = table.num_rows
         col = {name: _one_array(table.column(name)) for name in ("path", "row_start", "rows", "bytes", CHECKSUM)}
         self._paths, self._sums = col["path"], col[CHECKSUM]
-        try:
-            self.starts, self.rows, self.nbytes = (col[k].to_numpy(zero_copy_only=True) for k in ("row_start", "rows", "bytes"))
-        except (pa.ArrowInvalid, TypeError):  # nulls, or another type
-            raise ShardError(f"{source}: malformed shard index (row_start, rows or bytes not int64 without nulls)") from None
-        if self._paths.null_count or self._sums.null_count:
-            raise ShardError(f"{source}: malformed shard index (a null path or checksum)")
-        if self.n and (self.rows.min() < 0 or self.nbytes.min() < 0 or self.starts[0] != 0
-                       or not np.array_equal(np.diff(self.starts), self.rows[:-1])):
-            raise ShardError(f"{source}: malformed shard index (rows, bytes or row_start out of range)")
+        self.starts, self.rows, self.nbytes = (col[k].to_numpy(zero_copy_only=True) for k in ("row_start", "rows", "bytes"))
         self.total_rows = int(self.starts[-1] + self.rows[-1]) if self.n else 0
 
     def outside(self) -> str | None:
@@ -227,36 +232,119 @@ def open_index(store: Storage) -> ShardIndex:
     return ShardIndex(index_table(m), head, store.path(MANIFEST))
 
 
+_READ_ERRORS = (OSError, ValueError, pa.ArrowException, UnicodeDecodeError, RecursionError, KeyError, TypeError,
+                IndexError, OverflowError)
+_TYPES = {"path": pa.string(), "unit": pa.int64(), "row_start": pa.int64(), "bytes": pa.int64(), CHECKSUM: pa.string()}
+_NO_NULLS = ("path", "row_start", "rows", "bytes", CHECKSUM)
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).splitlines() or [type(err).__name__])[0]
+
+
 def _read_table(store: Storage) -> tuple[pa.Table, dict]:
-    """index.arrow, memory-mapped where local, and its schema metadata."""
+    """index.arrow, memory-mapped where local (a regular file: never blocks on a FIFO), validated in full
+    (offsets, lengths, UTF-8: nothing below reads past a buffer), and its schema metadata."""
     data = store.map(INDEX) if store.local else store.read(INDEX)
     table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+    table.validate(full=True)
     return table, table.schema.metadata or {}
 
 
+def index_problem(table: pa.Table, head: dict) -> str | None:
+    """What is wrong with index.arrow's ``table`` as the shard list of the manifest whose head is ``head``
+    (the manifest without ``shards``), or None: the columns and their types, no nulls where a shard
+    needs a value, counts not negative, ``row_start`` the running sum of ``rows``, and every count
+    column summing to the manifest's total (an index cut by a row, keeping its metadata, is caught here)."""
+    types = {**_TYPES, **{k: pa.int64() for k in COUNTS + ("trained_tokens",) if k in table.column_names}}
+    for name, want in types.items():
+        i = table.schema.get_field_index(name)
+        if i < 0 and name != "unit":
+            return f"column {name} is missing"
+        if i >= 0 and not table.schema.field(i).type.equals(want):
+            return f"column {name} is {table.schema.field(i).type}, not {want}"
+    if "rows" not in table.column_names:
+        return "column rows is missing"
+    counts = [k for k in COUNTS + ("trained_tokens",) if k in table.column_names]
+    for name in _NO_NULLS + tuple(counts):
+        if table.column(name).null_count:
+            return f"column {name} holds nulls"
+    n = table.num_rows
+    # (zero_copy_only: no nulls, so a view; zero_copy_only=False goes through pyarrow's pandas path, importing pandas)
+    starts, rows, nbytes = (_one_array(table.column(k)).to_numpy(zero_copy_only=True) for k in ("row_start", "rows", "bytes"))
+    if n and (rows.min() < 0 or nbytes.min() < 0 or starts[0] != 0 or not np.array_equal(np.diff(starts), rows[:-1])):
+        return "rows, bytes or row_start out of range"
+    if "unit" in table.column_names and n:
+        units = _one_array(table.column("unit")).fill_null(0).to_numpy(zero_copy_only=True)
+        if units.min() < 0 or units.max() > 10**12:
+            return "a unit out of range"
+    totals = head.get("totals") if isinstance(head.get("totals"), dict) else {}
+    for k in counts:
+        if isinstance(totals.get(k), int):
+            got = int(_one_array(table.column(k)).to_numpy(zero_copy_only=True).sum(dtype=np.int64))
+            if got != totals[k]:
+                return f"its {n:,} shards hold {got:,} {k}, the manifest's totals say {totals[k]:,}"
+    return None
+
+
+class _Damaged(Exception):
+    """index.arrow is present and stamped with manifest.json's bytes, but cannot be used (the reason)."""
+
+
 def _matching_index(store: Storage) -> ShardIndex | None:
-    """index.arrow, checked against manifest.json, or None (no index, or one that does not match)."""
+    """index.arrow, checked against manifest.json, or None: no index, or one of another manifest (a
+    stale cache: the manifest decides, silently), or a damaged one (the manifest decides, with one
+    warning naming the file and the fix). ``ShardError`` for a matching index whose head is not a
+    manifest's (the manifest says the same)."""
+    try:
+        return _checked_index(store)
+    except _Damaged as why:
+        warnings.warn(f"{store.path(INDEX)}: damaged shard index ({why}): ignored, the shard list is read from "
+                      f"{MANIFEST} instead (`packer index {store.root}` rewrites it)", stacklevel=4)
+        return None
+
+
+def damaged_index(store: Storage) -> str | None:
+    """Why index.arrow of the build at ``store`` is damaged (``packer stats`` reports it), or None:
+    absent, another manifest's (stale), or sound."""
+    try:
+        _checked_index(store, use=False)
+    except _Damaged as why:
+        return str(why)
+    return None
+
+
+def _checked_index(store: Storage, use: bool = True) -> ShardIndex | None:
+    """``_matching_index``'s work; ``_Damaged`` where it warns (``use`` False: checked only, None)."""
     try:
         table, meta = _read_table(store)
-    except (OSError, ValueError, pa.ArrowInvalid):  # absent, unreadable or damaged: the manifest decides
-        return None
+    except FileNotFoundError:
+        return None  # a build made before the index (or without one): the manifest, silently
+    except _READ_ERRORS as err:  # unreadable, cut, not a regular file (a FIFO), damaged buffers
+        if not store.local and store.size(INDEX) is None:
+            return None  # (an object store's "not found" may come as another OSError)
+        raise _Damaged(f"unreadable: {_first_line(err)}") from None
     try:
         if meta.get(_VERSION) != str(INDEX_VERSION).encode():
-            return None
+            return None  # another version's index: this reader does not know it
         size, want = int(meta[_SIZE]), meta[_HASH].decode()
-        head = json.loads(meta[_HEAD])
-    except (KeyError, ValueError, UnicodeDecodeError, RecursionError):
-        return None
+    except _READ_ERRORS:
+        raise _Damaged("its manifest stamp is unreadable") from None
     if store.local and store.size(MANIFEST) != size:  # (a stat first: a FIFO or a device is never opened here)
         return None
     if _manifest_hash(store) != (size, want):
-        return None
-    path = store.path(MANIFEST)
-    check_manifest(head, path, shards=False)
+        return None  # the manifest changed since (edited, or another build's index): a stale cache
     try:
-        return ShardIndex(table, head, store.path(INDEX), store)
-    except ShardError:
-        return None  # the manifest is read instead, and says what is wrong, if anything is
+        head = json.loads(meta[_HEAD])
+    except _READ_ERRORS:
+        raise _Damaged("its manifest head is unreadable") from None
+    if not isinstance(head, dict) or "shards" in head:
+        raise _Damaged("its manifest head is not a manifest's")
+    check_manifest(head, store.path(MANIFEST), shards=False)  # the manifest's own head: refused as the manifest would be
+    why = index_problem(table, head)
+    if why:
+        raise _Damaged(why)
+    return ShardIndex(table, head, store.path(INDEX), store) if use else None
 
 
 def _manifest_hash(store: Storage) -> tuple[int, str] | None:
@@ -266,7 +354,7 @@ def _manifest_hash(store: Storage) -> tuple[int, str] | None:
     try:
         if store.local:
             with open(store.path(MANIFEST), "rb") as f:
-                while block := f.read(1 << 20):
+                while block := f.read(1 << 16):  # (64 KiB: packer stats hashes it too, and its memory must not grow with the manifest)
                     h.update(block)
                     n += len(block)
         else:

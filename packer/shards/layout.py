@@ -1,6 +1,6 @@
 """The row layout: where each record batch's buffers lie in a shard file, recorded in index.arrow at
 build time (docs/format.md, "Row layout") so that a reader's first use of a shard reads a row with a
-few ``pread`` calls and parses no Arrow (packer/train/shard_file.py).
+few ``pread`` calls and parses no Arrow (packer/shards/shard_file.py).
 
 A shard's layout is computed from the file as written (its footer and batch headers parsed once, by
 pyarrow), so it is exact for any writer; a shard whose batches are not regular (every batch but the
@@ -125,13 +125,16 @@ class Layouts:
             c = table.column(name)
             return c.chunk(0) if c.num_chunks == 1 else c.combine_chunks()
 
-        self.scalars = [one(name).to_numpy(zero_copy_only=False) for name in SCALARS]
+        # (zero_copy_only: ArrowInvalid on nulls, a damaged index; False would go through pyarrow's pandas path)
+        self.scalars = [one(name).to_numpy(zero_copy_only=True) for name in SCALARS]
         names = LISTS + ((MASK_AT,) if MASK_AT in table.column_names else ())
         lists = [one(name) for name in names]
         self.offsets = np.asarray(lists[0].offsets)
         if any(not np.array_equal(np.asarray(c.offsets), self.offsets) for c in lists[1:]):
             raise ValueError("the layout's list columns disagree")  # a damaged index: shards are read through their footers
-        self.values = [c.values.to_numpy(zero_copy_only=False) for c in lists]
+        if any(c.null_count or c.values.null_count for c in lists):
+            raise ValueError("nulls in the layout's list columns")
+        self.values = [c.values.to_numpy(zero_copy_only=True) for c in lists]
         self.pad = (None,) * (4 - len(lists))
 
     def of(self, k: int) -> tuple | None:
@@ -148,6 +151,10 @@ def open_layouts(table: pa.Table, meta: dict) -> Layouts | None:
         return None
     if not all(name in table.column_names for name in SCALARS + LISTS):
         return None
+    types = {**dict.fromkeys(SCALARS[:2], pa.int64()), SCALARS[2]: pa.uint64(),
+             **dict.fromkeys(LISTS + (MASK_AT,), pa.list_(pa.int64()))}
+    if any(name in table.column_names and not table.schema.field(name).type.equals(t) for name, t in types.items()):
+        return None  # a damaged index: shards are read through their footers (and their stamps name the damage)
     try:
         return Layouts(table)
     except (pa.ArrowInvalid, TypeError, ValueError):

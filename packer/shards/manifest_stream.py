@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterator
 
 from ..errors import ShardError
-from ..io import Storage
+from ..io import Storage, open_regular
 from .manifest import check_manifest, entry_problem, read_manifest, read_manifest_bytes
 from .schema import MANIFEST
 
@@ -29,16 +29,10 @@ _DECODER = json.JSONDecoder()
 
 def _open_regular(path: str):
     """``path`` opened for reading if it is a regular file, else ``OSError``: a FIFO in the manifest's
-    place would block the open (O_NONBLOCK opens it at once) and /dev/zero never ends."""
-    import errno
+    place would block the open and /dev/zero never ends (packer/io/regular.py)."""
     import os
-    import stat
 
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file", path)
-    return os.fdopen(fd, "rb")
+    return os.fdopen(open_regular(path)[0], "rb")
 
 
 class _Text:

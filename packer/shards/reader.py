@@ -1,4 +1,6 @@
-"""Opening a shard: memory-mapped, checked against the manifest's seq_len and dtype."""
+"""Opening a shard: memory-mapped, checked against the manifest's seq_len and dtype; and the two Arrow
+IPC readers ``packer stats`` parses a shard with (``stream_reader``, ``file_reader``), so that only
+packer/shards/ reads the format (tests/test_architecture.py)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,18 @@ def open_shard_buffer(data, path: str, seq_len: int, dtype: str) -> pa.Table:
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
         raise ShardError(f"{path}: not a readable Arrow file ({str(e).splitlines()[0]})") from None
     return _checked(table, path, seq_len, dtype)
+
+
+def stream_reader(f) -> pa.ipc.RecordBatchStreamReader:
+    """The IPC stream inside a shard (``f``: a file object positioned after the file's 8-byte magic and
+    padding), parsed as it is read: its ``schema``, then its record batches. Arrow errors as raised."""
+    return pa.ipc.open_stream(f)
+
+
+def file_reader(source) -> pa.ipc.RecordBatchFileReader:
+    """A shard's footer read (``source``: a buffer or a random-access file): ``num_record_batches``,
+    ``schema``, ``get_batch(k)``, each batch's headers read when asked. Arrow errors as raised."""
+    return pa.ipc.open_file(source)
 
 
 def _check_ipc(data, path: str) -> None:

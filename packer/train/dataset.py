@@ -35,7 +35,7 @@ or a manifest edited since) is read from the manifest's list. Checked on
 open: every manifest (format version known), the builds agree on seq_len,
 dtype, pad id and tokenizer fingerprint, no shard path leaves its build.
 A shard is checked when a process first uses it: read by the row layout its
-index records (packer/train/shard_file.py: no Arrow parsed) its tail and layout
+index records (packer/shards/shard_file.py: no Arrow parsed) its tail and layout
 against their stamp; else mapped, a regular file with the manifest's byte size,
 a readable Arrow schema with the manifest's row count, its piece index, its
 ``loss_mask`` column in a chat build; every batch is
@@ -63,9 +63,7 @@ from .. import shards as S
 from ..errors import PackerError, ShardError
 from ..io import ShardCache, storage_for
 from .rows import Row, Rows  # noqa: F401 (Row re-exported: where it always was)
-from .shard_file import FAST, ShardFile
-from .shard_map import (Mapped, ShardEntry, ShardTable, check_checksum, check_compatible, check_layout,  # noqa: F401
-                        check_size, map_shard, verify_all)
+from .shard_map import ShardEntry, ShardTable, check_checksum, check_compatible, check_size, verify_all  # noqa: F401
 
 IGNORE_INDEX = -100  # what torch's cross_entropy and HF models skip
 
@@ -175,7 +173,7 @@ class PackedDataset(Dataset):
         self._check_ids = self.vocab_size < np.iinfo(self._np_dtype).max + 1
         self._arange_cache = self._arange
         self._fork = _Forks.count  # maps made before a fork are dropped in the child
-        self._maps: OrderedDict[int, Mapped] = OrderedDict()
+        self._maps: OrderedDict[int, S.Mapped] = OrderedDict()
         if verify:
             verify_all(self._shards.n, self._check)  # every shard, in threads
 
@@ -356,7 +354,7 @@ class PackedDataset(Dataset):
 
     # -- mapping --------------------------------------------------------------
 
-    def _mapped(self, k: int) -> Mapped:
+    def _mapped(self, k: int) -> S.Mapped:
         """Shard ``k`` mapped in this process: the least recently used map goes when there are too many."""
         if self._fork != _Forks.count:  # forked since: map afresh in this process
             self._fork, self._maps = _Forks.count, OrderedDict()
@@ -369,19 +367,19 @@ class PackedDataset(Dataset):
             self._maps.move_to_end(k)
         return m
 
-    def _map(self, k: int) -> Mapped | ShardFile:
+    def _map(self, k: int) -> S.Mapped | S.ShardFile:
         """Shard ``k`` opened, checked first (its first use in this process): read by the row layout its
         index records (no map, no Arrow parsed), else mapped and its footer read."""
-        layout = self._shards.layout(k) if FAST else None
+        layout = self._shards.layout(k) if S.READ_BY_LAYOUT else None
         if layout is not None:
-            return ShardFile(self._shards.entry(k, checksum=False), layout, self.seq_len, self._np_dtype)
+            return S.ShardFile(self._shards.entry(k, checksum=False), layout, self.seq_len, self._np_dtype)
         e = self._shards.entry(k)
         if e.store.local:
             check_size(e)
         # A local shard is mapped where it is; a remote one is fetched into the
         # cache and mapped there (under its lock: see packer/io/cache.py).
         with e.store.local_copy(e.rel, e.nbytes, e.checksum, self._cache, verify=self._verify) as path:
-            return map_shard(e, path, self.seq_len, self._np_dtype)
+            return S.map_shard(e, path, self.seq_len, self._np_dtype)
 
     def _check(self, k: int) -> None:
         """Every check of shard ``k``, its checksum included (``verify=True``); nothing kept mapped."""
@@ -390,7 +388,7 @@ class PackedDataset(Dataset):
             check_size(e)
             check_checksum(e)
         with e.store.local_copy(e.rel, e.nbytes, e.checksum, self._cache, verify=True) as path:
-            m = map_shard(e, path, self.seq_len, self._np_dtype)
+            m = S.map_shard(e, path, self.seq_len, self._np_dtype)
         m.check_all()
         if layout is not None:
-            check_layout(e, m, layout, self.dtype)
+            S.check_layout(e, m, layout, self.dtype)

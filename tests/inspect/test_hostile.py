@@ -109,3 +109,39 @@ def test_closed_or_full_stdout_is_one_line_and_exit_2(sample_build, redirect, cm
 def test_closed_stderr_is_a_non_zero_exit(sample_build):
     assert _packer(["stats", sample_build], "2>&-").returncode == 2
     assert _packer(["stats", sample_build], "> /dev/null").returncode == 0  # a stream that takes it all is fine
+
+
+# --------------------------------------------------------------------------
+# FIFOs where index.arrow or a shard belongs (issue 41.4): refused or ignored, never waited on.
+
+
+def _fifo(path: str) -> None:
+    os.unlink(path)
+    os.mkfifo(path)
+
+
+def test_a_fifo_for_the_index_is_ignored_with_one_warning_not_waited_on(sample_build, copy_build):
+    """PackedDataset and packer show read the manifest instead (one warning naming index.arrow); both
+    hung on 0a283c5. In children with a time limit: a hang fails the test instead of stopping the suite."""
+    out = copy_build(sample_build)
+    rows = manifest(out)["totals"]["rows"]
+    _fifo(os.path.join(out, S.INDEX))
+    code = f"from packer import PackedDataset; ds = PackedDataset({out!r}); print(len(ds), int(ds[len(ds) - 1]['input_ids'][0]))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": REPO})
+    assert r.returncode == 0 and r.stdout.split()[0] == str(rows), r.stderr
+    assert "index.arrow: damaged shard index (unreadable: [Errno 22] not a regular file" in r.stderr
+    r = _packer(["show", out, "0"], timeout=60)
+    assert r.returncode == 0 and "row 0 of" in r.stdout and "damaged shard index" in r.stderr, r.stderr
+    r = _packer(["stats", out, "--no-verify"], timeout=60)
+    assert r.returncode == 1 and "index.arrow: damaged shard index" in r.stdout + r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_fifo_for_a_shard_does_not_hang_packer_index(sample_build, copy_build):
+    """``packer index`` reads each shard's footer for its layout: a FIFO is not opened blocking (it hung
+    on 0a283c5); the shard gets no layout, and readers name it when they reach it."""
+    out = copy_build(sample_build)
+    _fifo(shard_path(out, 0))
+    r = _packer(["index", out], timeout=60)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    with pytest.raises(ShardError, match=r"000000\.arrow: not a regular file"):
+        PackedDataset(out)[0]

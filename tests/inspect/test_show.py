@@ -168,3 +168,27 @@ def test_bytes_decoder_marks_eos_and_keeps_broken_utf8_visible():
     d = Decoder({"tokenizer": {"name": "bytes", "kind": "bytes", "fingerprint": None}})
     ids = np.array(list("café".encode()) + [256] + [0xE6], dtype=np.uint16)
     assert d.decode(ids) == "café" + BYTES_EOS_TEXT + "\\xe6"
+
+
+def test_out_of_range_doc_lens_are_one_line(sample_build, copy_build):
+    """A doc_lens entry past seq_len (or offsets out of order): packer show says so in one line, exit 1
+    (a traceback on 0a283c5)."""
+    import pyarrow as pa
+
+    from tests.conftest import invoke
+    from tests.train.test_dataset import _buffer_offset, _patch, _shard
+
+    out = copy_build(sample_build)
+    p = _shard(out, 0)
+    _patch(p, _buffer_offset(p, "doc_lens"), (5000).to_bytes(4, "little"))
+    res = invoke("show", out, "0")
+    assert res.exit_code == 1 and "Traceback" not in res.stderr
+    assert "000000.arrow: a doc_lens entry is outside 1..256: shard is corrupt" in res.stderr
+    src = pa.memory_map(p)
+    base = src.read_buffer(1).address
+    src.seek(0)
+    offsets = pa.ipc.open_file(src).get_batch(0).column("doc_lens").offsets
+    del src
+    _patch(p, offsets.buffers()[1].address - base + 4, (10**6).to_bytes(4, "little"))  # row 0 ends past the values
+    res = invoke("show", out, "0")
+    assert res.exit_code == 1 and "doc_lens offsets are out of order" in res.stderr, res.stderr

@@ -491,3 +491,26 @@ def test_a_chat_build_refuses_a_shard_without_its_loss_mask(sample_build, copy_b
             PackedDataset(out, verify=True)
         with pytest.raises(ShardError, match=r"000000\.arrow: no loss_mask column"):
             PackedDataset(out)[0]
+
+
+@pytest.mark.parametrize("layout", [True, False])
+@pytest.mark.parametrize("where", ["magic", "schema message", "a column renamed"])
+def test_a_shard_whose_magic_or_schema_is_destroyed_is_refused_at_first_use(sample_build, copy_build, layout, where):
+    """The file's start (ARROW1 magic, the stream's schema message: what packer stats, show and hf_dataset
+    parse) is checked on a shard's first use, by the row layout too, which reads rows by offsets and
+    the footer only (issue 41.9: 0a283c5 read such a shard without a word)."""
+    out = copy_build(sample_build)
+    if not layout:
+        _without_layout(out)
+    p = _shard(out, 1)
+    head = open(p, "rb").read(4096)
+    if where == "magic":
+        _patch(p, 0, b"\0" * 6)
+    elif where == "schema message":
+        _patch(p, 16, b"\xee" * 200)
+    else:  # a schema that parses, without a required column (the footer's copy keeps it)
+        _patch(p, head.index(b"doc_lens"), b"doc_lenz")
+    ds = PackedDataset(out)
+    assert ds[0]["input_ids"].max() > 0  # shard 0 reads
+    with pytest.raises(ShardError, match=r"000001\.arrow: (not an Arrow IPC file|not a readable Arrow file|schema does not match)"):
+        ds[_first_row(out, 1)]

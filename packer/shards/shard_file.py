@@ -1,10 +1,12 @@
-"""A shard read by offsets: index.arrow's row layout (packer/shards/layout.py) says where each record
+"""A shard read by offsets (what PackedDataset reads a local shard with where index.arrow records its layout): index.arrow's row layout (packer/shards/layout.py) says where each record
 batch's buffers lie, so a row is three or four NumPy views of a plain private map of the file (its
 tokens, its two doc_lens offsets, its piece lengths, its loss mask): no Arrow is parsed and no
 batch indexed, on first use or after. What a process keeps of a shard is that map (pages touched
 only) and its layout (a few int64 per record batch, viewing the index).
 
-Checked at first use: the file's tail (Arrow footer, length, magic) and the layout itself hash to the
+Checked at first use: the file is a regular file of the manifest's size, opened without blocking;
+its head (the ARROW1 magic and the schema message, as mapped.check_head checks them: one ``pread`` of
+its first 4 KiB, a bytes compare once a build's schema is accepted); its tail (Arrow footer, length, magic) and the layout itself hash to the
 ``layout_xxh3_64`` the index records (a shard truncated, rewritten or replaced since the build, or a
 damaged index, fails there in one line; a truncated one or another kind of file says so); every read: the row within the file, its doc_lens offsets in order, pieces of 1..seq_len
 slots summing to at most seq_len (what the mapped path checks of every batch).
@@ -19,11 +21,13 @@ import stat
 import numpy as np
 
 from ..errors import ShardError
-from ..shards.layout import stamp as layout_stamp
+from .checks import schema_extent, shard_fd
+from .layout import stamp as layout_stamp
+from .mapped import check_head
 
 FAST = hasattr(os, "preadv") and hasattr(mmap, "ACCESS_COPY")  # POSIX; elsewhere shards are read through Arrow
 _I4, _U4 = np.dtype("<i4"), np.dtype("<u4")
-_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)  # (a FIFO must not block the open)
+HEAD_READ = 4096  # what the first use reads of the file's start: the magic and the schema message (552 bytes here)
 
 
 class ShardFile:
@@ -41,12 +45,8 @@ class ShardFile:
         if len(self.ids_at) != (e.rows + R - 1) // R or not 10 < foot <= e.nbytes:
             raise ShardError(f"{e.path}: index.arrow's row layout does not fit the shard ({len(self.ids_at)} record batches "
                              f"for {e.rows} rows of {R}): the index is damaged (delete it: the manifest is read instead)")
-        try:
-            self.fd = os.open(e.path, _FLAGS)
-        except FileNotFoundError:
-            raise ShardError(f"{e.path}: shard is missing") from None
-        except OSError as err:
-            raise ShardError(f"{e.path}: cannot read shard ({err.strerror})") from None
+        self.fd = shard_fd(e.path, e.nbytes)  # regular, of the manifest's size (never blocks on a FIFO)
+        self._check_head()
         try:
             tail = self._read(np.uint8, foot, e.nbytes - foot)  # short (a truncated file) or refused (a folder, a FIFO)
         except (OSError, ValueError):
@@ -56,6 +56,18 @@ class ShardFile:
             self._stat()  # the precise reason, if it is the file's kind or size
             raise ShardError(f"{e.path}: shard differs from the one its build indexed (rewritten or replaced since, "
                              "or index.arrow is damaged: its layout_xxh3_64 does not match): shard is corrupt")
+
+    def _check_head(self) -> None:
+        """The magic and schema message at the file's start (mapped.check_head)."""
+        e, head = self.entry, np.zeros(0, np.uint8)
+        try:
+            head = self._read(np.uint8, min(HEAD_READ, e.nbytes), 0)
+            end = schema_extent(head)
+            if end > len(head) and end <= e.nbytes:
+                head = self._read(np.uint8, end, 0)
+        except ValueError:
+            pass  # no magic, a cut read: check_head names it
+        check_head(e, head, self.L, str(self.dt))
 
     def __del__(self):
         if self.fd >= 0:

@@ -1,4 +1,4 @@
-"""Rows read by index.arrow's row layout (packer/train/shard_file.py): exactly the rows of the mapped
+"""Rows read by index.arrow's row layout (packer/shards/shard_file.py): exactly the rows of the mapped
 path, for every row of a build (the last, partial record batch included) and of a chat build (loss
 masks), and a shard that no longer matches its index refused in one line."""
 
@@ -15,10 +15,10 @@ from packer import PackedDataset
 from packer import shards as S
 from packer.errors import ShardError
 from packer.io import storage_for
-from packer.train.shard_file import ShardFile
-from packer.train.shard_map import Mapped
+from packer.shards.shard_file import ShardFile
+from packer.shards.mapped import Mapped
 
-from .test_dataset import _first_row, _shard, _without_layout
+from tests.train.test_dataset import _first_row, _shard, _without_layout
 
 
 def _pair(out: str, tmp_path) -> tuple[PackedDataset, PackedDataset]:
