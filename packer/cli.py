@@ -263,7 +263,7 @@ def _build_at(out: str):
     from .io import storage_for
 
     store = storage_for(out)
-    if store.local and not os.path.isdir(out):
+    if store.missing_folder():
         raise PackerError(f"no such build folder: {out}")
     return store
 

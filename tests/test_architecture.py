@@ -290,3 +290,27 @@ def test_the_ipc_rule_sees_each_spelling():
     src = ("import pyarrow as pa\nimport pyarrow.ipc\nfrom pyarrow import ipc\nfrom pyarrow.ipc import open_file\n"
            "pa.ipc.open_file(x)\npa.memory_map(p)\n")
     assert sorted(line for line, _ in _ipc_uses(ast.parse(src))) == [2, 3, 4, 5, 6]
+
+
+# Where code outside packer/io/ still reads Storage.local, and why (docs/architecture.md says the same):
+LOCAL_READERS = {
+    "packer.pipeline.engines.ray": "a Ray worker runs in the driver's folder when a path (not a URI) is relative",
+    "packer.shards.manifest_stream": "a local manifest is read in blocks from a file it opened, an object in one GET",
+    "packer.shards.index": "a local manifest is stat'ed and hashed in blocks; an object store's not-found comes as "
+                           "another OSError, and its size comes from the bytes hashed",
+}
+
+
+def test_only_io_tells_local_from_remote():
+    """Outside packer/io/, code asks its Storage what it needs (``reads_in_place``, ``fork_safe``,
+    ``stamp_covers_content``, ``sizes_by_listing``, ``identity``, ``missing_folder``, ``map_or_read``, ``lock``,
+    ``held_by``); ``.local`` is read only in the modules listed above, each for the reason given."""
+    found = {}
+    for name, path in _MODS.items():
+        if stage(name) == "io":
+            continue
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.Attribute) and node.attr == "local" and not (
+                    isinstance(node.value, ast.Name) and node.value.id == "threading"):
+                found.setdefault(name, node.lineno)
+    assert set(found) <= set(LOCAL_READERS), {n: line for n, line in found.items() if n not in LOCAL_READERS}

@@ -43,7 +43,7 @@ def digest(sl) -> str | None:
     "" for one that cannot be read."""
     import xxhash
 
-    if not storage_for(sl.file.path).local:
+    if storage_for(sl.file.path).stamp_covers_content:
         return None
     h = xxhash.xxh3_64()
     try:

@@ -87,7 +87,7 @@ def check(out: str, deep: bool = True, progress=None, workers: int = 1) -> Repor
     if lacking:
         raise ShardError(lacking[0])
     m = ms.head
-    objects = None if store.local else store.list()  # an object store: {rel: size}, one listing
+    objects = store.list() if store.sizes_by_listing else None  # an object store: {rel: size}, one listing
     seq_len, dtype = int(_need(m, out, "seq_len")), str(_need(m, out, "dtype"))
     vocab = int(m.get("vocab_size", _need(m, out, "tokenizer", "vocab_size")))
     pad_id = int(m.get("pad_id", _need(m, out, "tokenizer", "pad_id")))
@@ -107,7 +107,7 @@ def check(out: str, deep: bool = True, progress=None, workers: int = 1) -> Repor
         return _check_shard(Report(out, m, deep), store, objects, e, (seq_len, dtype, vocab, pad_id), progress)
 
     entries = ms.entries()
-    if workers > 1 and ms.n > 1 and store.local and _can_fork():
+    if workers > 1 and ms.n > 1 and store.fork_safe and _can_fork():
         for part in _in_processes(entries, workers, (out, m, deep, (seq_len, dtype, vocab, pad_id)), progress):
             _merge(rep, part)
     elif workers > 1 and ms.n > 1:  # a store (the time is in requests, which release the GIL), or no fork

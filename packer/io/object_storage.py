@@ -28,6 +28,8 @@ def _upload(uri: str, data) -> None:
 
 class ObjectStorage(Storage):
     local = False
+    reads_in_place = fork_safe = False  # (pyarrow's S3 client runs threads: a fork would copy them mid-request)
+    stamp_covers_content = sizes_by_listing = True
 
     def __init__(self, root: str):
         self.root = root

@@ -41,6 +41,14 @@ def storage_for(path: str | os.PathLike) -> "Storage":
 
 class LocalStorage(Storage):
     local = True
+    reads_in_place = fork_safe = True
+    stamp_covers_content = sizes_by_listing = False
+
+    def identity(self) -> str:
+        return os.path.realpath(self.root)
+
+    def missing_folder(self) -> bool:
+        return not os.path.isdir(self.root)
 
     def __init__(self, root: str):
         self.root = root

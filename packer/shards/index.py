@@ -62,7 +62,7 @@ def shard_layouts(store: Storage, m: dict, progress=None) -> list:
     not the shard again). The same values either way, so both stores hold the same index bytes."""
     L, dtype, mask = int(m["seq_len"]), str(m["dtype"]), LOSS_MASK in m.get("columns", [])
     tick = progress or (lambda n: None)
-    if not store.local:
+    if not store.reads_in_place:
         return [(_recorded_layout(store, e), tick(1))[0] for e in m["shards"]]
     out = []
     for e in m["shards"]:
@@ -245,7 +245,7 @@ def _first_line(err: BaseException) -> str:
 def _read_table(store: Storage) -> tuple[pa.Table, dict]:
     """index.arrow, memory-mapped where local (a regular file: never blocks on a FIFO), validated in full
     (offsets, lengths, UTF-8: nothing below reads past a buffer), and its schema metadata."""
-    data = store.map(INDEX) if store.local else store.read(INDEX)
+    data = store.map_or_read(INDEX)
     table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
     table.validate(full=True)
     return table, table.schema.metadata or {}

@@ -125,7 +125,7 @@ class PackedDataset(Dataset):
         seen: dict[str, str] = {}
         for p in paths:
             st = storage_for(p)
-            real = os.path.realpath(p) if st.local else p.rstrip("/")
+            real = st.identity()
             if real in seen:
                 raise PackerError(f"{p}: build named twice (as {seen[real]}); to weight it, use PackedSampler(weights=...)")
             seen[real] = p
@@ -374,7 +374,7 @@ class PackedDataset(Dataset):
         if layout is not None:
             return S.ShardFile(self._shards.entry(k, checksum=False), layout, self.seq_len, self._np_dtype)
         e = self._shards.entry(k)
-        if e.store.local:
+        if e.store.reads_in_place:
             check_size(e)
         # A local shard is mapped where it is; a remote one is fetched into the
         # cache and mapped there (under its lock: see packer/io/cache.py).
@@ -384,7 +384,7 @@ class PackedDataset(Dataset):
     def _check(self, k: int) -> None:
         """Every check of shard ``k``, its checksum included (``verify=True``); nothing kept mapped."""
         e, layout = self._shards.entry(k), self._shards.layout(k)
-        if e.store.local:
+        if e.store.reads_in_place:
             check_size(e)
             check_checksum(e)
         with e.store.local_copy(e.rel, e.nbytes, e.checksum, self._cache, verify=True) as path:

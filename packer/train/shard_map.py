@@ -72,7 +72,7 @@ class ShardTable:
         """Shard k's row layout where its index records one (packer/shards/layout.py), else None."""
         b = bisect_right(self.shard0, k) - 1 if len(self.indexes) > 1 else 0
         x = self.indexes[b]
-        return x.layouts.of(k - self.shard0[b]) if x.layouts is not None and self.stores[b].local else None
+        return x.layouts.of(k - self.shard0[b]) if x.layouts is not None and self.stores[b].reads_in_place else None
 
     def entry(self, k: int, checksum: bool = True) -> ShardEntry:
         """Shard k's entry (``checksum`` False: without its checksum, for a read that does not hash it)."""
