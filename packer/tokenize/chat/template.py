@@ -13,10 +13,12 @@ and size) and finds the character spans to train on (docs/chat.md):
 - any other template: each trained reply is what the model generates after
   its generation prompt. The conversation before the reply is rendered with
   ``add_generation_prompt=True``; where that rendering stops agreeing with
-  the whole conversation's, the reply starts, and it ends with the first
-  end-of-turn token after its content (the token the template writes after
-  an assistant message: ``<|eot_id|>``, ``<|im_end|>``, ``</s>``,
-  ``<end_of_turn>``). So the reasoning block, the content (trimmed or
+  the whole conversation's, the reply starts, and it ends with its own
+  end-of-turn token (each token the template writes after a reply, a tool
+  call or a tool result: ``<|eot_id|>``, ``<|im_end|>``, ``</s>``,
+  ``<end_of_turn>``; gpt-oss's ``<|end|>``, ``<|call|>``, ``<|return|>``):
+  the last one in what the conversation through it renders alike, else the
+  first after its content. So the reasoning block, the content (trimmed or
   rewritten as the template likes) and the tool calls a template renders
   are trained, and the end-of-turn token; the role header, prompts and tool
   results are not. A template that renders the turns before a reply
