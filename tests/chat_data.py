@@ -221,12 +221,24 @@ SMALL = {
                {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}),
     "llama3": (["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"], [],
                {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}),
+    # gpt-oss (o200k_harmony): its special tokens and tokenizer_config.json; o200k's split, no normalizer.
+    "gptoss": (["<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>", "<|start|>",
+                "<|end|>", "<|message|>", "<|call|>"], [],
+               {"bos_token": "<|startoftext|>", "eos_token": "<|return|>", "pad_token": "<|endoftext|>"}),
+}
+
+_SPLITS = {  # the pre-tokenizer's regex per class: Llama 3's (Qwen's is the same), o200k's (gpt-oss)
+    "llama3": (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+"),
+    "gptoss": (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+               r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+               r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
 }
 
 
 def small_tokenizer(folder: str, name: str, template: str, extra: dict | None = None) -> str:
     """Write ``folder`` with a small tokenizer.json of class ``name`` (SMALL: byte-level BPE with an NFC
-    normalizer for qwen3 and llama3, SentencePiece-style Metaspace BPE with byte fallback for gemma3) and
+    normalizer for qwen3 and llama3, without one and o200k's split for gptoss, SentencePiece-style Metaspace BPE with byte fallback for gemma3) and
     a tokenizer_config.json holding ``template``; returns ``folder``."""
     import json
 
@@ -242,12 +254,12 @@ def small_tokenizer(folder: str, name: str, template: str, extra: dict | None = 
         alphabet = [f"<0x{i:02X}>" for i in range(256)]
         trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=specials + alphabet, show_progress=False)
     else:
-        tok = Tokenizer(models.BPE())
-        tok.normalizer = normalizers.NFC()
-        split = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
         from tokenizers import Regex
 
+        tok = Tokenizer(models.BPE())
+        if name != "gptoss":
+            tok.normalizer = normalizers.NFC()
+        split = _SPLITS.get(name, _SPLITS["llama3"])
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
@@ -261,3 +273,52 @@ def small_tokenizer(folder: str, name: str, template: str, extra: dict | None = 
     with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as f:
         json.dump({**cfg, "chat_template": template, **(extra or {})}, f)
     return folder
+
+
+def trl_template(name: str) -> str | None:
+    """The chat template TRL ships as ``trl/chat_templates/<name>.jinja`` (gptoss, gptoss_training,
+    qwen3_training, ...), or None where TRL is not installed."""
+    try:
+        import trl
+    except ImportError:
+        return None
+    path = os.path.join(os.path.dirname(trl.__file__), "chat_templates", name + ".jinja")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def harmony_conversations(n: int, seed: int = 0) -> list[dict]:
+    """``n`` conversations of the shapes gpt-oss's harmony template renders: ``tool_conversations``'
+    shapes, and replies with ``thinking``, a tool call whose analysis is rendered (no final reply
+    after it: the conversation ends with the tool's result), several tool-calling steps, a system
+    prompt and several turns (replies closed by <|end|>, the last by <|return|>, calls by <|call|>)."""
+    rng = random.Random(seed)
+    paras = paragraphs()
+    out = tool_conversations(n // 2, seed)
+
+    def call():
+        return [{"type": "function", "function": {"name": rng.choice(["search", "get_weather"]),
+                                                  "arguments": {"q": rng.choice(paras)[:30]}}}]
+
+    for i in range(n - len(out)):
+        msgs = [{"role": "system", "content": rng.choice(SYSTEMS)}] if i % 2 else []
+        msgs.append({"role": "user", "content": rng.choice(paras)})
+        kind = i % 4
+        if kind == 0:
+            msgs += [{"role": "assistant", "content": rng.choice(paras)[:80], "tool_calls": call()},
+                     {"role": "tool", "content": '{"temp": %d}' % rng.randint(0, 40)}]
+        elif kind == 1:
+            msgs += [{"role": "assistant", "content": rng.choice(paras), "thinking": rng.choice(paras)}]
+        elif kind == 2:
+            msgs += [{"role": "assistant", "thinking": rng.choice(paras)[:60], "tool_calls": call()},
+                     {"role": "tool", "content": "[1, 2]"}, {"role": "assistant", "content": "", "tool_calls": call()},
+                     {"role": "tool", "content": "ok"},
+                     {"role": "assistant", "content": rng.choice(paras), "thinking": rng.choice(paras)[:60]}]
+        else:
+            for _ in range(rng.randint(2, 3)):
+                msgs += [{"role": "assistant", "content": rng.choice(paras)}, {"role": "user", "content": rng.choice(paras)}]
+            msgs.append({"role": "assistant", "content": rng.choice(paras)})
+        out.append({"messages": msgs})
+    return out

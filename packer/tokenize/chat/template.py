@@ -13,10 +13,12 @@ and size) and finds the character spans to train on (docs/chat.md):
 - any other template: each trained reply is what the model generates after
   its generation prompt. The conversation before the reply is rendered with
   ``add_generation_prompt=True``; where that rendering stops agreeing with
-  the whole conversation's, the reply starts, and it ends with the first
-  end-of-turn token after its content (the token the template writes after
-  an assistant message: ``<|eot_id|>``, ``<|im_end|>``, ``</s>``,
-  ``<end_of_turn>``). So the reasoning block, the content (trimmed or
+  the whole conversation's, the reply starts, and it ends with its own
+  end-of-turn token (each token the template writes after a reply, a tool
+  call or a tool result: ``<|eot_id|>``, ``<|im_end|>``, ``</s>``,
+  ``<end_of_turn>``; gpt-oss's ``<|end|>``, ``<|call|>``, ``<|return|>``):
+  the last one in what the conversation through it renders alike, else the
+  first after its content. So the reasoning block, the content (trimmed or
   rewritten as the template likes) and the tool calls a template renders
   are trained, and the end-of-turn token; the role header, prompts and tool
   results are not. A template that renders the turns before a reply
@@ -32,24 +34,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 from dataclasses import dataclass
 from datetime import datetime, timezone
-
-import numpy as np
 
 from ...errors import PackerError
 from . import sandbox
 from .sandbox import LIMIT_FACTOR, MIN_CHARS, Budget, TemplateLimit, has_generation_tags, new_environment, uses_date
 from .skeleton import Skeletons
+from .source import find_template, read_config, token_text
+from .spans import common_prefix, mask_from_offsets, merged, realigned
+
+__all__ = ["ChatError", "ChatRenderer", "ChatSpec", "ROLES", "TRAIN_ON", "load_chat_template", "mask_from_offsets"]
 
 ROLES = ("system", "user", "assistant", "tool")
 # What --train-on trains (docs/chat.md, "The loss mask"): assistant = every assistant reply as the model
 # generates it; assistant+tool = and the tool results; all = every token.
 TRAIN_ON = ("assistant", "assistant+tool", "all")
 _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
-MAX_TEMPLATE_BYTES = 4 << 20  # a chat template (real ones: under 40 KB)
-MAX_CONFIG_BYTES = 64 << 20  # a tokenizer_config.json (real ones: under 10 MB)
 
 
 class ChatError(ValueError):
@@ -77,61 +78,6 @@ class ChatSpec:
         return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _token_text(v) -> str | None:
-    """A special token as tokenizer_config.json writes it: a string, or a dict with ``content``."""
-    if isinstance(v, str):
-        return v
-    if isinstance(v, dict) and isinstance(v.get("content"), str):
-        return v["content"]
-    return None
-
-
-def _read_text(path: str, limit: int, what: str) -> str:
-    """A regular file's text, at most ``limit`` bytes, UTF-8; else one line naming it."""
-    try:
-        with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NONBLOCK)) as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise PackerError(f"cannot read {what} {path}: not a regular file")
-            data = f.read(limit + 1)
-    except OSError as e:
-        raise PackerError(f"cannot read {what} {path}: {e.strerror or e}") from None
-    if len(data) > limit:
-        raise PackerError(f"cannot read {what} {path}: over {limit >> 20} MB")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise PackerError(f"cannot read {what} {path}: not UTF-8 (byte {e.start})") from None
-
-
-def _read_config(path: str) -> dict:
-    if not os.path.exists(path):
-        return {}
-    text = _read_text(path, MAX_CONFIG_BYTES, "the tokenizer config")
-    try:
-        cfg = json.loads(text)
-    except RecursionError:
-        raise PackerError(f"cannot read {path}: nested too deeply") from None
-    except ValueError as e:
-        raise PackerError(f"cannot read {path}: {e}") from None
-    if not isinstance(cfg, dict):
-        raise PackerError(f"cannot read {path}: a JSON {type(cfg).__name__}, not an object")
-    return cfg
-
-
-def _find_template(folder: str, cfg: dict, cfg_path: str, template_file: str | None) -> tuple[str | None, str]:
-    if template_file is not None:
-        return _read_text(template_file, MAX_TEMPLATE_BYTES, "--chat-template"), template_file
-    t = cfg.get("chat_template")
-    if isinstance(t, list):  # named templates: transformers uses "default"
-        t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)
-    if isinstance(t, str):
-        return t, cfg_path
-    jinja_file = os.path.join(folder, "chat_template.jinja")
-    if os.path.exists(jinja_file):
-        return _read_text(jinja_file, MAX_TEMPLATE_BYTES, "the chat template"), jinja_file
-    return None, ""
-
-
 def load_chat_template(tokenizer: str | None, template_file: str | None, special_tokens: list[str],
                        train_on: str = "assistant", date: str | None = None) -> ChatSpec:
     """The chat template for ``tokenizer`` (a folder or tokenizer.json path), or from ``template_file``.
@@ -150,12 +96,12 @@ def load_chat_template(tokenizer: str | None, template_file: str | None, special
         raise PackerError("--chat needs jinja2 to render chat templates: pip install 'packer[chat]'") from None
     folder = tokenizer if os.path.isdir(tokenizer) else os.path.dirname(os.path.abspath(tokenizer))
     cfg_path = os.path.join(folder, "tokenizer_config.json")
-    cfg = _read_config(cfg_path)
-    template, source = _find_template(folder, cfg, cfg_path, template_file)
+    cfg = read_config(cfg_path)
+    template, source = find_template(folder, cfg, cfg_path, template_file)
     if template is None:
         raise PackerError(f"no chat template for {tokenizer}: none in {cfg_path} or chat_template.jinja; "
                           "pass --chat-template FILE")
-    specials = tuple((k, s) for k in _SPECIAL_KEYS if (s := _token_text(cfg.get(k))) is not None)
+    specials = tuple((k, s) for k in _SPECIAL_KEYS if (s := token_text(cfg.get(k))) is not None)
     if uses_date(template):
         date = date or datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     spec = ChatSpec(template, specials, (), train_on, source, date if uses_date(template) else "",
@@ -182,21 +128,6 @@ def _text_size(x, depth: int = 0) -> int:
     return 8
 
 
-def _common_prefix(a: str, b: str) -> int:
-    """The length of the longest common prefix of ``a`` and ``b``."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
 class ChatRenderer:
     """Renders conversations and finds their trained character spans (one per process)."""
 
@@ -210,6 +141,7 @@ class ChatRenderer:
         self._chars = MIN_CHARS
         self._timeouts = 0  # conversations in a row over their time budget
         self._skeletons = Skeletons()  # per conversation shape: where its replies start (skeleton.py)
+        self._prefixes: dict = {}  # the renderings of a conversation's first messages (render: _prefix)
 
     def _render(self, messages: list[dict], generation_prompt: bool = False) -> tuple[str, list]:
         """(text, generation spans): one bounded render, as ``apply_chat_template`` renders it."""
@@ -264,6 +196,7 @@ class ChatRenderer:
         completion); which of those messages are trained is ``train_on``'s.
         """
         self._chars = max(MIN_CHARS, LIMIT_FACTOR * _text_size(messages))
+        self._prefixes = {}
         text, tagged = self._render(messages)
         if self.spec.train_on == "all":
             return text, [(0, len(text))]
@@ -274,9 +207,9 @@ class ChatRenderer:
         spans: list[tuple[int, int]] = []
         if self.spec.generation:  # the tags give the replies' spans; a prompt's own replies are not trained
             replies = [i for i in which if messages[i]["role"] == "assistant"]
-            if replies:
+            if replies:  # (a completion's tagged span may open before its generation prompt ends: kept whole)
                 floor = 0 if all(trained) else self.turn_start(text, messages, replies[0], 0)
-                spans += [s for s in tagged if s[0] >= floor]
+                spans += [s for s in tagged if s[1] > floor]
             which = [i for i in which if messages[i]["role"] != "assistant"]
         replies = [i for i in which if messages[i]["role"] == "assistant"]
         fast = (self._skeletons.reply_starts(self, text, messages, replies) or {}) if replies else {}
@@ -285,33 +218,56 @@ class ChatRenderer:
             span = self._close(text, i, *fast[i]) if i in fast else self._span(text, messages, i, floor)
             spans.append(span)
             floor = span[1]
-        return text, _merged(spans)
+        return text, merged(spans)
+
+    def _prefix(self, messages: list[dict], n: int, generation_prompt: bool = False) -> str:
+        """The rendering of ``messages[:n]``, kept for the conversation being rendered (``turn_start`` and
+        ``_span`` ask for the same ones)."""
+        key = (id(messages), n, generation_prompt)
+        kept = self._prefixes.get(key)
+        if kept is None or kept[0] is not messages:
+            kept = self._prefixes[key] = (messages, self._render(messages[:n], generation_prompt)[0])
+        return kept[1]
 
     def turn_start(self, text: str, messages: list[dict], i: int, floor: int) -> int:
         """Where message i's turn starts in ``text``: a reply, after its generation prompt (the
         conversation before it rendered with ``add_generation_prompt=True``: where that stops
-        agreeing with ``text``); another message, after the conversation before it, and not before
-        ``floor`` (the end of the span before). ``ChatError`` if the turns before a reply render
-        otherwise once it follows."""
+        agreeing with ``text``; a prompt that text writes after an end-of-turn token of its own, as a
+        template writing end-of-turn tokens only between messages does, is found after it); another
+        message, after the conversation before it, and not before ``floor`` (the end of the span
+        before). ``ChatError`` if the turns before a reply render otherwise once it follows."""
         if messages[i]["role"] != "assistant":
-            return max(floor, _common_prefix(self._render(messages[:i])[0], text) if i else 0)
+            return max(floor, common_prefix(self._prefix(messages, i), text) if i else 0)
         try:
-            prompt = self._render(messages[:i], generation_prompt=True)[0] if i else ""
+            prompt = self._prefix(messages, i, True) if i else ""
         except ChatError:
             if i:
                 raise
             prompt = ""  # a conversation that starts with a reply: the template may need a first message
         if text.startswith(prompt):
             return len(prompt)
-        before = self._render(messages[:i])[0]
+        before = self._prefix(messages, i)
+        header = prompt[len(before):] if prompt.startswith(before) else ""
         if not text.startswith(before):
-            raise ChatError("template_not_prefix",
-                            f"the turns before message {i} render differently once a reply follows them")
-        return max(len(before), _common_prefix(prompt, text))
+            at = realigned(text, before, header, floor)
+            if at is None:
+                raise ChatError("template_not_prefix",
+                                f"the turns before message {i} render differently once a reply follows them")
+            return at
+        at = text.find(header, len(before)) if header else -1
+        if at > len(before) and not self._strip_ends(text[len(before):at]).strip():
+            return at + len(header)
+        return max(len(before), common_prefix(prompt, text))
+
+    def _strip_ends(self, s: str) -> str:
+        for t in self.spec.end_tokens:
+            s = s.replace(t, "")
+        return s
 
     def _span(self, text: str, messages: list[dict], i: int, floor: int) -> tuple[int, int]:
-        """Message i's trained span: from its turn's start through the first end-of-turn token after its
-        content (its content as rendered: as is, or trimmed as templates trim)."""
+        """Message i's trained span: from its turn's start through its own end-of-turn token: the last one
+        in what the conversation through message i renders as ``text`` does, or else the first one after
+        its content (as rendered: as is, or trimmed as templates trim)."""
         start = self.turn_start(text, messages, i, floor)
         first = self._end_after(text, start)
         after = start  # (the content is looked for only to step over an end-of-turn token in it)
@@ -323,16 +279,24 @@ class ChatRenderer:
                 if 0 <= at and (first is None or at < first[0]):
                     after = at + len(cand)
                     break
+        # Where the conversation through message i stops agreeing with the whole one (its end, or where the
+        # template writes this message otherwise once more follow: <|return|> for <|end|>, say): an
+        # end-of-turn token before that point closes the message (a tool call after its analysis: <|call|>).
+        agreed = common_prefix(self._prefix(messages, i + 1), text)
+        own = self._ends_in(text, after, agreed)
+        if own:
+            return start, own[-1][1]
         return self._close(text, i, start, after)
 
     def _close(self, text: str, i: int, start: int, after: int) -> tuple[int, int]:
         """Message i's span from ``start`` (its turn), through the first end-of-turn token at or after
-        ``after`` (the end of its content as rendered)."""
+        ``after`` (the end of its content as rendered); with none after it (a template that writes them
+        only between messages), through its content."""
         end = self._end_after(text, after)
         if end is None:
             if after > start:
                 return start, after
-            raise ChatError("template_mismatch", f"message {i} has no end-of-turn token after it")
+            raise ChatError("template_mismatch", f"message {i} renders nothing known and no end-of-turn token")
         return start, end[1]
 
     def _end_after(self, text: str, pos: int) -> tuple[int, int] | None:
@@ -340,54 +304,51 @@ class ChatRenderer:
         ends = [(at, at + len(t)) for t in self.spec.end_tokens if (at := text.find(t, pos)) >= 0]
         return min(ends) if ends else None
 
+    def _ends_in(self, text: str, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The end-of-turn tokens lying wholly in text[lo:hi], in order."""
+        out = []
+        while (e := self._end_after(text, lo)) is not None and e[1] <= hi:
+            out.append(e)
+            lo = e[1]
+        return out
+
     def probe_end_tokens(self, special_tokens: list[str]) -> set[str]:
-        """The special tokens that close a reply: the one the template writes right after an assistant
-        message's content (probed on a two-turn conversation), and ``eos_token`` where the template
-        writes it. Where the probe fails (a template that needs a system prompt, tools...), every
-        special token the template's source names."""
+        """The special tokens that end a turn: each one the template writes right after the content of a
+        reply (not the last, and the last), of a tool call's arguments or of a tool's result, on small
+        conversations (gpt-oss: <|end|>, <|return|>, <|call|>), and ``eos_token`` where the template
+        writes it. Where no probe renders (a template that needs more), every special token the
+        template's source names."""
         passed = {t for _, t in self.spec.specials}  # (eos_token and kin: written through their names)
         written = {t for t in special_tokens if t in self.spec.template or t in passed}
         eos = dict(self.spec.specials).get("eos_token")
         out = {eos} if eos in written else set()
-        for msgs in ([{"role": "user", "content": "\ue000"}, {"role": "assistant", "content": "\ue001"}],
-                     [{"role": "system", "content": "\ue002"}, {"role": "user", "content": "\ue000"},
-                      {"role": "assistant", "content": "\ue001"}]):
+        hits = set()
+        for msgs, marks in _PROBES:
             try:
                 text = self.render_text(msgs)
             except ChatError:
                 continue
-            at = text.find("\ue001")
-            rest = text[at + 1:].lstrip(" \n") if at >= 0 else ""
-            hit = [t for t in written if rest.startswith(t)]
-            if hit:
-                return out | {max(hit, key=len)}
-        return out or written
+            for m in marks:
+                at = text.find(m)
+                rest = text[at + len(m):].lstrip(" \n\"'}]") if at >= 0 else ""
+                hit = [t for t in written if rest.startswith(t)]
+                if hit:
+                    hits.add(max(hit, key=len))
+        return out | hits if hits else (out or written)
 
 
-def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for s, e in sorted(x for x in spans if x[1] > x[0]):
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], e))
-        else:
-            out.append((s, e))
-    return out
+def _probes() -> list:
+    """(conversation, markers after which an end-of-turn token is looked for): private-use markers."""
+    u, s = {"role": "user", "content": "\ue000"}, {"role": "system", "content": "\ue002"}
+
+    def a(k):
+        return {"role": "assistant", "content": chr(0xe010 + k)}
+
+    call = {"role": "assistant", "content": "\ue020",
+            "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"q": "\ue021"}}}]}
+    tool = {"role": "tool", "content": "\ue022"}
+    return [([u, a(0)], ["\ue010"]), ([s, u, a(0)], ["\ue010"]), ([u, a(1), u, a(0)], ["\ue011", "\ue010"]),
+            ([u, call, tool, a(0)], ["\ue021", "\ue022", "\ue010"]), ([u, call, tool], ["\ue020", "\ue021", "\ue022"])]
 
 
-def mask_from_offsets(offsets: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
-    """(tokens,) uint8: 1 where a token's character range [start, end) overlaps a span.
-
-    ``offsets`` is (tokens, 2) character offsets into the rendered string;
-    ``spans`` are sorted, disjoint [start, end). The rule of transformers'
-    ``assistant_masks``: for each token, the first span ending after its
-    start; trained if the token ends after that span begins.
-    """
-    n = len(offsets)
-    if not spans or not n:
-        return np.zeros(n, np.uint8)
-    s = np.array(spans, dtype=np.int64)
-    j = np.searchsorted(s[:, 1], offsets[:, 0], side="right")
-    ok = j < len(s)
-    out = np.zeros(n, np.uint8)
-    out[ok] = offsets[ok, 1] > s[j[ok], 0]
-    return out
+_PROBES = _probes()

@@ -79,7 +79,7 @@ def test_fingerprint_is_the_same_under_every_hash_seed(tmp_path):
     folder = tmp_path / "tok"
     folder.mkdir()
     (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"chat_template": "{% if messages | length < 4 %}{{ raise_exception('short') }}{% endif %}"  # (no probe fits:
+        {"chat_template": "{% if messages | length < 9 %}{{ raise_exception('short') }}{% endif %}"  # (no probe fits:
                           "{% for m in messages %}{{ m.content + '<|a|><|b|><|c|>' }}{% endfor %}"}))  # all 3 close)
     code = ("from packer.tokenize.chat import load_chat_template as L; "
             f"s = L({str(folder)!r}, None, ['<|b|>', '<|a|>', '<|c|>']); assert len(s.end_tokens) == 3; "
