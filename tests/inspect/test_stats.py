@@ -453,7 +453,7 @@ def test_workers_in_threads_where_no_fork_give_the_same_report(sample_build, mon
     from packer.inspect.figures import to_json
 
     forked = to_json(figures(check(sample_build, workers=3)))
-    monkeypatch.setattr(st, "_can_fork", lambda: False)
+    monkeypatch.setattr(st.procs, "can_fork", lambda: False)
     monkeypatch.setattr(st, "_in_processes", None)  # (would fail if called)
     assert to_json(figures(check(sample_build, workers=3))) == forked == to_json(figures(check(sample_build)))
 
