@@ -18,6 +18,7 @@ Used by the build's pool (``pipeline/engines/local.py``) and by ``packer stats -
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -28,6 +29,7 @@ PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 QUIET_S = 5.0  # seconds between looks at the workers
 STOPPED_CHECKS = 2  # looks in a row that find a worker stopped before the run fails
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _INTERRUPTED: list = []  # in a worker, non-empty once Ctrl-C reached it (``note_interrupt``): no lock in a handler
 
 
@@ -43,6 +45,22 @@ def can_fork(ignore: tuple = ()) -> bool:
 
     others = [t for t in threading.enumerate() if t is not threading.current_thread() and t.name not in ignore]
     return "fork" in mp.get_all_start_methods() and not others
+
+
+@contextlib.contextmanager
+def starting():
+    """Hold Ctrl-C, SIGTERM and SIGHUP while the block forks workers; they arrive after it. (Raised
+    inside a fork's own after-fork hooks, logging's among them, a KeyboardInterrupt is printed as
+    "Exception ignored" and lost: measured, the run then went on to exit 0.) The workers let them
+    through again (``start_worker``)."""
+    held = hasattr(signal, "pthread_sigmask")
+    if held:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        if held:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def die_with_parent() -> None:
@@ -70,6 +88,8 @@ def start_worker(note_interrupt: bool = False) -> None:
     signal.signal(signal.SIGINT, (lambda s, f: _INTERRUPTED.append(s)) if note_interrupt else signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):  # forked inside ``starting``
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def interrupted() -> bool:

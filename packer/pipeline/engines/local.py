@@ -18,6 +18,7 @@ with one line instead of hanging it: packer/procs.py, the signal path that
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue
@@ -110,12 +111,11 @@ def make_pool(workers: int, job: Job, key: str) -> ProcessPoolExecutor:
     cache). Otherwise (a fork would copy other threads' locks) from a forkserver. An object-store lock's
     renewal thread does not count: a fork waits for its renewal (packer/io/object_lock.py)."""
     methods = mp.get_all_start_methods()
-    if procs.can_fork(ignore=(LEASE_THREAD,)):
-        ctx = mp.get_context("fork")
-    else:
-        ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=start_pool_worker, initargs=(key, job))
-    pool.submit(int).result()  # start the processes now, before this process starts threads
+    fork = procs.can_fork(ignore=(LEASE_THREAD,))
+    ctx = mp.get_context("fork" if fork else "forkserver" if "forkserver" in methods else "spawn")
+    with procs.starting() if fork else contextlib.nullcontext():  # (a signal inside a fork's hooks is lost)
+        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=start_pool_worker, initargs=(key, job))
+        pool.submit(int).result()  # start the processes now, before this process starts threads
     return pool
 
 
