@@ -27,8 +27,8 @@ A worker that makes no progress (a chunk tokenized, its unit written) for
 Ray would wait on forever) fails the build in one line naming its unit. A
 local Ray this build started is shut down at its end, and also after a
 SIGKILL of the build: a watchdog process (``_Watchdog``) waits for the build's
-end on a pipe and then kills every process of that Ray (it marks them in
-their environment when they start): Ray's own fate sharing stops its GCS and
+end on a pipe and then kills every process of that Ray (those started with
+its mark in their environment, and their descendants): Ray's own fate sharing stops its GCS and
 raylet, but left the raylet's agents and starting workers running.
 
 Ray is imported only here, only when ``--engine ray`` is asked for
@@ -243,27 +243,53 @@ def _result(gen, u: Unit, job: Job) -> dict | None:
     return rec
 
 
-# The watchdog: a process of its own session (a Ctrl-C or a SIGKILL of the build's group does not reach it),
-# which waits for EOF on its stdin (the build's end, however it ends) and then SIGKILLs every process whose
-# environment holds its mark, until none is left for three looks in a row (at most 60 s).
+# The watchdog: a process of its own session (a Ctrl-C or a SIGKILL of the build's group does not reach it).
+# Once a second, while the build runs, it notes every process whose environment holds its mark, and their
+# descendants (Ray's agents and workers: their process titles overwrite what /proc shows of their
+# environment, and they are reparented the moment the raylet dies). At EOF on its stdin (the build's end,
+# however it ends) it SIGKILLs every one noted (pid and start time, so a reused pid is spared), until none
+# is left for three looks in a row (at most 60 s).
 _GUARD = r"""
-import os, signal, sys, time
+import os, select, signal, sys, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
-mark = sys.argv[1].encode()
-sys.stdin.buffer.read()
-def marked():
+mark, me = sys.argv[1].encode(), os.getpid()
+known = {}
+def look():
+    procs = {}
     for d in os.listdir("/proc"):
-        if d.isdigit() and int(d) != os.getpid():
+        if d.isdigit() and int(d) != me:
             try:
-                with open("/proc/%s/environ" % d, "rb") as f:
-                    if mark in f.read().split(b"\0"):
-                        yield int(d)
-            except OSError:
+                with open("/proc/%s/stat" % d, "rb") as f:
+                    st = f.read().rsplit(b")", 1)[1].split()
+                procs[int(d)] = (int(st[1]), st[19])
+            except (OSError, IndexError, ValueError):
                 pass
+    for pid, (ppid, start) in procs.items():
+        if pid in known:  # (the others are read again: one caught between its fork and its exec reads unmarked)
+            continue
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                hit = mark in f.read().split(b"\0")
+        except OSError:
+            hit = False
+        if hit:
+            known[pid] = start
+    grew = True
+    while grew:
+        grew = False
+        for pid, (ppid, start) in procs.items():
+            if pid not in known and ppid in known and procs.get(ppid, (0, b""))[1] == known[ppid]:
+                known[pid], grew = start, True
+    return procs
+while True:
+    look()
+    if select.select([0], [], [], 1.0)[0] and not os.read(0, 4096):
+        break
 quiet, end = 0, time.monotonic() + 60
 while quiet < 3 and time.monotonic() < end:
-    found = list(marked())
+    procs = look()
+    found = [pid for pid, start in known.items() if pid in procs and procs[pid][1] == start]
     for pid in found:
         try:
             os.kill(pid, signal.SIGKILL)
