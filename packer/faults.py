@@ -8,7 +8,8 @@ only while unit k is built) in a build's environment. Points:
 - ``manifest``: before the manifest is written
 - ``kill-worker``: SIGKILL this worker process only (tests worker-death handling)
 - ``enospc``: an atomic write fails with "No space left on device"
-- ``slow``: every chunk takes 2 s longer to tokenize (a build long enough to be signalled)
+- ``slow``: every chunk takes 2 s longer to tokenize, every shard 2 s longer to check in a ``packer stats
+  --workers`` checker (a run long enough to be signalled)
 
 Any other point kills the whole process group with SIGKILL, as a power cut
 would. With the variable unset, ``point`` costs one dict lookup.

@@ -29,8 +29,9 @@ from itertools import islice
 
 import numpy as np
 
+from .. import faults, procs
 from .. import shards as S
-from ..errors import ShardError
+from ..errors import PackerError, ShardError
 from ..io import storage_for
 from ..io.cpus import cpu_limit
 from ..shards.manifest_stream import ManifestStream
@@ -107,7 +108,7 @@ def check(out: str, deep: bool = True, progress=None, workers: int = 1) -> Repor
         return _check_shard(Report(out, m, deep), store, objects, e, (seq_len, dtype, vocab, pad_id), progress)
 
     entries = ms.entries()
-    if workers > 1 and ms.n > 1 and store.fork_safe and _can_fork():
+    if workers > 1 and ms.n > 1 and store.fork_safe and procs.can_fork():
         for part in _in_processes(entries, workers, (out, m, deep, (seq_len, dtype, vocab, pad_id)), progress):
             _merge(rep, part)
     elif workers > 1 and ms.n > 1:  # a store (the time is in requests, which release the GIL), or no fork
@@ -172,30 +173,46 @@ def _check_shard(part: Report, store, objects: dict, e: dict, shape: tuple, prog
 
 
 def _in_processes(entries, workers: int, job: tuple, progress):
-    """Reports of 16 shards each (``_check_shard``, merged), in manifest order, from ``workers``
+    """Reports of up to 16 shards each (``_check_shard``, merged), in manifest order, from ``workers``
     processes, a window of tasks at a time. Threads do not scale here: most of a shard's check
-    holds the GIL (16 threads took 2.2x the time of one: docs/benchmarks.md). Forked (``_can_fork``):
-    a spawned worker would import the caller's main module again, which a notebook or stdin lacks."""
+    holds the GIL (16 threads took 2.2x the time of one: docs/benchmarks.md). Forked (``procs.can_fork``):
+    a spawned worker would import the caller's main module again, which a notebook or stdin lacks.
+    Under signals the checkers are the build's workers (packer/procs.py): they die with this process,
+    Ctrl-C ends their task at the next shard (a second one kills them), and a checker that dies or is
+    stopped ends the check in one line."""
     import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
 
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=procs.start_worker,
+                               initargs=(True,))
+    watch = procs.Watch("checker process", "packer stats", "run it again")
+    kill, nudge = False, False
+    try:
+        with procs.starting():  # (the checkers are forked at the first task: here, while no signal may land)
+            pool.submit(int).result()
         while window := list(islice(entries, 16 * 4 * workers)):
-            tasks = [window[a:a + 16] for a in range(0, len(window), 16)]
-            for task, part in zip(tasks, pool.map(_check_entries, [(job, t) for t in tasks])):
+            step = max(1, min(16, -(-len(window) // workers)))  # few shards: spread over every checker
+            tasks = [window[a:a + step] for a in range(0, len(window), step)]
+            futures = [pool.submit(_check_entries, (job, t)) for t in tasks]
+            for task, fut in zip(tasks, futures):
+                while not wait([fut], timeout=procs.QUIET_S).done:
+                    watch.look(pool)
                 if progress is not None:
                     progress(sum(int(e["bytes"]) for e in task))
-                yield part
-
-
-def _can_fork() -> bool:
-    """Whether this process may fork its checkers: POSIX, and no other thread running (a fork copies
-    other threads' locks; the build's pool follows the same rule, packer/pipeline/engines/local.py).
-    Otherwise ``--workers`` checks in threads."""
-    import multiprocessing as mp
-    import threading
-
-    return "fork" in mp.get_all_start_methods() and threading.active_count() == 1
+                yield fut.result()
+    except BrokenProcessPool:
+        kill = True
+        raise PackerError("a checker process died (killed, or out of memory) before its shards were checked; "
+                          "nothing was changed: run packer stats again") from None
+    except procs.WorkerStopped:
+        kill = True
+        raise
+    except (KeyboardInterrupt, GeneratorExit):  # (GeneratorExit: the caller stopped reading, on its own Ctrl-C)
+        nudge = True
+        raise
+    finally:
+        procs.close(pool, kill_first=kill, nudge=nudge)
 
 
 def _check_entries(args: tuple) -> Report:
@@ -205,6 +222,9 @@ def _check_entries(args: tuple) -> Report:
     store, task = storage_for(out), Report(out, m, deep)
     task.row_tokens = np.zeros(1, dtype=np.int64)
     for e in entries:
+        if procs.interrupted():  # Ctrl-C: the caller is stopping and drops this report
+            break
+        faults.point("slow")  # (the signal tests' fault: 2 s a shard)
         _merge(task, _check_shard(Report(out, m, deep), store, None, e, shape, None))
     return task
 

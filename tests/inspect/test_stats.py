@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
+import subprocess
 import sys
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -455,6 +458,7 @@ def test_workers_0_checks_with_one_process_per_cpu_this_process_may_use(sample_b
     used = []
     real = st._in_processes
     monkeypatch.setattr(st, "cpu_limit", lambda: CpuLimit(3, "a test's quota"))
+    monkeypatch.setattr(st.procs, "can_fork", lambda *a, **k: True)  # (a thread an earlier test left must not send it to threads)
     monkeypatch.setattr(st, "_in_processes", lambda entries, workers, *a: used.append(workers) or real(entries, workers, *a))
     assert run("stats", sample_build, "--workers", "0").exit_code == 0
     assert used == [3]
@@ -467,7 +471,7 @@ def test_workers_in_threads_where_no_fork_give_the_same_report(sample_build, mon
     from packer.inspect.figures import to_json
 
     forked = to_json(figures(check(sample_build, workers=3)))
-    monkeypatch.setattr(st, "_can_fork", lambda: False)
+    monkeypatch.setattr(st.procs, "can_fork", lambda: False)
     monkeypatch.setattr(st, "_in_processes", None)  # (would fail if called)
     assert to_json(figures(check(sample_build, workers=3))) == forked == to_json(figures(check(sample_build)))
 
@@ -552,3 +556,111 @@ def test_memory_does_not_grow_with_the_shard_count(many, tmp_path, monkeypatch):
         peaks[name] = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     assert peaks["many"] - peaks["small"] < 100 * 800, peaks  # ~54 B (hashes, sorted once); was ~1.5 kB: entries, figures, listing
+
+
+# --------------------------------------------------------------------------
+# --workers under signals (issue 41.5): the checkers share the build's signal path (packer/procs.py).
+
+@pytest.fixture(scope="module")
+def sixteen_shards(tmp_path_factory):
+    """A build of 16 shards: under the ``slow`` fault each takes a checker 2 s, so 4 checkers are busy ~8 s."""
+    from packer import BuildConfig, build
+
+    from tests.conftest import write_jsonl
+
+    root = tmp_path_factory.mktemp("signals")
+    src = write_jsonl(root / "in.jsonl", [f"document {i} " + "lorem ipsum " * (i % 40 + 1) for i in range(3200)])
+    out = str(root / "out")
+    build(BuildConfig.of(inputs=(src,), out=out, seq_len=128, workers=1, unit_bytes=12_000, quiet=True))
+    assert len(os.listdir(os.path.join(out, "shards"))) >= 16
+    return out
+
+
+def _slow_stats(out):
+    """``packer stats --workers 4`` with 2 s a shard, once its 4 checkers run; (process, checker pids)."""
+    from tests.pipeline.engines.test_local import alive, children
+
+    p = subprocess.Popen([sys.executable, "-m", "packer.cli", "stats", out, "--workers", "4", "-q"],
+                         start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PACKER_FAULT": "slow"})
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        kids = children(p.pid) if alive(p.pid) else set()
+        if len(kids) >= 4:
+            return p, kids
+        time.sleep(0.05)
+    p.kill()
+    raise AssertionError(f"the checkers did not start: {p.communicate()}")
+
+
+def _gone(pids, seconds=60.0) -> set:
+    from tests.pipeline.engines.test_local import wait_gone
+
+    return wait_gone(pids, seconds)
+
+
+needs_proc = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process state from /proc")
+
+
+@needs_proc
+@pytest.mark.slow
+def test_ctrl_c_to_the_group_stops_every_checker_in_one_line(sixteen_shards):
+    p, kids = _slow_stats(sixteen_shards)
+    os.killpg(p.pid, signal.SIGINT)  # what the terminal sends: every checker gets it too
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and err.strip() == "packer: interrupted", err
+    assert not _gone(kids), "checkers outlived packer stats"
+
+
+@needs_proc
+@pytest.mark.slow
+def test_a_second_ctrl_c_to_the_main_process_kills_the_checkers(sixteen_shards):
+    """Ctrl-C to the main process alone: it tells the checkers; a second one does not wait for them."""
+    p, kids = _slow_stats(sixteen_shards)
+    os.kill(p.pid, signal.SIGINT)
+    time.sleep(0.1)
+    os.kill(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130 and "Traceback" not in err, err
+    assert not _gone(kids), "checkers outlived packer stats"
+
+
+@needs_proc
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_no_checker_outlives_the_main_process(sixteen_shards, sig):
+    p, kids = _slow_stats(sixteen_shards)
+    os.kill(p.pid, sig)  # the main process alone: its checkers die with it (PR_SET_PDEATHSIG)
+    p.communicate(timeout=120)
+    assert p.returncode == -sig
+    assert not _gone(kids), "checkers outlived packer stats"
+
+
+@needs_proc
+@pytest.mark.slow
+def test_a_killed_checker_is_one_line(sixteen_shards):
+    p, kids = _slow_stats(sixteen_shards)
+    os.kill(min(kids), signal.SIGKILL)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 2, err
+    assert len(err.strip().splitlines()) == 1 and "a checker process died" in err and "Traceback" not in err, err
+    assert not _gone(kids)
+
+
+@needs_proc
+@pytest.mark.slow
+def test_a_stopped_checker_is_one_line_not_a_hang(sixteen_shards):
+    """Two looks 5 s apart find it stopped: one line naming it, every checker gone (bounded by events, not a clock)."""
+    p, kids = _slow_stats(sixteen_shards)
+    victim = min(kids)
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        _, err = p.communicate(timeout=180)
+    finally:
+        if _gone([victim], 0):
+            os.kill(victim, signal.SIGKILL)
+    assert p.returncode == 2, err
+    assert f"checker process {victim} is stopped" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not _gone(kids)

@@ -10,17 +10,18 @@ build's backend check) runs before any unit is assembled. At most
 ``2 * workers + 2`` chunks are read ahead of the tokenizers, and units are let
 in by a ``reader.Window``.
 
-Workers die with the build's process (``worker.die_with_parent``), and a
+Workers die with the build's process, a second Ctrl-C kills them, and a
 worker that stops answering because it was stopped (SIGSTOP) fails the build
-with one line instead of hanging it (``_Scheduler.watch``).
+with one line instead of hanging it: packer/procs.py, the signal path that
+``packer stats --workers`` shares.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue
-import signal
 import threading
 import time
 import uuid
@@ -29,6 +30,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Iterator, Literal
 
+from ... import procs
 from ...errors import PackerError
 from ...formats import PART_BYTES
 from ...io.cpus import cpu_limit
@@ -40,8 +42,7 @@ from .base import Chunk, FirstTask, Progress, UnitEnd, chunks_at_most
 from .reader import ReaderFailed, Span, Window, read_span, read_units, units_for
 from .worker import JOBS, bounded_malloc, bounded_threads, one_core_tokenizer, start_pool_worker
 
-QUIET_S = 5.0  # seconds between looks at the workers (and the longest wait for one event)
-STOPPED_CHECKS = 2  # looks in a row that find a worker stopped (SIGSTOP) before the build fails
+QUIET_S = procs.QUIET_S  # seconds between looks at the workers (and the longest wait for one event)
 
 
 class LocalEngine:
@@ -122,23 +123,13 @@ def make_pool(workers: int, job: Job, key: str) -> ProcessPoolExecutor:
     cache). Otherwise (a fork would copy other threads' locks) from a forkserver. An object-store lock's
     renewal thread does not count: a fork waits for its renewal (packer/io/object_lock.py)."""
     methods = mp.get_all_start_methods()
-    others = [t for t in threading.enumerate() if t is not threading.current_thread() and t.name != LEASE_THREAD]
-    if "fork" in methods and not others:
-        ctx = mp.get_context("fork")
-    else:
-        ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=start_pool_worker, initargs=(key, job))
-    pool.submit(int).result()  # start the processes now, before this process starts threads
+    fork = procs.can_fork(ignore=(LEASE_THREAD,))
+    ctx = mp.get_context("fork" if fork else "forkserver" if "forkserver" in methods else "spawn")
+    with procs.starting() if fork else contextlib.nullcontext():  # (a signal inside a fork's hooks is lost)
+        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=start_pool_worker, initargs=(key, job))
+        pool.submit(int).result()  # start the processes now, before this process starts threads
     return pool
 
-
-def _stopped(pid: int) -> bool:
-    """Whether process ``pid`` is stopped (SIGSTOP, Ctrl-Z): state T in /proc (Linux; else False)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
-    except (OSError, IndexError):
-        return False
 
 
 class _Scheduler:
@@ -188,7 +179,7 @@ class _Scheduler:
         self.waiting = first is not None  # no unit is assembled before the first task's result is in
         self.held: list[int] = []  # units ready meanwhile
         self.left = len(todo)
-        self.quiet = 0  # checks in a row that found a stopped worker
+        self.watcher = procs.Watch("worker process", "the build", "finished units are kept: rerun with --resume")
         self.watched = time.monotonic()
         self.unit = None  # the unit the last event was about, for the message if a worker dies
 
@@ -224,7 +215,7 @@ class _Scheduler:
         except BrokenProcessPool:  # from a result, or from submitting to the pool once it broke
             raise PackerError(f"a worker process died (killed, or out of memory) while building unit {self.unit}; "
                               "nothing half-written was kept: rerun with --resume") from None
-        except _WorkerStopped:
+        except procs.WorkerStopped:
             kill = True
             raise
         finally:
@@ -244,16 +235,10 @@ class _Scheduler:
             return None
 
     def watch(self) -> None:
-        """Every ``QUIET_S``: a worker found stopped (SIGSTOP) ``STOPPED_CHECKS`` times in a row fails the build
-        (the others may go on for a while, but the units it holds can never finish)."""
+        """Every ``QUIET_S``: a worker found stopped (SIGSTOP) ``procs.STOPPED_CHECKS`` times in a row fails the
+        build (the others may go on for a while, but the units it holds can never finish)."""
         self.watched = time.monotonic()
-        processes = getattr(self.pool, "_processes", None) or {}
-        stopped = [pid for pid in list(processes) if _stopped(pid)]
-        self.quiet = self.quiet + 1 if stopped else 0
-        if self.quiet >= STOPPED_CHECKS:
-            raise _WorkerStopped(
-                f"worker process {stopped[0]} is stopped (SIGSTOP or Ctrl-Z) and the build cannot go on without it; "
-                "finished units are kept: rerun with --resume")
+        self.watcher.look(self.pool)
 
     def _submit(self, kind: str, u: int, seq: int | None, fut: Future) -> None:
         self.in_flight += 1
@@ -303,32 +288,13 @@ class _Scheduler:
     def _close(self, kill: bool) -> None:
         self.stop.set()
         if self.pool is not None:
-            if kill:
-                self._kill_workers()
-            try:
-                # On failure or Ctrl-C, queued tasks are cancelled and the workers
-                # finish the task in hand (a chunk or one unit's packing: seconds)
-                # and exit. They are killed only when waiting is not possible (a
-                # stopped worker, a second Ctrl-C): one killed while sending its
-                # result can leave a half message in the result pipe.
-                self.pool.shutdown(wait=True, cancel_futures=True)
-            except KeyboardInterrupt:  # a second Ctrl-C while the workers finish: stop now
-                self._kill_workers()
-                raise
+            # On failure or Ctrl-C, queued tasks are cancelled and the workers finish the task in hand
+            # (a chunk or one unit's packing: seconds) and exit; killed at once only for a stopped
+            # worker, or on a second Ctrl-C meanwhile (procs.close).
+            procs.close(self.pool, kill_first=kill)
         self._remove_folder()
         self.reader.join(timeout=5)
-
-    def _kill_workers(self) -> None:
-        for pid in list(getattr(self.pool, "_processes", None) or {}):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
 
     def _remove_folder(self) -> None:
         if self.folder is not None:
             self.folder.remove()
-
-
-class _WorkerStopped(PackerError):
-    pass

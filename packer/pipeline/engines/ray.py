@@ -22,14 +22,28 @@ driver holds only their records and memory on a node is bounded by the units
 it runs: a task's worker peaks at about 5 bytes per input byte of its unit
 over a ~125 MB process (measured with GPT-2: docs/distributed.md).
 
+A worker that makes no progress (a chunk tokenized, its unit written) for
+``PACKER_RAY_STALL_S`` seconds (default 600; a stopped or hung process, which
+Ray would wait on forever) fails the build in one line naming its unit. A
+local Ray this build started is shut down at its end, and also after a
+SIGKILL of the build: a watchdog process (``_Watchdog``) waits for the build's
+end on a pipe and then kills every process of that Ray (those started with
+its mark in their environment, and their descendants): Ray's own fate sharing stops its GCS and
+raylet, but left the raylet's agents and starting workers running.
+
 Ray is imported only here, only when ``--engine ray`` is asked for
 (``pip install packer[ray]``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import subprocess
+import sys
+import time
+import uuid
 from typing import Iterator
 
 from ... import shards as S
@@ -43,17 +57,32 @@ from .worker import prepare_worker
 
 MAX_RETRIES = 3  # a unit is run again this many times after its worker dies
 FORWARD_ENV = ("PACKER_FAULT", "PACKER_FAULT_UNIT")  # fault injection (packer/faults.py) reaches the tasks
+STALL_ENV, STALL_S = "PACKER_RAY_STALL_S", 600.0  # seconds a unit's task may go without progress
+LOOK_S = 5.0  # the longest wait for a task's next step before the stall bound is looked at
+OWNER_ENV = "PACKER_RAY_OWNER"  # marks the processes of a local Ray this build started (``_Watchdog``)
 
 
 def run_unit(job: Job, unit: Unit) -> dict:
     """Read, tokenize, pack and write one unit in this process; return its record."""
-    chunks = [encode_chunk(job, unit.index, ev.parts)
-              for ev in cut_chunks([unit], job.read_field, job.output.max_record_bytes) if isinstance(ev, Chunk)]
-    return assemble_unit(job, unit, chunks)
+    steps = unit_steps(job, unit)
+    for rec in steps:
+        if rec is not None:
+            return rec
 
 
-def packer_unit(job: Job, unit: Unit, cwd: str) -> dict:
-    """What a Ray worker runs for one unit (its process title reads ray::packer_unit meanwhile)."""
+def unit_steps(job: Job, unit: Unit) -> Iterator[dict | None]:
+    """``run_unit`` a step at a time: None after each chunk tokenized, then the unit's record."""
+    chunks = []
+    for ev in cut_chunks([unit], job.read_field, job.output.max_record_bytes):
+        if isinstance(ev, Chunk):
+            chunks.append(encode_chunk(job, unit.index, ev.parts))
+            yield None
+    yield assemble_unit(job, unit, chunks)
+
+
+def packer_unit(job: Job, unit: Unit, cwd: str) -> Iterator[dict | None]:
+    """What a Ray worker runs for one unit, streamed (its process title reads ray::packer_unit meanwhile):
+    None as each chunk is tokenized (the driver's sign of progress), then the unit's record."""
     prepare_worker()
     local = [p for p in [job.out] + [sl.file.path for sl in unit.slices] if storage_for(p).local]
     if local and os.getcwd() != cwd and any(not os.path.isabs(p) for p in local):
@@ -70,7 +99,7 @@ def packer_unit(job: Job, unit: Unit, cwd: str) -> dict:
 
             raise PackerError(f"{p} is not on Ray node {ray.util.get_node_ip_address()}: with --engine ray, inputs and "
                               "OUT must be on a filesystem every node shares, or URIs (s3://...)")
-    return run_unit(job, unit)
+    yield from unit_steps(job, unit)
 
 
 class RayEngine:
@@ -86,23 +115,42 @@ class RayEngine:
             first: FirstTask | None = None) -> Iterator[tuple[Unit, dict]]:
         if first is not None and not first.run_here(job):  # here, in the driver, before any unit
             return
-        started = _connect(self.address, self.workers, self.quiet)
+        stall = _stall_bound()
+        watchdog = _Watchdog()
+        try:
+            started = _connect(self.address, self.workers, self.quiet, watchdog)
+        except BaseException:
+            watchdog.close()
+            raise
         import ray
 
         try:
             cpus = int(ray.cluster_resources().get("CPU", 1))
             in_flight = max(1, min(self.workers or cpus, len(todo)))
-            yield from _run_tasks(todo, job, progress, in_flight)
+            yield from _run_tasks(todo, job, progress, in_flight, stall)
             nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
             self.notes.append(f"engine ray: {len(todo)} unit(s) as tasks on {cpus} CPU(s), {nodes} node(s), "
                               f"at most {in_flight} at once")
         finally:
             if started:
                 ray.shutdown()
+            watchdog.close()  # (and what the shutdown left, it kills)
 
 
-def _connect(address: str | None, workers: int, quiet: bool) -> bool:
-    """Connect to Ray (or start it here); True if this call started it."""
+def _stall_bound() -> float:
+    """``PACKER_RAY_STALL_S`` (seconds > 0), else ``STALL_S``."""
+    raw = os.environ.get(STALL_ENV, "")
+    try:
+        bound = float(raw) if raw.strip() else STALL_S
+    except ValueError:
+        bound = -1.0
+    if not bound > 0:
+        raise PackerError(f"{STALL_ENV}={raw!r}: give the seconds a Ray worker may go without progress (a number > 0)")
+    return bound
+
+
+def _connect(address: str | None, workers: int, quiet: bool, watchdog) -> bool:
+    """Connect to Ray (or start it here, its processes marked for ``watchdog``); True if this call started it."""
     try:
         import ray
     except ImportError:
@@ -114,50 +162,67 @@ def _connect(address: str | None, workers: int, quiet: bool) -> bool:
     try:
         if address:
             ray.init(address=address, **kwargs)
-        else:  # a private Ray on this machine, stopped at the end of the build
-            ray.init(address="local", num_cpus=workers or cpu_limit().count, include_dashboard=False, **kwargs)
+        else:  # a private Ray on this machine, stopped at the end of the build (or by the watchdog)
+            with watchdog.marking():
+                ray.init(address="local", num_cpus=workers or cpu_limit().count, include_dashboard=False, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise PackerError(f"cannot connect to Ray at {address or 'a new local instance'}: {str(e).strip().splitlines()[0]}") from None
     return True
 
 
-def _run_tasks(todo: list[Unit], job: Job, progress: Progress, in_flight: int) -> Iterator[tuple[Unit, dict]]:
-    """The ``todo`` units as Ray tasks, at most ``in_flight`` at once; yield (unit, record) as each ends."""
+def _run_tasks(todo: list[Unit], job: Job, progress: Progress, in_flight: int,
+               stall: float) -> Iterator[tuple[Unit, dict]]:
+    """The ``todo`` units as Ray tasks, at most ``in_flight`` at once; yield (unit, record) as each ends.
+    A task streams a step per chunk (``packer_unit``); one with no step for ``stall`` s fails the build."""
     import ray
 
     env = {k: os.environ[k] for k in FORWARD_ENV if k in os.environ}
-    opts = dict(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)
+    opts = dict(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False, num_returns="streaming")
     if env:
         opts["runtime_env"] = {"env_vars": env}
     task = ray.remote(**opts)(packer_unit)
     job_ref = ray.put(job)  # the Job holds the tokenizer JSON (MBs): stored once, not per task
     cwd = os.getcwd()
     pending = list(reversed(todo))  # popped from the end: unit order
-    running: dict = {}  # ObjectRef -> Unit
+    running: dict = {}  # ObjectRefGenerator -> [Unit, time of its last step (time.monotonic)]
     try:
         while pending or running:
             while pending and len(running) < in_flight:
                 u = pending.pop()
-                running[task.remote(job_ref, u, cwd)] = u
-            ready, _ = ray.wait(list(running), num_returns=1)
-            for ref in ready:
-                u = running.pop(ref)
-                rec = _result(ref, u, job)
+                running[task.remote(job_ref, u, cwd)] = [u, time.monotonic()]
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=min(LOOK_S, stall))
+            for gen in ready:
+                u = running[gen][0]
+                running[gen][1] = time.monotonic()
+                rec = _result(gen, u, job)
+                if rec is None:
+                    continue
+                del running[gen]
                 progress.unit_done(u, rec["documents"], rec["tokens"])
                 yield u, rec
+            _check_stall(running, stall)
     except BaseException:
-        for ref in running:
-            ray.cancel(ref, force=True)
+        for gen in running:
+            ray.cancel(gen, force=True)
         raise
 
 
-def _result(ref, u: Unit, job: Job) -> dict:
-    """A finished task's record, or the one-line error a local build would give."""
+def _check_stall(running: dict, stall: float) -> None:
+    now = time.monotonic()
+    late = [u for u, last in running.values() if now - last > stall]
+    if late:
+        raise PackerError(f"unit {late[0].index}'s Ray worker made no progress for {stall:g} s (stopped, or hung); "
+                          f"finished units are kept: rerun with --resume ({STALL_ENV} sets the bound)")
+
+
+def _result(gen, u: Unit, job: Job) -> dict | None:
+    """A task's next step (``gen``: its stream, with a step ready): None for a chunk, its record at
+    the end, or the one-line error a local build would give."""
     import ray
     from ray.exceptions import RayError, RayTaskError
 
     try:
-        rec = ray.get(ref)
+        rec = ray.get(next(gen))
     except RayTaskError as e:  # the task raised: the same error as a local build would
         cause = e.cause if isinstance(e.cause, BaseException) else None
         if cause is not None:
@@ -168,7 +233,103 @@ def _result(ref, u: Unit, job: Job) -> dict:
             f"a Ray worker died ({type(e).__name__}: killed, out of memory, or its node lost) while building "
             f"unit {u.index}, {MAX_RETRIES + 1} times; nothing half-written was kept: rerun with --resume"
         ) from None
+    except StopIteration:
+        raise PackerError(f"unit {u.index}'s Ray task ended without its record (an internal error; please "
+                          "report it); finished units are kept: rerun with --resume") from None
+    if rec is None:
+        return None
     if storage_for(job.out).size(rec["path"]) != rec["bytes"]:
         raise PackerError(f"unit {u.index}'s shard was written on a Ray node but is not in {job.out} here: "
                           "with --engine ray, OUT must be on a filesystem every node shares, or a URI")
     return rec
+
+
+# The watchdog: a process of its own session (a Ctrl-C or a SIGKILL of the build's group does not reach it).
+# Once a second, while the build runs, it notes every process whose environment holds its mark, and their
+# descendants (Ray's agents and workers: their process titles overwrite what /proc shows of their
+# environment, and they are reparented the moment the raylet dies). At EOF on its stdin (the build's end,
+# however it ends) it SIGKILLs every one noted (pid and start time, so a reused pid is spared), until none
+# is left for three looks in a row (at most 60 s).
+_GUARD = r"""
+import os, select, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+mark, me = sys.argv[1].encode(), os.getpid()
+known = {}
+def look():
+    procs = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != me:
+            try:
+                with open("/proc/%s/stat" % d, "rb") as f:
+                    st = f.read().rsplit(b")", 1)[1].split()
+                procs[int(d)] = (int(st[1]), st[19])
+            except (OSError, IndexError, ValueError):
+                pass
+    for pid, (ppid, start) in procs.items():
+        if pid in known:  # (the others are read again: one caught between its fork and its exec reads unmarked)
+            continue
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                hit = mark in f.read().split(b"\0")
+        except OSError:
+            hit = False
+        if hit:
+            known[pid] = start
+    grew = True
+    while grew:
+        grew = False
+        for pid, (ppid, start) in procs.items():
+            if pid not in known and ppid in known and procs.get(ppid, (0, b""))[1] == known[ppid]:
+                known[pid], grew = start, True
+    return procs
+while True:
+    look()
+    if select.select([0], [], [], 1.0)[0] and not os.read(0, 4096):
+        break
+quiet, end = 0, time.monotonic() + 60
+while quiet < 3 and time.monotonic() < end:
+    procs = look()
+    found = [pid for pid, start in known.items() if pid in procs and procs[pid][1] == start]
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    quiet = 0 if found else quiet + 1
+    time.sleep(0.2)
+"""
+
+
+class _Watchdog:
+    """Kills the local Ray a build started once the build ends, also after its SIGKILL (Linux: /proc)."""
+
+    def __init__(self):
+        self.proc = None
+
+    @contextlib.contextmanager
+    def marking(self):
+        """While the block starts Ray, its processes inherit the mark; the watchdog starts first."""
+        if not os.path.isdir("/proc"):
+            yield
+            return
+        mark = f"{OWNER_ENV}={uuid.uuid4().hex}"
+        self.proc = subprocess.Popen([sys.executable, "-S", "-c", _GUARD, mark], stdin=subprocess.PIPE,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        old = os.environ.get(OWNER_ENV)
+        os.environ[OWNER_ENV] = mark.split("=", 1)[1]
+        try:
+            yield
+        finally:  # this process's later children are not Ray's
+            if old is None:
+                os.environ.pop(OWNER_ENV, None)
+            else:
+                os.environ[OWNER_ENV] = old
+
+    def close(self) -> None:
+        """The build is over: the watchdog kills what is left of its Ray (and exits by itself)."""
+        if self.proc is not None and self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass

@@ -2,8 +2,8 @@
 
 A local pool worker and a Ray task's process run the same set-up
 (``prepare_worker``): one core per worker, a bounded heap, and (for pool
-workers) death with the parent. The pool's tasks name the job they run under
-by key (``JOBS``), so the Job (megabytes: it holds the tokenizer JSON) crosses
+workers) their signals and death with the parent (packer/procs.py). The pool's
+tasks name the job they run under by key (``JOBS``), so the Job (megabytes: it holds the tokenizer JSON) crosses
 into each worker once, and a task can never run under another build's job.
 """
 
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
+
+from ... import procs
 
 MMAP_THRESHOLD = 4 << 20  # bytes: a larger block is its own mapping (bounded_malloc)
-PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 
 # Pool workers only: job key -> Job, filled by ``start_pool_worker`` (the pool's initializer).
 JOBS: dict = {}
@@ -60,33 +60,11 @@ def bounded_threads(n: int) -> None:
         pa.set_cpu_count(n)
 
 
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere a no-op).
-
-    Without it a second Ctrl-C, a SIGHUP or a SIGKILL to the main process
-    left workers running for minutes, holding the lock on OUT (an flock is
-    shared with every forked child) so that ``--resume`` was refused.
-    """
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:  # the parent died before the request was in place
-        os._exit(1)
-
-
 def start_pool_worker(key: str, job) -> None:
-    """A local pool worker's initializer: ``job`` under ``key``, the set-up above, signals as a worker needs.
-    (From a forkserver, the parent is the server, which exits when the build's process does.)"""
-    die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
-    # The CLI turns SIGTERM into a clean stop of the parent; a forked worker
-    # inherits that handler, but must die at once when the pool terminates it
-    # (a broken pool does), not try to report an exception into a pipe nobody reads.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    """A local pool worker's initializer: ``job`` under ``key``, the set-up above, a pool worker's signals
+    (``procs.start_worker``: death with the parent, Ctrl-C left to the parent). (From a forkserver, the
+    parent is the server, which exits when the build's process does.)"""
+    procs.start_worker()
     prepare_worker()
     JOBS[key] = job
 

@@ -11,6 +11,7 @@ CLI connects to a running cluster with --ray-address."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -241,7 +242,7 @@ def test_a_path_missing_on_a_worker_node_is_named_not_counted(cluster, tmp_path)
     unit = B.plan_units(plan_slices(discover([path]).files, 1 << 20), 1 << 20)[0]
     job = B.Job(str(tmp_path / "not-here"), B.OutputSettings(seq_len=16), B.RunSettings(), resolve_tokenizer(None), "uint16")
     with pytest.raises(PackerError, match=r"not-here is not on Ray node .*: with --engine ray, inputs and OUT must be"):
-        packer_unit(job, unit, os.getcwd())
+        next(packer_unit(job, unit, os.getcwd()))
 
 
 def test_engine_ray_without_ray_says_how_to_get_it(tmp_path, monkeypatch):
@@ -256,3 +257,116 @@ def test_holdout_on_ray_is_byte_identical_to_local(cluster, tmp_path):
     build(BuildConfig.of(out=str(tmp_path / "ray"), workers=2, engine="ray", **cfg))
     a, b = folder_files(str(tmp_path / "local")), folder_files(str(tmp_path / "ray"))
     assert any(k.startswith("holdout/shards/") for k in a) and a == b
+
+
+def _session(sid: int) -> set[int]:
+    """The live processes of session ``sid`` (but its leader)."""
+    out = set()
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != sid:
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                out.add(int(d))
+    return out
+
+
+def _descendants(root: int) -> set[int]:
+    """The live processes below ``root`` (this test's own Ray, not another's on the machine)."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parent[int(d)] = int(fields[1])
+    out, todo = set(), [root]
+    while todo:
+        top = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == top]
+        out.update(kids)
+        todo.extend(kids)
+    return out
+
+
+def _titled(prefix: bytes, among=None) -> list[int]:
+    found = []
+    for pid in among if among is not None else [int(d) for d in os.listdir("/proc") if d.isdigit()]:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().startswith(prefix):
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.slow  # a unit's chunks take 2 s each, and a worker is stopped for 20 s
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the worker in /proc")
+def test_a_stopped_worker_fails_the_build_in_one_line(cluster, tmp_path, monkeypatch):
+    """SIGSTOP of a ray::packer_unit worker: no step from it for PACKER_RAY_STALL_S, one line naming its unit."""
+    path = _corpus(tmp_path)
+    monkeypatch.setenv("PACKER_FAULT", "slow")  # 2 s a chunk: the worker is caught mid-unit
+    monkeypatch.setenv("PACKER_RAY_STALL_S", "20")  # (10x a chunk's time: a loaded machine does not trip it)
+    stop, stopped = threading.Event(), []
+
+    def stop_one():
+        while not stop.is_set() and not stopped:
+            for pid in _titled(b"ray::packer_unit", _descendants(os.getpid())):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+                if not stop.wait(240):  # a build that hangs on it (as it did) is let go: the test then fails
+                    os.kill(pid, signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    stopper = threading.Thread(target=stop_one)
+    stopper.start()
+    try:
+        with pytest.raises(PackerError) as e:
+            build(BuildConfig.of(inputs=(path,), out=str(tmp_path / "out"), seq_len=1024, unit_bytes=1 << 20,
+                                 workers=2, engine="ray"))
+    finally:
+        stop.set()
+        stopper.join()
+        for pid in stopped:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    msg = str(e.value)
+    assert stopped and "\n" not in msg and "made no progress for 20 s" in msg and "--resume" in msg, msg
+
+
+@pytest.mark.slow  # starts a Ray of its own
+@pytest.mark.skipif(ray is None or not os.path.isdir("/proc"), reason="needs ray and /proc")
+def test_no_process_of_its_own_ray_outlives_a_sigkilled_build(tmp_path):
+    """packer's own local Ray: SIGKILL of packer alone, and every process of that Ray is gone (the watchdog)."""
+    path = _corpus(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(LOOPBACK_ONLY, PACKER_FAULT="slow")
+    p = subprocess.Popen([sys.executable, "-m", "packer.cli", "build", path, str(tmp_path / "out"), "--seq-len", "1024",
+                          "--unit-mb", "1", "--workers", "2", "--engine", "ray", "-q"], start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    deadline = time.time() + 240
+    while time.time() < deadline and not _titled(b"ray::packer_unit", _session(p.pid)):
+        assert p.poll() is None, p.stderr.read()
+        time.sleep(0.2)
+    time.sleep(1.0)  # every process Ray starts for the build is up
+    ray_procs = _session(p.pid)
+    assert _titled(b"ray::packer_unit", ray_procs), "no unit was running"
+    p.kill()
+    p.wait()
+    # The watchdog takes well under a second; without it Ray's agents were still running 37 s after (issue 41.7).
+    deadline = time.time() + 20
+    while time.time() < deadline and _session(p.pid) & ray_procs:
+        time.sleep(0.2)
+    left = _session(p.pid) & ray_procs
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"{len(left)} process(es) of packer's Ray outlived it: {_titled(b'', left)}"

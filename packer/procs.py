@@ -1,0 +1,157 @@
+"""Worker processes under signals: the one path of every process pool packer starts.
+
+Used by the build's pool (``pipeline/engines/local.py``) and by ``packer stats --workers``
+(``inspect/stats.py``); a leaf beside ``errors`` and ``faults``, so every stage may use it.
+
+- A worker asks the kernel for SIGKILL when its parent dies (``die_with_parent``): SIGTERM,
+  SIGKILL or a crash of the main process leaves no worker running.
+- Ctrl-C reaches the whole process group. A worker does not stop on it
+  (``start_worker``): the main process decides. It stops the pool with ``close``: queued tasks
+  are cancelled, the task in hand finishes; a second Ctrl-C meanwhile kills the workers. A worker
+  started with ``note_interrupt`` only notes it (``interrupted``), so a task that polls it can end
+  early (stats' checkers do, between shards); ``close(nudge=True)`` tells the workers too, for a
+  Ctrl-C sent to the main process alone.
+- A worker found stopped (SIGSTOP, Ctrl-Z) ``STOPPED_CHECKS`` looks in a row, ``QUIET_S`` apart,
+  ends the run in one line (``Watch``); a dead one breaks the pool (``BrokenProcessPool``), which
+  the caller turns into one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+
+from .errors import PackerError
+
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
+QUIET_S = 5.0  # seconds between looks at the workers
+STOPPED_CHECKS = 2  # looks in a row that find a worker stopped before the run fails
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_INTERRUPTED: list = []  # in a worker, non-empty once Ctrl-C reached it (``note_interrupt``): no lock in a handler
+
+
+class WorkerStopped(PackerError):
+    """A worker process found stopped (SIGSTOP): the run cannot go on without it."""
+
+
+def can_fork(ignore: tuple = ()) -> bool:
+    """Whether this process may fork workers: POSIX, and no thread running but this one and those
+    named in ``ignore`` (a fork copies other threads' locks; a thread listed here must make its
+    forks safe itself, as an object-store lease's renewal does: packer/io/object_lock.py)."""
+    import multiprocessing as mp
+
+    others = [t for t in threading.enumerate() if t is not threading.current_thread() and t.name not in ignore]
+    return "fork" in mp.get_all_start_methods() and not others
+
+
+@contextlib.contextmanager
+def starting():
+    """Hold Ctrl-C, SIGTERM and SIGHUP while the block forks workers; they arrive after it. (Raised
+    inside a fork's own after-fork hooks, logging's among them, a KeyboardInterrupt is printed as
+    "Exception ignored" and lost: measured, the run then went on to exit 0.) The workers let them
+    through again (``start_worker``)."""
+    held = hasattr(signal, "pthread_sigmask")
+    if held:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        if held:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere a no-op).
+
+    Without it a second Ctrl-C, a SIGTERM or a SIGKILL to the main process left workers running
+    for minutes (a build's held the lock on OUT: an flock is shared with every forked child).
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the request was in place
+        os._exit(1)
+
+
+def start_worker(note_interrupt: bool = False) -> None:
+    """A pool worker's signals, first thing in the worker: death with the parent; Ctrl-C ignored
+    (or noted, ``interrupted``); SIGTERM and SIGHUP back to their defaults. (A forked worker
+    inherits the CLI's SIGTERM handler, but must die at once when a broken pool terminates it,
+    not report an exception into a pipe nobody reads.)"""
+    die_with_parent()
+    signal.signal(signal.SIGINT, (lambda s, f: _INTERRUPTED.append(s)) if note_interrupt else signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):  # forked inside ``starting``
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def interrupted() -> bool:
+    """In a worker started with ``note_interrupt``: whether Ctrl-C has reached it."""
+    return bool(_INTERRUPTED)
+
+
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, Ctrl-Z): state T in /proc (Linux; else False)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+    except (OSError, IndexError):
+        return False
+
+
+def pids(pool) -> list[int]:
+    """The worker processes of a ``ProcessPoolExecutor`` (none for another executor)."""
+    return list(getattr(pool, "_processes", None) or {})
+
+
+class Watch:
+    """Looks at a pool's workers; ``look`` raises ``WorkerStopped`` once one is found stopped
+    ``STOPPED_CHECKS`` looks in a row. ``what``: how to name a worker; ``run``: what cannot go on;
+    ``then``: what the user may do."""
+
+    def __init__(self, what: str, run: str, then: str):
+        self.what, self.run, self.then, self.quiet = what, run, then, 0
+
+    def look(self, pool) -> None:
+        found = [pid for pid in pids(pool) if stopped(pid)]
+        self.quiet = self.quiet + 1 if found else 0
+        if self.quiet >= STOPPED_CHECKS:
+            raise WorkerStopped(f"{self.what} {found[0]} is stopped (SIGSTOP or Ctrl-Z) and {self.run} cannot go on "
+                                f"without it; {self.then}")
+
+
+def kill(pool) -> None:
+    """SIGKILL every worker of ``pool`` (a stopped one too)."""
+    for pid in pids(pool):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def close(pool, kill_first: bool = False, nudge: bool = False) -> None:
+    """Stop ``pool``: queued tasks cancelled, the workers finish the task in hand and exit. They are
+    killed only where waiting is not possible: ``kill_first`` (a stopped or dead worker), or a second
+    Ctrl-C while they finish (which is raised after). One killed while it sends its result can leave
+    half a message in the result pipe, so a pool is killed only when it is given up. ``nudge``: Ctrl-C
+    the workers first (those that note it end their task early)."""
+    if kill_first:
+        kill(pool)
+    elif nudge:
+        for pid in pids(pool):
+            try:
+                os.kill(pid, signal.SIGINT)
+            except OSError:
+                pass
+    try:
+        pool.shutdown(wait=True, cancel_futures=True)
+    except KeyboardInterrupt:
+        kill(pool)
+        raise

@@ -1,0 +1,48 @@
+"""packer/procs.py: the rules every worker pool follows (the build's and packer stats')."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from packer import procs
+
+
+def test_no_fork_while_another_thread_runs_unless_it_is_named():
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="a-lease-renewal", daemon=True)
+    t.start()
+    try:
+        assert not procs.can_fork()  # a fork would copy that thread's locks
+        others = {x.name for x in threading.enumerate() if x is not threading.current_thread()}
+        assert procs.can_fork(ignore=tuple(others)) == ("fork" in __import__("multiprocessing").get_all_start_methods())
+    finally:
+        stop.set()
+        t.join()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process state from /proc")
+def test_a_stopped_process_is_seen_as_stopped_and_a_running_one_is_not():
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not procs.stopped(p.pid)
+        os.kill(p.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 30
+        while not procs.stopped(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert procs.stopped(p.pid)
+        os.kill(p.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while procs.stopped(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not procs.stopped(p.pid)
+    finally:
+        p.kill()
+        p.wait()
+    assert not procs.stopped(p.pid)  # gone: not stopped
