@@ -136,6 +136,34 @@ def kill(pool) -> None:
             pass
 
 
+class SecondInterruptKills:
+    """From ``install()`` to ``restore()`` (the main thread only): a first Ctrl-C raises KeyboardInterrupt as
+    Python's own handler does; every later one kills ``pool_of()``'s workers and raises nothing. So the first
+    one's clean-up (queued tasks cancelled, the task in hand finished, the spill folder removed) is never cut
+    short half-way by the second: cut short before the pool was shut down, its workers went on through the
+    queued tasks and the interpreter's exit waited for them (the Ctrl-C tests timed out under load)."""
+
+    def __init__(self, pool_of):
+        self.pool_of, self.seen, self.old = pool_of, 0, None
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGINT, self._on_interrupt)
+
+    def restore(self) -> None:
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
+            self.old = None
+
+    def _on_interrupt(self, signum, frame) -> None:
+        self.seen += 1
+        if self.seen == 1:
+            raise KeyboardInterrupt
+        pool = self.pool_of()
+        if pool is not None:
+            kill(pool)
+
+
 def close(pool, kill_first: bool = False, nudge: bool = False) -> None:
     """Stop ``pool``: queued tasks cancelled, the workers finish the task in hand and exit. They are
     killed only where waiting is not possible: ``kill_first`` (a stopped or dead worker), or a second

@@ -46,3 +46,33 @@ def test_a_stopped_process_is_seen_as_stopped_and_a_running_one_is_not():
         p.kill()
         p.wait()
     assert not procs.stopped(p.pid)  # gone: not stopped
+
+
+def _sleep(s):
+    time.sleep(s)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGINT") or sys.platform == "win32", reason="POSIX signals")
+def test_a_second_ctrl_c_kills_the_workers_instead_of_cutting_the_first_ones_clean_up_short():
+    """The first Ctrl-C raises as Python's handler does; the second, arriving while the first one's clean-up
+    waits for the workers, kills them and raises nothing, so that clean-up (the pool's shutdown) always runs
+    to its end. Python's own handler raised a second KeyboardInterrupt wherever the clean-up stood."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(1)
+    pool.submit(_sleep, 60)
+    worker = procs.pids(pool)[0]
+    guard = procs.SecondInterruptKills(lambda: pool)
+    guard.install()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # (the signal lands here)
+        os.kill(os.getpid(), signal.SIGINT)  # the second: no exception, the worker killed
+        time.sleep(0.1)
+        pool.shutdown(wait=True, cancel_futures=True)  # returns: nothing left to wait for
+    finally:
+        guard.restore()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(ProcessLookupError):
+        os.kill(worker, 0)

@@ -122,14 +122,16 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, corpus, clean):
     deadline = time.time() + 60
     while time.time() < deadline and not (os.path.isdir(units) and len(os.listdir(units)) >= 1):
         time.sleep(0.01)
-    t = time.perf_counter()
+    written = len(os.listdir(units))
     os.killpg(p.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
-    _, err = p.communicate(timeout=30)
-    stopped = time.perf_counter() - t
+    _, err = p.communicate(timeout=180)  # (a hang guard, not a speed bound: the build's own bound is below)
     if p.returncode == 0:
         pytest.skip("build finished before Ctrl-C arrived")
     assert p.returncode == 130, err
-    assert stopped < 5
+    # Bounded by what the build does, not by the clock: after Ctrl-C each worker finishes the task in hand
+    # (a chunk, or one unit's packing) and no new one starts, so at most one unit a worker is written since.
+    workers = int(ARGS[ARGS.index("--workers") + 1])
+    assert len(os.listdir(units)) <= written + workers, (written, os.listdir(units))
     assert "Traceback" not in err
     assert "--resume" in err
     assert_resume_gives_the_clean_build(corpus, out, clean)

@@ -186,6 +186,8 @@ class _Scheduler:
     def run(self) -> Iterator[tuple[Unit, dict]]:
         """Yield (unit, record) as units finish; the first task's refusal ends the run early."""
         kill = False
+        interrupts = procs.SecondInterruptKills(lambda: self.pool)
+        interrupts.install()
         try:
             if self.first is not None:
                 self._submit("first", -1, None, self.start_first(self.first))
@@ -219,7 +221,10 @@ class _Scheduler:
             kill = True
             raise
         finally:
-            self._close(kill)
+            try:
+                self._close(kill)
+            finally:
+                interrupts.restore()
 
     def _next_event(self):
         """The next event, or None after a quiet period (having checked that one can still come)."""
