@@ -106,10 +106,10 @@ def build(inputs, **options):
     """
     # (Longer than 60 lines: the build run and the summary it prints, in order; the docstring
     # above is the command's --help, so the reason is here.)
-    from .inspect.progress import BuildBar
-    from .inspect.stats import summary_lines
+    from .inspect import BuildBar
+    from .inspect import summary_lines
     from .pipeline import build as run_build
-    from .pipeline.report import plan_lines, plural
+    from .pipeline import plan_lines, plural
 
     if len(inputs) < 2:
         raise PackerError("give at least one INPUT and then OUT")
@@ -184,7 +184,7 @@ def stats(out, as_json, no_verify, plot_path, quiet, workers):
 
     Exit 0 when everything holds; 1 with one line per problem (on stderr) otherwise.
     """
-    from .inspect import stats as st
+    from . import inspect as st
 
     _build_at(out)  # a URI is checked: a scheme packer reads, no credentials in it
     if plot_path:
@@ -226,7 +226,7 @@ def show(out, row, tokenizer, ids):
     [doc UNIT:INDEX piece K/N, offset O, L tokens], and the padding that ends
     the row is marked, so you see exactly what the model will see.
     """
-    from .inspect.show import Decoder, read_row, render
+    from .inspect import Decoder, read_row, render
     from .shards import open_index
 
     store = _build_at(out)
@@ -245,14 +245,14 @@ def index_cmd(out, quiet):
     one or whose manifest was edited since: without it every rank and loader worker parses the
     manifest's shard list at open (8.5 s, 1.3 GB at 10^6 shards). Reads each shard's footer; does
     not verify shards (`packer stats OUT` does)."""
-    from .inspect.progress import bar
-    from .io.lock import _describe
-    from .shards.index import reindex
+    from .inspect import bar
+    from .io import describe_holder
+    from .shards import reindex
 
     store = _build_at(out)
     holder = store.held_by()  # (a build running there has written no manifest yet)
     if holder is not None:
-        raise PackerError(f"{out}: a build is running there ({_describe(holder)}); index it once it is done")
+        raise PackerError(f"{out}: a build is running there ({describe_holder(holder)}); index it once it is done")
     with bar(unit=" shards", desc="index", delay=1.0, leave=False, disable=quiet or None, file=sys.stderr) as b:
         n = reindex(store, b.update)
     click.echo(f"wrote {store.path('index.arrow')} for {n:,} shard(s)", err=True)

@@ -314,3 +314,37 @@ def test_only_io_tells_local_from_remote():
                     isinstance(node.value, ast.Name) and node.value.id == "threading"):
                 found.setdefault(name, node.lineno)
     assert set(found) <= set(LOCAL_READERS), {n: line for n, line in found.items() if n not in LOCAL_READERS}
+
+
+# The package a stage's other stages import it through (its door): the package itself, or for tokenize its three doors.
+DOORS = {"tokenize": TOKENIZE_DOORS}
+
+
+def test_other_stages_import_a_stage_through_its_package():
+    """``from ..io import cpu_limit``, never ``from ..io.cpus import cpu_limit``: a stage's modules can be split or
+    merged without touching its users (issue 38.5). Leaves (errors, faults, procs) and pack are single modules."""
+    bad = []
+    for name, path in _MODS.items():
+        for imp in imports(name, path, set(_MODS)):
+            target = stage(imp)
+            if target == stage(name) or target in LEAVES or imp.count(".") < 2:
+                continue
+            doors = DOORS.get(target, {f"packer.{target}"})
+            if not any(imp == d for d in doors):
+                bad.append(f"{name} imports {imp}")
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_no_module_only_re_exports():
+    """A module file that only imports names for others to import from it is a shim left behind by a move: its
+    users import the name's home (or the package's door, an ``__init__``) instead (issue 38.5)."""
+    shims = []
+    for name, path in _MODS.items():
+        if path.endswith("__init__.py"):
+            continue
+        body = [n for n in _tree(path).body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        rest = [n for n in body if not isinstance(n, (ast.Import, ast.ImportFrom))
+                and not (isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in n.targets))]
+        if body and not rest:
+            shims.append(name)
+    assert not shims, shims

@@ -24,11 +24,14 @@ from . import arrow, json_array, jsonl, parquet, text
 from .base import (DEFAULT_MAX_RECORD, PART_BYTES, SKIP_REASONS, Document, Format, InputFile, Part, Record, Skip, Slice,
                    strict_error)
 from .layouts import ignored_reasons, metadata_files
+from .chat import ChatFields, Conversation
+from .consumed import digest as consumed_digest
 
 __all__ = [
     "REGISTRY", "FORMATS", "no_inputs_error", "PART_BYTES", "DEFAULT_MAX_RECORD", "SKIP_REASONS", "Document", "Format",
     "InputFile", "Part", "Record", "Skip", "Slice", "Discovery", "detect_format", "discover", "plan_slices", "iter_parts",
     "parse_part", "read_slice", "iter_parts_many", "record_fields", "strict_error", "where_of_document",
+    "ChatFields", "Conversation", "consumed_digest",
 ]
 
 REGISTRY: dict[str, Format] = {m.FORMAT.name: m.FORMAT for m in (text, jsonl, parquet, json_array, arrow)}

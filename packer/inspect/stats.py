@@ -33,8 +33,8 @@ from .. import faults, procs
 from .. import shards as S
 from ..errors import PackerError, ShardError
 from ..io import storage_for
-from ..io.cpus import cpu_limit
-from ..shards.manifest_stream import ManifestStream
+from ..io import cpu_limit
+from ..shards import ManifestStream
 from . import listing, loss_mask
 from .report import Problem, ShardFigures, Report
 from .scan import ShardScan, added, scan_deep, scan_shallow

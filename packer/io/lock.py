@@ -77,7 +77,7 @@ class OutLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = _describe(_read(fd))
+                holder = describe_holder(_read(fd))
                 os.close(fd)
                 raise PackerError(f"{os.path.dirname(self.path)} is in use by another packer build ({holder}); "
                                   "wait for it to finish, or write to another folder") from None
@@ -129,7 +129,7 @@ def _read(fd: int) -> dict | None:
         return None
 
 
-def _describe(info: dict | None) -> str:
+def describe_holder(info: dict | None) -> str:
     if not info:
         return "holder unknown"
     return f"pid {info.get('pid')} on {info.get('host')}, started {info.get('started')}"
@@ -173,7 +173,7 @@ def check_nesting(root: str) -> None:
     while True:
         holder = held_by(p)
         if holder is not None:
-            raise PackerError(f"{root} is inside {p}, the output of a packer build running now ({_describe(holder)}); "
+            raise PackerError(f"{root} is inside {p}, the output of a packer build running now ({describe_holder(holder)}); "
                               "write to another folder")
         if os.path.dirname(p) == p:
             break
@@ -184,4 +184,4 @@ def check_nesting(root: str) -> None:
     holder = held_by(os.path.join(real, HOLDOUT))
     if holder is not None:
         raise PackerError(f"{root} holds {os.path.join(real, HOLDOUT)}, the output of a packer build running now "
-                          f"({_describe(holder)}); wait for it to finish, or write to another folder")
+                          f"({describe_holder(holder)}); wait for it to finish, or write to another folder")

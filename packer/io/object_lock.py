@@ -48,7 +48,7 @@ import weakref
 
 from ..errors import PackerError
 from . import fence, s3
-from .lock import BUILD_MARK, HOLDOUT, LOCK_NAME, _describe
+from .lock import BUILD_MARK, HOLDOUT, LOCK_NAME, describe_holder
 from .s3 import Conflict, Got, Unsupported
 from .uri import filesystem, first_line, redact
 
@@ -119,7 +119,7 @@ class ObjectLock:
             info = _parse(cur.body)
             if _live(info, cur):
                 left = max(0, round(_lease(info) - (cur.now - cur.modified)))
-                raise PackerError(f"{self.root} is in use by another packer build ({_describe(info)}; its lease "
+                raise PackerError(f"{self.root} is in use by another packer build ({describe_holder(info)}; its lease "
                                   f"runs {left} s more unless renewed); wait for it to finish, or write to another "
                                   "folder") from None
             self.info["inputs"] = info.get("inputs") if info else None  # kept for --resume until we record ours
@@ -246,7 +246,7 @@ def _refuse_live(store, prefix: str, what: str, advice: str) -> None:
     if cur is not None:
         info = _parse(cur.body)
         if _live(info, cur):
-            raise PackerError(f"{what} ({_describe(info)}); {advice}write to another folder")
+            raise PackerError(f"{what} ({describe_holder(info)}); {advice}write to another folder")
 
 
 def held_by(storage) -> dict | None:

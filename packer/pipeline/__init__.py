@@ -18,10 +18,11 @@ The build itself reads top to bottom in steps.py. This module only re-exports.
 
 from .config import DEFAULT_UNIT_BYTES, OPTIONS, BuildConfig, OutputSettings, RunSettings
 from .plan import Unit, plan_units
+from .report import plan_lines, plural
 from .steps import BuildResult, build
 from .unit import Job, assemble_unit, encode_chunk
 
 __all__ = [
     "build", "BuildConfig", "OutputSettings", "RunSettings", "BuildResult", "Unit", "Job", "plan_units",
-    "encode_chunk", "assemble_unit", "DEFAULT_UNIT_BYTES", "OPTIONS",
+    "encode_chunk", "assemble_unit", "DEFAULT_UNIT_BYTES", "OPTIONS", "plan_lines", "plural",
 ]

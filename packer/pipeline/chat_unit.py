@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, replace
 
 from ..formats import Part, Skip, parse_part, strict_error
-from ..formats.chat import ChatFields, Conversation
+from ..formats import ChatFields, Conversation
 from ..tokenize.chat import ChatSpec, chat_tokenizer, encode_conversations
 from .plan import ChunkResult
 

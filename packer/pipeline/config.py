@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..errors import PackerError
-from ..formats.base import DEFAULT_MAX_RECORD
+from ..formats import DEFAULT_MAX_RECORD
 from ..pack import MODES
 from ..tokenize import BACKENDS, FOLLOWS, check_backend, check_follows
 from ..tokenize.chat import TRAIN_ON
@@ -31,7 +31,7 @@ ROW_BYTES_PER_SLOT = 80
 def _memory_limit():
     """The memory this process may use (``.bytes``) and what sets it (``.source``): the machine's, or
     less where a cgroup (a container, a batch job) or RLIMIT_AS sets less (packer/io/memory.py)."""
-    from ..io.memory import memory_limit
+    from ..io import memory_limit
 
     return memory_limit()
 

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .. import shards as S
 from ..errors import PackerError
-from ..formats.consumed import digest as consumed_digest
+from ..formats import consumed_digest
 from ..io import Storage
-from ..io.lock import LOCK_NAME
+from ..io import LOCK_NAME
 from .unit import HOLDOUT_DIR, MAX_EXAMPLES, unit_sources
 
 LIST_THREADS = 32  # unit records read at once when resuming (small GETs on an object store)

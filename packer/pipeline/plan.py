@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..io import stamp
+from ..io import stamp_digest
 from ..formats import DEFAULT_MAX_RECORD, Document, Skip, Slice, iter_parts, parse_part
 from ..tokenize import TokenizerInfo
 from .config import BuildConfig
@@ -104,7 +104,7 @@ def input_stamp(files, content_only: bool = False) -> str:
     the recorded settings; ``--resume`` compares it with the one the killed build left in its lock
     file. ``content_only``: path, size and content alone, the same for a copy of the corpus (build.json
     records it, for a resume without the lock)."""
-    return stamp.digest(files, content_only)
+    return stamp_digest(files, content_only)
 
 
 def limit_slices(slices: list[tuple[Slice, int]], limit: int, text_field: str) -> list[tuple[Slice, int]]:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..errors import PackerError
-from ..io.lock import LOCK_NAME, OutLock
+from ..io import LOCK_NAME, OutLock
 from .plan import ChunkResult
 
 PREFIX = "packer-spill-"

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import faults
 from .. import shards as S
-from ..formats.consumed import digest as consumed_digest
+from ..formats import consumed_digest
 from ..formats import Document, Part, Skip, parse_part, strict_error, where_of_document
 from ..io import storage_for
 from ..pack import pack

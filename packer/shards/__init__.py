@@ -16,9 +16,10 @@ writes Arrow IPC (tests/test_architecture.py holds the rule).
 The columns of a shard are listed in schema.py and docs/format.md.
 """
 
-from .index import INDEX, ShardIndex, damaged_index, index_table, open_index, write_manifest
+from .index import INDEX, ShardIndex, damaged_index, index_table, open_index, reindex, write_manifest
 from .checks import boundary_problem, head_schema, row_used, schema_problems_of, shard_fd
 from .manifest import read_manifest
+from .manifest_stream import ManifestStream
 from .mapped import Mapped, check_layout, map_shard
 from .reader import file_reader, open_shard, open_shard_buffer, stream_reader
 from .shard_file import FAST as READ_BY_LAYOUT, ShardFile
@@ -31,5 +32,5 @@ __all__ = [
     "MANIFEST", "REQUIRED", "SHARD_DIR", "UNIT_DIR", "checksum", "dtype_for_vocab", "file_checksum", "ipc_problems",
     "loss_mask_type", "schema",
     "schema_problems", "shard_table", "table_bytes", "boundary_problem", "head_schema", "row_used", "schema_problems_of",
-    "shard_fd", "Mapped", "check_layout", "map_shard", "READ_BY_LAYOUT", "ShardFile",
+    "shard_fd", "ManifestStream", "reindex", "Mapped", "check_layout", "map_shard", "READ_BY_LAYOUT", "ShardFile",
 ]

@@ -6,7 +6,7 @@ import json
 
 from ..errors import NotABuild, ShardError
 from ..io import Storage, storage_for
-from ..io.uri import first_line
+from ..io import first_line
 from .schema import FORMAT_NAME, FORMAT_VERSION, MANIFEST, UNIT_DIR
 
 REQUIRED_KEYS = ("seq_len", "dtype", "shards", "tokenizer", "totals")

@@ -14,7 +14,7 @@ import numpy as np
 from .. import shards as S
 from ..errors import PackerError, ShardError
 from ..io import Storage
-from ..io.cpus import cpu_limit
+from ..io import cpu_limit
 from ..shards import shard_fd
 
 

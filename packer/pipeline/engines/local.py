@@ -33,8 +33,8 @@ from typing import Iterator, Literal
 from ... import procs
 from ...errors import PackerError
 from ...formats import PART_BYTES
-from ...io.cpus import cpu_limit
-from ...io.object_lock import LEASE_THREAD
+from ...io import cpu_limit
+from ...io import LEASE_THREAD
 from .. import spill
 from ..plan import ChunkResult, Unit
 from ..unit import Job, assemble_unit, encode_chunk, encoder_for

@@ -49,7 +49,7 @@ from typing import Iterator
 from ... import shards as S
 from ...errors import PackerError
 from ...io import storage_for
-from ...io.cpus import cpu_limit
+from ...io import cpu_limit
 from ..plan import Unit
 from ..unit import Job, assemble_unit, encode_chunk
 from .base import Chunk, FirstTask, Progress, cut_chunks
