@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.environ.get("PACKER_TRACE_TREE") or os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from common import corpus_texts, pin, spin, start_together  # noqa: E402
 
@@ -66,17 +66,23 @@ def _span(kind: str, fn):
                     f.write(json.dumps([kind, t0, time.monotonic()]) + "\n")
                 if os.getpid() != S["main"]:  # a worker: its CPU split so far
                     with open(os.path.join(S["dir"], f"{os.getpid()}.cpu"), "w") as f:
-                        json.dump(S["cpu"], f)
+                        json.dump({k: v for k, v in S["cpu"].items() if isinstance(k, str)}, f)
     return traced
 
 
 def _cpu(name: str, fn, clock=time.thread_time):
+    """``fn`` adding its CPU to ``name``; a call inside another of the same name counts once (``_assemble_task``
+    calls ``assemble_unit``: counted twice, the unit's write step read 3 CPU-s a GB instead of 0.8)."""
     @functools.wraps(fn)
     def timed(*args, **kw):
-        t0 = clock()
+        key = ("open", name)
+        if S["cpu"].get(key):
+            return fn(*args, **kw)
+        S["cpu"][key], t0 = 1, clock()
         try:
             return fn(*args, **kw)
         finally:
+            S["cpu"][key] = 0
             S["cpu"][name] = S["cpu"].get(name, 0.0) + clock() - t0
     return timed
 
@@ -312,6 +318,24 @@ def _scaling(label: str, got: dict, loaded: list) -> None:
               f"{', '.join(f'{e:.2f}' for e in per)}")
 
 
+def _against(ref: str, argv: list[str], rounds: int) -> None:
+    """This script on ``ref``'s packer and on this tree's, alternately, ``rounds`` times (``--rounds 1`` each)."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    tree = tempfile.mkdtemp(prefix="trace-base-")
+    try:
+        archive = subprocess.run(["git", "-C", here, "archive", ref, "packer"], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+        drop = {i for i, a in enumerate(argv) if a == "--rounds"}
+        argv = [a for i, a in enumerate(argv) if i not in drop and i - 1 not in drop and not a.startswith("--rounds=")]
+        for rnd in range(rounds):
+            for label, env in ((f"base {ref}", {"PACKER_TRACE_TREE": tree}), ("this tree", {})):
+                print(f"=== round {rnd}: {label}", flush=True)
+                subprocess.run([sys.executable, os.path.abspath(__file__), *argv], check=True,
+                               env={k: v for k, v in os.environ.items() if k != "PACKER_TRACE_TREE"} | env)
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="+")
@@ -328,7 +352,11 @@ def main(argv=None) -> None:
     ap.add_argument("--fastokens", action="store_true", help="auto picks fastokens whatever the input's size")
     ap.add_argument("--resume-check", action="store_true", help="time a resume's consumed-bytes check (issue 41.8) "
                     "against reading the same input as a build does")
+    ap.add_argument("--base", metavar="REF", help="trace the packer of git REF too (git archive), each round REF then "
+                    "this tree, in turn (one process each)")
     args = ap.parse_args(argv)
+    if args.base:
+        return _against(args.base, [a for a in (argv or sys.argv[1:]) if a not in ("--base", args.base)], args.rounds)
     if args.fastokens:
         importlib.import_module("packer.tokenize.backend").fastokens_backend.MIN_INPUT_BYTES = 0
     if args.resume_check:

@@ -21,6 +21,10 @@ READ_BLOCK = 4 << 20  # bytes per read of a streamed file: large, sequential
 READ_DEPTH = 4  # reads in flight per streamed file
 FIRST_READ = 256 << 10  # the first read of a streamed file; later ones double up to READ_BLOCK
 TAPER_MIN = 64 << 10  # the smallest block near a file's end (see ReadAhead._fill)
+# A local range up to this many bytes is read in the caller's thread (``direct``): a pool worker's
+# 1 MB jsonl span (pipeline/engines/reader.py) took a thread pool, 8 tapered reads and their futures,
+# 2 CPU-s per GB of text, where two preads do (docs/benchmarks.md). Many workers read at once there.
+DIRECT_MAX = 4 << 20
 
 
 def io_thread() -> None:
@@ -56,7 +60,8 @@ class ReadAhead(io.RawIOBase):
     def __init__(self, path: str, start: int = 0, limit: int | None = None, on_bytes=None,
                  block: int = READ_BLOCK, depth: int = READ_DEPTH):
         super().__init__()
-        self._file = storage_for(path).ranged()  # local: os.pread on one fd; an object: one ranged GET per block
+        store = storage_for(path)
+        self._file = store.ranged()  # local: os.pread on one fd; an object: one ranged GET per block
         self._size, self._pread = self._file.size, self._file.pread
         self._next = self._start = self._taken = start  # next offset to ask for; first; end of blocks taken
         # A ranged slice needs bytes past start+limit only to finish its last
@@ -65,9 +70,13 @@ class ReadAhead(io.RawIOBase):
         self._block, self._depth = block, depth
         self._step = min(FIRST_READ, block)
         self._on_bytes = on_bytes
-        self._pool = ThreadPoolExecutor(depth, thread_name_prefix="packer-read", initializer=io_thread)
         self._inflight: deque = deque()
         self._buf = memoryview(b"")
+        self._direct = store.local and limit is not None and limit <= DIRECT_MAX
+        if self._direct:
+            self._pool = None
+            return
+        self._pool = ThreadPoolExecutor(depth, thread_name_prefix="packer-read", initializer=io_thread)
         self._fill()
 
     def _fill(self) -> None:
@@ -95,6 +104,8 @@ class ReadAhead(io.RawIOBase):
         return True
 
     def readinto(self, b) -> int:
+        if self._direct:
+            return self._read_direct(b)
         while not self._buf:
             if not self._inflight:
                 return 0
@@ -112,8 +123,21 @@ class ReadAhead(io.RawIOBase):
         self._buf = self._buf[n:]
         return n
 
+    def _read_direct(self, b) -> int:
+        """One pread in this thread: up to the range's end, then TAPER_MIN at a time (the last line's rest)."""
+        room = (self._big_end - self._next) if self._next < self._big_end else TAPER_MIN
+        data = self._pread(min(len(b), room), self._next)
+        n = len(data)
+        b[:n] = data
+        self._next += n
+        if n and self._on_bytes is not None:
+            self._on_bytes(n)
+        return n
+
     def close(self) -> None:
-        if not self.closed:
+        if not self.closed and self._direct:
+            self._close_file()
+        elif not self.closed:
             # Do not wait for reads still running (on a slow link that could
             # be seconds): the last of them closes the file when it returns.
             running = [f for f in self._inflight if not f.cancel()]

@@ -78,3 +78,18 @@ def test_open_stream_decompresses(tmp_path):
         assert f.read() == text
     with open_stream(str(p), None, start=2) as f:
         assert f.read() == p.read_bytes()[2:]
+
+
+@pytest.mark.parametrize("start,limit", [(0, 1 << 20), (12345, 1 << 20), ((3 << 20) - 100, 4 << 20), (5, 1)])
+def test_a_small_local_range_is_read_in_this_thread_with_the_same_bytes(blob, start, limit):
+    """A range up to DIRECT_MAX (a pool worker's 1 MB jsonl span) starts no thread pool, and gives the
+    bytes from ``start`` to the file's end, every one counted once, as the pooled reads do."""
+    path, data = blob
+    before = threading.active_count()
+    seen = []
+    with ReadAhead(path, start, limit, on_bytes=seen.append) as f:
+        assert threading.active_count() == before
+        got = b"".join(iter(lambda: f.read(70_000), b""))
+    assert got == data[start:] and sum(seen) == len(data) - start
+    with ReadAhead(path, start, 5 << 20) as f:  # over DIRECT_MAX: the pooled reads, the same bytes
+        assert f.read() == data[start:]

@@ -33,6 +33,7 @@ def test_put_take_round_trip_is_exact(tmp_path, dtype):
     back = spill.take(sent)
     np.testing.assert_array_equal(back.tokens, res.tokens)
     assert back.tokens.dtype == res.tokens.dtype
+    assert type(back.tokens) is np.ndarray  # mapped, but not a np.memmap: its slicing runs Python per slice
     np.testing.assert_array_equal(back.mask, res.mask)
     np.testing.assert_array_equal(back.held.tokens, res.held.tokens)
     np.testing.assert_array_equal(back.lengths, res.lengths)
