@@ -243,9 +243,10 @@ def forget_parsed() -> None:
     """Forget the HF tokenizers, cut rules, tiktoken encoders and checks this process parsed or ran
     (their records on disk, ``PACKER_CACHE``, stay): the state of a new process. For tests and
     benchmarks of a build's start."""
-    from .backend import tiktoken_backend
+    from .backend import fastokens_alone, fastokens_backend, tiktoken_backend
 
-    for cache in (_LOADED, _CUT_RULE, tiktoken_backend._STATIC, tiktoken_backend._ENCODERS):
+    for cache in (_LOADED, _CUT_RULE, tiktoken_backend._STATIC, tiktoken_backend._ENCODERS, fastokens_alone._ALONE,
+                  fastokens_backend._FASTER):
         cache.clear()
 
 

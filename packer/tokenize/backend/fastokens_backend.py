@@ -61,13 +61,15 @@ class FastokensEncoder:
 
     backend = BACKEND
 
-    def __init__(self, tokenizer_json: str, base):
-        version()
-        import fastokens
-
+    def __init__(self, tokenizer_json: str | None, base, prep=None):
         self.base, self.conv, self.split_special = base, base.conv, base.split_special
-        self._tok = fastokens.Tokenizer.from_json_str(tokenizer_json)  # ValueError: a component it lacks
-        self._flat = self._tok.encode_batch_flat
+        self._flat = None  # tokenizer_json None: fastokens missing here, HF encodes every text (same ids)
+        if tokenizer_json is not None:
+            version()
+            import fastokens
+
+            self._flat = fastokens.Tokenizer.from_json_str(tokenizer_json).encode_batch_flat  # ValueError: a part it lacks
+        self._prep = prep  # text -> the text fastokens encodes (fastokens_alone.py: Metaspace's prefix), or None
         self._needs_hf = base._needs_hf
 
     @property
@@ -80,7 +82,11 @@ class FastokensEncoder:
         hf_at = [i for i, t in enumerate(texts) if needs_hf(t)]
         skip = set(hf_at)
         fast = texts if not hf_at else [t for i, t in enumerate(texts) if i not in skip]
+        if self._prep is not None:
+            fast = list(map(self._prep, fast))
         try:
+            if self._flat is None:
+                raise LookupError("fastokens is not installed here")
             raw, offs = self._flat(fast, add_special_tokens=False)
             ids, lengths = np.frombuffer(raw, np.uint32), np.diff(np.frombuffer(offs, np.uint64)).astype(np.int64)
         except Exception:  # lone surrogates, a regex limit: HF's ids, or HF's error

@@ -227,13 +227,17 @@ class InputCheck:
     hard_texts: int  # hard strings passed
     hard_tokens: int
     backend: str = "tiktoken"  # or "fastokens": the encoder checked (fastokens_backend.py)
+    alone: bool = False  # fastokens alone, where tiktoken cannot express the tokenizer (fastokens_alone.py)
 
     def outcome(self, r: CheckResult) -> Choice:
         """The Choice once the input check gave ``r``; "tiktoken" refused raises PackerError."""
         if not r.ok:
             return _refuse(self.requested, f"{self.backend} gave other ids than HF on {r.difference}", True)
         by = ", encoded by fastokens (faster, same ids)" if self.backend != "tiktoken" else ""
-        return Choice(self.backend, f"byte-level BPE that tiktoken runs exactly ({self.note}){by}; same ids as HF on "
+        what = f"byte-level BPE that tiktoken runs exactly ({self.note}){by}"
+        if self.alone:
+            what = f"fastokens runs it exactly ({self.note}; tiktoken cannot express it)"
+        return Choice(self.backend, f"{what}; same ids as HF on "
                                   f"{self.hard_texts} hard {'string' if self.hard_texts == 1 else 'strings'} and "
                                   f"{r.texts} input {'text' if r.texts == 1 else 'texts'} "
                                   f"({self.hard_tokens + r.tokens:,} tokens)")
@@ -257,12 +261,20 @@ def encoder_for(tokenizer_json: str, fingerprint: str, hf=None, split_special: b
                 backend: str = "tiktoken") -> TiktokenEncoder:
     """The encoder of a tokenizer ``choose`` accepted for ``backend`` ("tiktoken" | "fastokens"): the
     one it checked, in this process (or a forked child); else converted again, unchecked."""
-    enc = remember(_ENCODERS, (fingerprint, split_special),
-                   lambda: TiktokenEncoder(tokenizer_json, None, hf, split_special, lazy=backend != "tiktoken"))
+    from . import fastokens_alone, fastokens_backend
+
+    def new():
+        try:
+            return TiktokenEncoder(tokenizer_json, None, hf, split_special, lazy=backend != "tiktoken")
+        except NotExpressible:  # "fastokens" chosen alone (fastokens_alone.py): no tiktoken under it
+            if backend == "tiktoken":
+                raise
+            return fastokens_alone.encoder_for(tokenizer_json, fingerprint, split_special, hf)
+
+    enc = remember(_ENCODERS, (fingerprint, split_special), new)
     if getattr(enc, "backend", "tiktoken") == backend:
         return enc
-    from . import fastokens_backend  # the one checked, or a new one over the tiktoken encoder (same ids)
-
+    # the one checked, or a new one over the tiktoken encoder (same ids)
     return enc.base if backend == "tiktoken" else fastokens_backend.encoder_for(tokenizer_json, enc)
 
 
@@ -299,13 +311,27 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
             loaded.append(h)
         return loaded[0]
 
-    static = remember(_STATIC, (fingerprint, split_special), lambda: _static_check(
+    from . import fastokens_alone  # where tiktoken cannot run it exactly
+
+    may_alone = requested == "auto" and fast and os.environ.get("PACKER_FASTOKENS") != "off"
+    alone = fastokens_alone.on_record(tokenizer_json, fingerprint, split_special, hf if not callable(hf) else None) \
+        if may_alone else None  # on record only where tiktoken refused it: neither HF nor the conversion is needed
+    static = "" if alone is not None else remember(_STATIC, (fingerprint, split_special), lambda: _static_check(
         tokenizer_json, fingerprint, split_special, get_hf, hf if not callable(hf) else None))
-    if isinstance(static, str):
-        return _refuse(requested, static, False)
+    if isinstance(static, str) or not static[1].ok:
+        if alone is None and may_alone:
+            alone = fastokens_alone.checked(tokenizer_json, fingerprint, split_special, get_hf,
+                                            hf if not callable(hf) else None)
+        if alone is None and isinstance(static, str):
+            return _refuse(requested, static, False)
+        if alone is None:
+            return _refuse(requested, f"tiktoken gave other ids than HF on {static[1].difference}", True)
+        enc, hard = alone
+        store(_ENCODERS, (fingerprint, split_special), enc)
+        later = InputCheck(requested, enc.conv.note, hard.texts, hard.tokens, "fastokens", alone=True)
+        return Choice("fastokens", "", later=later) if defer_input else later.outcome(
+            run_input_check(enc, get_hf(), sample()))
     enc, hard = static
-    if not hard.ok:
-        return _refuse(requested, f"tiktoken gave other ids than HF on {hard.difference}", True)
     backend = "tiktoken"
     if requested == "auto" and fast:  # fastokens where installed and exact on the same hard strings (fastokens_backend.py)
         from . import fastokens_backend
