@@ -33,9 +33,11 @@ from . import check_cache
 from .fastokens_backend import FastokensEncoder, version
 from .tiktoken_check import CheckResult, check, hard_strings
 
-# Around the Metaspace transform: leading spaces and replacements, empty text, runs of both.
+# Around the Metaspace transform (leading spaces and replacements, empty text, runs of both), and the byte
+# tokens' names as text: fastokens takes a literal "<0x41>" for the byte token where the vocabulary lacks its
+# characters, HF does not (found by the input check on a small SentencePiece-style vocabulary).
 METASPACE_STRINGS = ["", "\u2581", "\u2581a", " \u2581a", "\u2581 a", "a\u2581b", "\u2581\u2581", "  ", " ", "\u2581\u2581x y",
-                     "\ta b", "\n x", "x \u2581 y", "\u3000a", "\u00a0a"]
+                     "\ta b", "\n x", "x \u2581 y", "\u3000a", "\u00a0a", "<0x41>", "a <0x0A> b<0xFF><0xE2><0x96><0x81>"]
 _ALONE: dict = {}  # (fingerprint, split_special) -> (FastokensEncoder, CheckResult), or None where it did not pass
 _RECORD = "fastokens-alone"
 

@@ -279,7 +279,7 @@ def encoder_for(tokenizer_json: str, fingerprint: str, hf=None, split_special: b
 
 
 def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=None, split_special: bool = False,
-           defer_input: bool = False, fast: bool = True) -> Choice:
+           defer_input: bool = False, fast: bool | int = True) -> Choice:
     """Pick the backend for a build: ``requested`` is "auto", "hf" or "tiktoken";
     ``sample()`` returns input texts to compare on (called only if needed).
     ``hf``: the HF tokenizer, or a function that returns it (called only if needed:
@@ -290,7 +290,8 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
     "tiktoken" that cannot be exact raises ``PackerError``; "auto" falls back to HF.
     ``defer_input``: where tiktoken passed all but the input check, return it with
     ``later`` set (an ``InputCheck``) instead of running that check. ``fast``: "auto" may take
-    fastokens (fastokens_backend.worth_it: off for a small input, whose start it would lengthen).
+    fastokens; or the build's input bytes: fastokens where ``fastokens_backend.worth_it`` (not for an
+    input small against its tokenizer, whose start it would lengthen).
     """
     if requested == "hf":
         return Choice("hf", "asked for (--tokenizer-backend hf)")
@@ -313,7 +314,12 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
 
     from . import fastokens_alone  # where tiktoken cannot run it exactly
 
-    may_alone = requested == "auto" and fast and os.environ.get("PACKER_FASTOKENS") != "off"
+    def pays(versus: str) -> bool:  # fast: True/False, or the build's input bytes (fastokens_backend.worth_it)
+        from .fastokens_backend import worth_it
+
+        return fast if isinstance(fast, bool) else worth_it(fast, len(tokenizer_json), versus)
+
+    may_alone = requested == "auto" and pays("hf") and os.environ.get("PACKER_FASTOKENS") != "off"
     alone = fastokens_alone.on_record(tokenizer_json, fingerprint, split_special, hf if not callable(hf) else None) \
         if may_alone else None  # on record only where tiktoken refused it: neither HF nor the conversion is needed
     static = "" if alone is not None else remember(_STATIC, (fingerprint, split_special), lambda: _static_check(
@@ -333,7 +339,7 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
             run_input_check(enc, get_hf(), sample()))
     enc, hard = static
     backend = "tiktoken"
-    if requested == "auto" and fast:  # fastokens where installed and exact on the same hard strings (fastokens_backend.py)
+    if requested == "auto" and pays("tiktoken"):  # fastokens where installed and exact on the same hard strings (fastokens_backend.py)
         from . import fastokens_backend
 
         fast, fast_hard = fastokens_backend.faster(enc, tokenizer_json, fingerprint, get_hf)
