@@ -31,7 +31,7 @@ import json
 
 from . import check_cache
 from .fastokens_backend import FastokensEncoder, version
-from .tiktoken_check import CheckResult, check, hard_strings
+from .tiktoken_check import CheckResult, _AddedScan, check, hard_strings, hf_encode
 
 # Around the Metaspace transform (leading spaces and replacements, empty text, runs of both), and the byte
 # tokens' names as text: fastokens takes a literal "<0x41>" for the byte token where the vocabulary lacks its
@@ -54,17 +54,13 @@ class HFSide:
     the texts fastokens must not see (an added token's string inside; lone surrogates)."""
 
     def __init__(self, tokenizer_json: str, added: tuple[str, ...], split_special: bool, note: str, hf=None):
-        from .tiktoken_backend import _AddedScan
-
         self.split_special, self._json, self.to_hf = split_special, tokenizer_json, 0
         self._hf = hf if hf is not None and hf.encode_special_tokens == split_special else None
         self.conv = Plain(note, tuple(added))
         self._needs_hf = _AddedScan(self.conv.added) if added else (lambda text: False)
 
     def _hf_encode(self, texts: list[str]) -> list[list[int]]:
-        from .tiktoken_backend import TiktokenEncoder
-
-        return TiktokenEncoder._hf_encode(self, texts)  # the same code: own HF tokenizer, loaded on first need
+        return hf_encode(self, texts)  # its own HF tokenizer, loaded on first need
 
 
 def without_metaspace(d: dict) -> tuple[dict, str | None] | None:

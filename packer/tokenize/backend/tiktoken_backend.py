@@ -47,7 +47,6 @@ The token ids never depend on which backend ran, so neither do the shards.
 from __future__ import annotations
 
 import os
-import re
 from array import array
 from dataclasses import dataclass, replace
 
@@ -55,29 +54,12 @@ import numpy as np
 
 from ..memo import remember, store
 from . import check_cache
-from .tiktoken_check import _NEVER, CheckResult, check, hard_strings, suspect_strings
+from .tiktoken_check import _NEVER, CheckResult, _AddedScan, check, hard_strings, hf_encode, suspect_strings
 from .tiktoken_convert import Conversion, NotExpressible, convert
 
 
 # --------------------------------------------------------------------------
 # Encoding.
-
-
-class _AddedScan:
-    """``scan(text)``: does ``text`` hold one of the ``added`` tokens' strings? One regex for
-    all of them, compiled on the first text that holds their common prefix (Llama 3's 256
-    ``<|...|>``: 35 ms of re.compile, which the build's serial start would otherwise pay);
-    a text without that prefix holds none of them."""
-
-    def __init__(self, added: tuple[str, ...]):
-        self.added, self.prefix, self.rx = added, os.path.commonprefix(list(added)), None
-
-    def __call__(self, text: str) -> bool:
-        if self.prefix and self.prefix not in text:
-            return False
-        if self.rx is None:  # sorted longest first, though any hit sends the text to HF
-            self.rx = re.compile("|".join(re.escape(a) for a in sorted(self.added, key=len, reverse=True)))
-        return self.rx.search(text) is not None
 
 
 class TiktokenEncoder:
@@ -142,13 +124,7 @@ class TiktokenEncoder:
         return self.ready()[1]
 
     def _hf_encode(self, texts: list[str]) -> list[list[int]]:
-        if self._hf is None:
-            from tokenizers import Tokenizer
-
-            self._hf = Tokenizer.from_str(self._json)
-            self._hf.encode_special_tokens = self.split_special  # our own: no one else holds it
-        self.to_hf += len(texts)
-        return [e.ids for e in self._hf.encode_batch(texts, add_special_tokens=False)]
+        return hf_encode(self, texts)
 
     def _each(self, texts: list[str], encode_one) -> list:
         """``encode_one(text)`` for each text tiktoken runs exactly; the others (``_needs_hf``, or
