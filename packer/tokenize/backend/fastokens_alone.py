@@ -39,7 +39,7 @@ from .tiktoken_check import CheckResult, _AddedScan, check, hard_strings, hf_enc
 METASPACE_STRINGS = ["", "\u2581", "\u2581a", " \u2581a", "\u2581 a", "a\u2581b", "\u2581\u2581", "  ", " ", "\u2581\u2581x y",
                      "\ta b", "\n x", "x \u2581 y", "\u3000a", "\u00a0a", "<0x41>", "a <0x0A> b<0xFF><0xE2><0x96><0x81>"]
 _ALONE: dict = {}  # (fingerprint, split_special) -> (FastokensEncoder, CheckResult), or None where it did not pass
-_RECORD = "fastokens-alone"
+_RECORD = "fastokens-alone-2"
 
 
 class Plain:
@@ -53,11 +53,14 @@ class HFSide:
     """The part of a ``TiktokenEncoder`` a FastokensEncoder borrows: the added-token scan, and HF for
     the texts fastokens must not see (an added token's string inside; lone surrogates)."""
 
-    def __init__(self, tokenizer_json: str, added: tuple[str, ...], split_special: bool, note: str, hf=None):
+    def __init__(self, tokenizer_json: str, added: tuple[str, ...], split_special: bool, note: str, hf=None,
+                 scan: bool = True):
         self.split_special, self._json, self.to_hf = split_special, tokenizer_json, 0
         self._hf = hf if hf is not None and hf.encode_special_tokens == split_special else None
         self.conv = Plain(note, tuple(added))
-        self._needs_hf = _AddedScan(self.conv.added) if added else (lambda text: False)
+        # ``scan`` False: fastokens cuts the added tokens out itself (checked on every one of them): Gemma 3's
+        # added "\n", "\n\n", "▁▁", ... are in nearly every text, which would all go to HF.
+        self._needs_hf = _AddedScan(self.conv.added) if added and scan else (lambda text: False)
 
     def _hf_encode(self, texts: list[str]) -> list[list[int]]:
         return hf_encode(self, texts)  # its own HF tokenizer, loaded on first need
@@ -91,10 +94,12 @@ def _key(fingerprint: str, ver: str) -> str:
     return f"{fingerprint}\0{_RECORD} {ver}"
 
 
-def _encoder(tokenizer_json: str, split_special: bool, hf, added=None, note: str | None = None):
+def _encoder(tokenizer_json: str, split_special: bool, hf, added=None, note: str | None = None, own: bool = False):
     """A FastokensEncoder for ``tokenizer_json`` alone (no tiktoken under it), or None where the
     tokenizer has a Metaspace form fastokens cannot be given, or fastokens refuses it. With ``added``
-    and ``note`` (from the record) a tokenizer without Metaspace is not parsed here."""
+    and ``note`` (from the record) a tokenizer without Metaspace is not parsed here. ``own``: fastokens cuts
+    the added tokens out itself (None where it may not: Metaspace's prefix holds for whole texts only, and
+    fastokens has no --split-special-tokens)."""
     d = fast_d = rep = None
     if added is None or note is None or '"Metaspace"' in tokenizer_json:
         d = json.loads(tokenizer_json)
@@ -110,7 +115,9 @@ def _encoder(tokenizer_json: str, split_special: bool, hf, added=None, note: str
         note = (f"{model.get('type')}{' with byte_fallback' if model.get('byte_fallback') else ''}, pre-tokenizer "
                 f"{'/'.join(str(p) for p in parts if p) or 'none'}")
         note += ", its Metaspace given to fastokens as a Replace and a prefix" if fast_d is not d else ""
-    side = HFSide(tokenizer_json, tuple(added), split_special, note, hf)
+    if own and (rep is not None or split_special):
+        return None
+    side = HFSide(tokenizer_json, tuple(added), split_special, note, hf, scan=not own)
     prep = None
     if rep is not None:
         prep = lambda t: rep + t if t and t[0] != " " and t[0] != rep else t  # noqa: E731
@@ -147,7 +154,7 @@ def on_record(tokenizer_json: str, fingerprint: str, split_special: bool, loaded
         if ver is not None else None
     if not isinstance(rec, dict) or not {"note", "texts", "tokens", "added"} <= set(rec):
         return None
-    enc = _encoder(tokenizer_json, split_special, loaded, rec["added"], rec["note"])
+    enc = _encoder(tokenizer_json, split_special, loaded, rec["added"], rec["note"], rec.get("own") is True)
     if enc is None:
         return None
     _ALONE.clear()
@@ -155,25 +162,33 @@ def on_record(tokenizer_json: str, fingerprint: str, split_special: bool, loaded
     return _ALONE[key]
 
 
+def added_strings(added) -> list[str]:
+    """Every added token's string alone and in context: where fastokens cuts them out itself."""
+    return [t for a in added for t in (a, f"x{a}y {a}{a} {a}", f"\n{a[:-1]}{a}\t")]
+
+
 def _checked(tokenizer_json: str, fingerprint: str, split_special: bool, get_hf, loaded):
     got = on_record(tokenizer_json, fingerprint, split_special, loaded)
     if got is not None or version() is None:
         return got
-    enc = _encoder(tokenizer_json, split_special, loaded)
-    if enc is None:
-        return None
-    r = check(enc, get_hf(), hard_strings(enc.conv.added) + METASPACE_STRINGS, "hard string")
-    if not r.ok:
-        return None
-    check_cache.write_json(check_cache.folder("backend-checks"), _record_name(fingerprint, split_special, version()),
-                           {"note": enc.conv.note, "texts": r.texts, "tokens": r.tokens, "added": list(enc.conv.added)})
-    return enc, r
+    for own in (True, False):  # fastokens on added tokens too where it gives HF's ids on every one; else HF on those texts
+        enc = _encoder(tokenizer_json, split_special, loaded, own=own)
+        if enc is None:
+            continue
+        strings = hard_strings(enc.conv.added) + METASPACE_STRINGS + (added_strings(enc.conv.added) if own else [])
+        r = check(enc, get_hf(), strings, "hard string")
+        if r.ok:
+            check_cache.write_json(check_cache.folder("backend-checks"), _record_name(fingerprint, split_special,
+                                   version()), {"note": enc.conv.note, "texts": r.texts, "tokens": r.tokens,
+                                                "added": list(enc.conv.added), "own": own})
+            return enc, r
+    return None
 
 
 def encoder_for(tokenizer_json: str, fingerprint: str, split_special: bool, hf=None):
     """The checked encoder of this process (or a forked parent's), else a new one, unchecked (the parent
     checked it); where fastokens is missing or refuses here, an encoder that sends every text to HF."""
-    got = _ALONE.get((fingerprint, split_special))
+    got = _ALONE.get((fingerprint, split_special)) or on_record(tokenizer_json, fingerprint, split_special, hf)
     if got is not None:
         return got[0]
     enc = _encoder(tokenizer_json, split_special, hf) if version() else None

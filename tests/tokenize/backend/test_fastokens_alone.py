@@ -179,3 +179,28 @@ def test_real_folder_auto_and_hf_shards_are_the_same_bytes(name, tmp_path, monke
         assert r.manifest["tokenizer"]["backend"] == ("fastokens" if backend == "auto" else "hf")
         got[backend] = {p.name: p.read_bytes() for p in (tmp_path / backend / "shards").iterdir()}
     assert got["auto"] and got["auto"] == got["hf"]
+
+
+def test_fastokens_cuts_added_tokens_out_itself_where_checked(llama2_file, tmp_path):
+    """Gemma 3's added tokens ("\\n", "\\n\\n", "▁▁", ...) are in nearly every text: sent to HF, fastokens would
+    gain nothing. Where fastokens gives HF's ids on every added token's strings it encodes those texts itself;
+    not under Metaspace (its prefix holds for whole texts only) nor --split-special-tokens."""
+    strings = ["<s>x</s> y", "a</s>", " <unk> <s>", "<s><s>"] + TEXTS
+    info = choose_backend(resolve_tokenizer(llama2_file), "auto", lambda: TEXTS)
+    enc = Encoder(info).tiktoken
+    before = enc.to_hf  # (texts the input check sent to HF)
+    assert text_ids(info, strings) == hf_ids(llama2_file, strings) and enc.to_hf == before
+    forget_parsed()
+    path = metaspace(llama2_file, tmp_path, "first", False)
+    info = choose_backend(resolve_tokenizer(path), "auto", lambda: TEXTS)
+    enc = Encoder(info).tiktoken
+    before = enc.to_hf
+    assert text_ids(info, strings) == hf_ids(path, strings) and enc.to_hf >= before + 4
+    forget_parsed()
+    info = choose_backend(resolve_tokenizer(llama2_file, split_special=True), "auto", lambda: TEXTS)
+    enc = Encoder(info).tiktoken
+    before = enc.to_hf
+    hf = Tokenizer.from_file(llama2_file)
+    hf.encode_special_tokens = True
+    assert text_ids(info, strings) == [e.ids for e in hf.encode_batch(strings, add_special_tokens=False)]
+    assert info.backend == "fastokens" and enc.to_hf >= before + 4
