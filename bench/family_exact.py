@@ -10,6 +10,7 @@ plus EOS unless the template already ends with it. One row per tokenizer; exits 
     python bench/real_corpus.py bench_out/real --mb 60      # once: real text from this machine
     python bench/family_exact.py bench_out/real/real.jsonl  # or: sample_data
     python bench/family_exact.py bench_out/real/real.jsonl --fastokens  # fastokens on the real families (issue 40)
+    python bench/family_exact.py bench_out/real/real.jsonl --builds 2  # whole builds auto vs hf, warm and cold
 
 (``--normalize-cost``, what NFC costs the fast backend, is at commit 0a283c5: docs/benchmarks.md.)
 """
@@ -143,12 +144,54 @@ def fastokens_exact(texts: list[str]) -> None:
             print(f"{row}{', '.join(cells)} | {vs_auto} | {speed:.2f} | {first or '-'} |", flush=True)
 
 
+def builds(src: str, workers: int, only: str | None) -> None:
+    """Whole builds of ``src`` per real family: auto against hf, warm (checks on record) and cold (PACKER_CACHE
+    empty), wall seconds of ``packer build`` as a new process, side by side; shards compared."""
+    import filecmp
+    import shutil
+    import subprocess
+
+    env0 = dict(os.environ, PYTHONPATH=REPO)
+    real = {k.split(" ")[0]: v for k, v in REAL.items()} | {k: os.path.join(CACHE, k) for k in ("qwen3", "gemma3", "llama2", "deepseek_v3")}
+    print("| family | auto picks | hf cold | auto cold | hf warm | auto warm | speed-up cold (hf/auto) | speed-up warm | shards |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, path in real.items():
+        if not os.path.exists(path) or (only and name not in only.split(",")) or name == "minilm":
+            continue
+        with tempfile.TemporaryDirectory() as work:
+            t, picks = {}, "?"
+            for run in ("hf cold", "auto cold", "hf warm", "auto warm"):
+                backend, state = run.split()
+                cache = os.path.join(work, f"cache-{run.replace(' ', '-')}")
+                if state == "warm":  # a first build fills the record: not timed
+                    shutil.copytree(os.path.join(work, f"cache-{backend}-cold"), cache)
+                out = os.path.join(work, run.replace(" ", "-"))
+                cmd = [sys.executable, "-c", "from packer_cli import main; main()", "build", src, out, "--tokenizer",
+                       path, "--workers", str(workers), "--tokenizer-backend", backend, "--quiet"]
+                t0 = time.perf_counter()
+                subprocess.run(cmd, env=dict(env0, PACKER_CACHE=cache), check=True, cwd=REPO)
+                t[run] = time.perf_counter() - t0
+                if backend == "auto":
+                    import json
+
+                    picks = json.load(open(os.path.join(out, "manifest.json")))["tokenizer"]["backend"]
+            a, b = os.path.join(work, "hf-cold", "shards"), os.path.join(work, "auto-warm", "shards")
+            same = sorted(os.listdir(a)) == sorted(os.listdir(b)) and all(
+                filecmp.cmp(os.path.join(a, f), os.path.join(b, f), shallow=False) for f in os.listdir(a))
+        print(f"| {name} | {picks} | {t['hf cold']:.1f} | {t['auto cold']:.1f} | {t['hf warm']:.1f} | "
+              f"{t['auto warm']:.1f} | {t['hf cold'] / t['auto cold']:.2f}x | {t['hf warm'] / t['auto warm']:.2f}x | "
+              f"{'identical' if same else 'DIFFER'} |", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("inputs", nargs="*", default=[os.path.join(REPO, "sample_data", "corpus.jsonl")])
     ap.add_argument("--only", default=None, help="comma-separated tokenizer names")
     ap.add_argument("--fastokens", action="store_true", help="fastokens against HF and transformers instead")
+    ap.add_argument("--builds", type=int, metavar="WORKERS", help="whole builds of INPUT, auto against hf, warm and cold")
     a = ap.parse_args(argv)
+    if a.builds:
+        return builds(a.inputs[0], a.builds, a.only) or 0
     texts = corpus_texts(a.inputs)
     if a.fastokens:
         return fastokens_exact(texts) or 0

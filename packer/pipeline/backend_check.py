@@ -13,9 +13,8 @@ nothing written meanwhile.
 
 from __future__ import annotations
 
-import os
-
 from ..formats import REGISTRY, Skip, read_slice
+from ..io.cpus import cpu_limit
 from ..tokenize import TokenizerInfo, backend, loaded_hf
 from ..tokenize.backend import SAMPLE_CHARS, SAMPLE_DOCS, SAMPLE_TEXT_CHARS, PendingCheck, sample_slices
 from .config import BuildConfig
@@ -46,7 +45,7 @@ def decide(cfg: BuildConfig, tok: TokenizerInfo, units, chat) -> tuple[Tokenizer
                                             chat is not None)
     if pending is None:
         return tok, None
-    workers = cfg.run.workers or os.cpu_count() or 1
+    workers = cfg.run.workers or cpu_limit().count  # the CPUs this process may use (affinity, cgroup quota)
     if cfg.run.engine == "local" and workers > 1:
         return tok, DeferredCheck(pending)
     return pending.accept(_check(tok, pending.ordered, pending.text_field)), None

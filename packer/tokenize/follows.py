@@ -64,6 +64,20 @@ def folder_of(spec: str) -> str | None:
     return spec if os.path.isdir(spec) and os.path.isfile(os.path.join(spec, "tokenizer_config.json")) else None
 
 
+def config_eos(spec: str) -> str | None:
+    """The ``eos_token`` tokenizer_config.json of model folder ``spec`` names (a string or an AddedToken dict), else None."""
+    folder = folder_of(spec)
+    if folder is None:
+        return None
+    try:
+        with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as f:
+            eos = json.load(f).get("eos_token")
+    except (OSError, ValueError, AttributeError):
+        return None
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    return eos if isinstance(eos, str) and eos else None
+
+
 def config_paths(spec: str) -> list[str]:
     """The files besides tokenizer.json that decide what transformers builds (for the resolve record's key)."""
     folder = folder_of(spec)

@@ -23,7 +23,7 @@ import os
 
 from .backend.check_cache import folder, read_json, read_text, write_json, write_text
 
-VERSION = "3"  # bump when what resolve_tokenizer derives changes
+VERSION = "4"  # bump when what resolve_tokenizer derives changes
 FIELDS = {"kind": str, "vocab_size": int, "eos_id": (int, type(None)), "pad_id": int, "fingerprint": str,
           "json": str, "notes": list, "prefix": list, "suffix": (list, type(None)), "added": str,
           "split_special": bool, "specials": list, "plain_added": list, "follows": str}  # the TokenizerInfo fields recorded, with their JSON types

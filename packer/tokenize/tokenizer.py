@@ -46,6 +46,8 @@ EOS_CANDIDATES = (
 _LOADED: dict = {}  # (fingerprint, split_special) -> its tokenizers.Tokenizer (encode_special_tokens set)
 _CUT_RULE: dict = {}  # (fingerprint, split_special) -> long_texts.cut_rule's answer (None: long texts may be cut)
 
+_HERE = "\0folder\0"  # in a recorded note: the folder of the build that reads it back
+
 PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>")
 
 
@@ -130,13 +132,16 @@ def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None 
     record = info_cache.key(path, options, follow.config_paths(spec)) if path else None
     known = info_cache.load(record)
     if known is not None:  # resolved before, from these very bytes: no parse (0.75 s for Llama 3)
-        known.update(notes=tuple(known["notes"]), prefix=tuple(known["prefix"]),
+        known.update(notes=tuple(spec + n[len(_HERE):] if n.startswith(_HERE) else n for n in known["notes"]),
+                     prefix=tuple(known["prefix"]),
                      suffix=None if known["suffix"] is None else tuple(known["suffix"]),
                      specials=tuple((int(i), str(t)) for i, t in known["specials"]),
                      plain_added=tuple((int(i), str(t)) for i, t in known["plain_added"]))
         return TokenizerInfo(spec, **known)
     info = _resolve_hf(spec, eos, eos_token, bos, bos_token, split_special, follows)
-    info_cache.store(record, {k: getattr(info, k) for k in info_cache.FIELDS})
+    # A note names this build's folder: recorded as _HERE, so a copy of the folder (same bytes) names its own.
+    here = tuple(_HERE + n[len(spec):] if n.startswith(spec + ": ") else n for n in info.notes)
+    info_cache.store(record, {k: getattr(info, k) for k in info_cache.FIELDS} | {"notes": list(here)})
     return info
 
 
@@ -166,10 +171,13 @@ def _resolve_hf(spec: str, eos: bool, eos_token: str | None, bos: bool, bos_toke
                 if cand in vocab and (cand in specials or cand == "<|endoftext|>"):
                     eos_id = vocab[cand]
                     break
+            named = follow.config_eos(spec)  # the model's own, where none of the usual names is there (DeepSeek V3)
+            if eos_id is None and named in vocab:
+                eos_id = vocab[named]
             if eos_id is None:
                 raise PackerError(
                     f"tokenizer {spec} has no end-of-document token I recognise "
-                    f"(looked for {', '.join(EOS_CANDIDATES)}): pass --eos-token TOKEN or --no-eos"
+                    f"(looked for {', '.join(EOS_CANDIDATES)} and tokenizer_config.json's eos_token): pass --eos-token TOKEN or --no-eos"
                 )
     pad_id = next((vocab[c] for c in PAD_CANDIDATES if c in vocab), None)
     if pad_id is None:
@@ -184,7 +192,7 @@ def _resolve_hf(spec: str, eos: bool, eos_token: str | None, bos: bool, bos_toke
                          plain_added=tuple(sorted(around_text.plain_added_ids(tok).items())), follows=follows)
 
 
-def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: [], fast: bool = True) -> TokenizerInfo:
+def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: [], fast: bool | int = True) -> TokenizerInfo:
     """``info`` with the backend set: ``requested`` is "auto", "hf" or "tiktoken".
 
     "auto" uses tiktoken where it runs the tokenizer exactly and gives HF's
@@ -196,7 +204,7 @@ def choose_backend(info: TokenizerInfo, requested: str = "auto", sample=lambda: 
     return info
 
 
-def choose_backend_later(info: TokenizerInfo, requested: str = "auto", fast: bool = True):
+def choose_backend_later(info: TokenizerInfo, requested: str = "auto", fast: bool | int = True):
     """``choose_backend`` up to the check on input texts, which it leaves to the caller:
     (info, None) when decided, else (info with tiktoken, the ``InputCheck`` to run; then
     ``with_choice(info, check.outcome(result))``). A build runs it on a worker (backend/input_check.py)."""
@@ -209,7 +217,7 @@ def with_choice(info: TokenizerInfo, c) -> TokenizerInfo:
     return replace(info, backend=c.backend, backend_reason=c.reason, notes=notes)
 
 
-def _choose(info: TokenizerInfo, requested: str, sample, defer: bool, fast: bool = True):
+def _choose(info: TokenizerInfo, requested: str, sample, defer: bool, fast: bool | int = True):
     from .backend.tiktoken_backend import choose
 
     check_backend(requested)
@@ -243,9 +251,10 @@ def forget_parsed() -> None:
     """Forget the HF tokenizers, cut rules, tiktoken encoders and checks this process parsed or ran
     (their records on disk, ``PACKER_CACHE``, stay): the state of a new process. For tests and
     benchmarks of a build's start."""
-    from .backend import tiktoken_backend
+    from .backend import fastokens_alone, fastokens_backend, tiktoken_backend
 
-    for cache in (_LOADED, _CUT_RULE, tiktoken_backend._STATIC, tiktoken_backend._ENCODERS):
+    for cache in (_LOADED, _CUT_RULE, tiktoken_backend._STATIC, tiktoken_backend._ENCODERS, fastokens_alone._ALONE,
+                  fastokens_backend._FASTER):
         cache.clear()
 
 

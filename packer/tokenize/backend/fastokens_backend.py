@@ -3,13 +3,16 @@
 fastokens (PyPI, Apache-2.0, Crusoe; one 3.8 MB wheel, no dependencies) is a
 Rust reimplementation of HF ``tokenizers``' BPE path that reads the
 tokenizer.json itself: a PCRE2-JIT pre-tokenizer, HF's merge order, a word
-cache per thread. It is an optional dependency (``pip install packer[fast]``).
+cache per thread. It is a default dependency wherever it ships a wheel (CPython on Linux x86_64 and aarch64, macOS
+x86_64 and arm64, Windows amd64: environment markers in pyproject.toml; ``packer[fast]`` still
+names it); elsewhere tiktoken or HF encodes, with the same ids.
 
-Where it runs: only for a tokenizer that tiktoken already runs exactly (the
-conversion's conditions and the hard strings, tiktoken_backend.py), and only
-once fastokens too gives HF's ids on those same hard strings (``faster``); the
-check on the build's own input texts then runs with it, as it would with
-tiktoken. As with tiktoken, a text holding an added token's literal string
+Where it runs: over a tokenizer that tiktoken already runs exactly (the
+conversion's conditions and the hard strings, tiktoken_backend.py), once
+fastokens too gives HF's ids on those same hard strings (``faster``); and, where
+tiktoken cannot express the tokenizer, alone (fastokens_alone.py), once it gives
+HF's ids on the hard strings. The check on the build's own input texts then runs
+with it, as it would with tiktoken; ``worth_it`` says for which input sizes. As with tiktoken, a text holding an added token's literal string
 goes to HF, and a batch fastokens cannot take (lone surrogates, a regex
 limit) is encoded by HF, which raises where HF alone would. The ids never
 depend on which encoder ran, so neither do the shards.
@@ -29,11 +32,15 @@ from . import check_cache
 from .tiktoken_check import CheckResult, check, hard_strings, suspect_strings
 
 BACKEND = "fastokens"
-# Its load is serial start (0.25 s GPT-2, 1.1 s Llama 3, 1.4 s Qwen on one core); it saves ~0.17 CPU-s
-# per MB of text encoded. Below this much input tiktoken's shorter start wins at a few workers. Decided
-# on the input's size alone, never the worker count: the manifest records the backend, and a build's
-# folder is the same bytes whatever --workers is.
-MIN_INPUT_BYTES = 32 << 20
+# Its load is serial start, about 0.16-0.26 CPU-s per MB of tokenizer.json (GPT-2 0.5 s, Llama 3 2.0 s,
+# Gemma 3 5.1 s; HF's own: 0.15-1.7 s; tiktoken's encoder from its record: 0.03-0.2 s), and it saves CPU
+# per MB of text encoded: 0.03-0.11 s against tiktoken, 0.45-1.8 s against HF (docs/benchmarks.md, "When
+# fastokens pays"). So it runs where the input is at least this many times its tokenizer.json: where
+# the measured load costs less than it saves on one worker, with a margin. Decided on sizes alone, never
+# the worker count: the manifest records the backend, and a build's folder is the same bytes whatever
+# --workers is.
+OVER_TIKTOKEN = 3.0  # break-even measured at 2.4x (GPT-2), 2.1x (Llama 3), 6.6x (Qwen3) the JSON's size
+OVER_HF = 0.25  # break-even measured at 0.18x (Gemma 3), 0.07x (DeepSeek V3), 0.12x (Mistral v3)
 _FASTER: dict = {}  # (fingerprint, split_special) -> FastokensEncoder, or None where it did not pass
 
 
@@ -49,9 +56,10 @@ def version() -> str | None:
         return None
 
 
-def worth_it(input_bytes: int) -> bool:
-    """Whether a build of ``input_bytes`` (its input files' sizes on disk) should load fastokens at all."""
-    return input_bytes >= MIN_INPUT_BYTES
+def worth_it(input_bytes: int, json_chars: int, versus: str = "tiktoken") -> bool:
+    """Whether a build of ``input_bytes`` (its input files' sizes on disk) should load fastokens for a
+    tokenizer.json of ``json_chars`` rather than run ``versus`` ("tiktoken" | "hf")."""
+    return input_bytes >= json_chars * (OVER_TIKTOKEN if versus == "tiktoken" else OVER_HF)
 
 
 class FastokensEncoder:
@@ -61,13 +69,15 @@ class FastokensEncoder:
 
     backend = BACKEND
 
-    def __init__(self, tokenizer_json: str, base):
-        version()
-        import fastokens
-
+    def __init__(self, tokenizer_json: str | None, base, prep=None):
         self.base, self.conv, self.split_special = base, base.conv, base.split_special
-        self._tok = fastokens.Tokenizer.from_json_str(tokenizer_json)  # ValueError: a component it lacks
-        self._flat = self._tok.encode_batch_flat
+        self._flat = None  # tokenizer_json None: fastokens missing here, HF encodes every text (same ids)
+        if tokenizer_json is not None:
+            version()
+            import fastokens
+
+            self._flat = fastokens.Tokenizer.from_json_str(tokenizer_json).encode_batch_flat  # ValueError: a part it lacks
+        self._prep = prep  # text -> the text fastokens encodes (fastokens_alone.py: Metaspace's prefix), or None
         self._needs_hf = base._needs_hf
 
     @property
@@ -80,7 +90,11 @@ class FastokensEncoder:
         hf_at = [i for i, t in enumerate(texts) if needs_hf(t)]
         skip = set(hf_at)
         fast = texts if not hf_at else [t for i, t in enumerate(texts) if i not in skip]
+        if self._prep is not None:
+            fast = list(map(self._prep, fast))
         try:
+            if self._flat is None:
+                raise LookupError("fastokens is not installed here")
             raw, offs = self._flat(fast, add_special_tokens=False)
             ids, lengths = np.frombuffer(raw, np.uint32), np.diff(np.frombuffer(offs, np.uint64)).astype(np.int64)
         except Exception:  # lone surrogates, a regex limit: HF's ids, or HF's error

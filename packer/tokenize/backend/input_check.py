@@ -80,7 +80,7 @@ def choose_for_build(tok: T.TokenizerInfo, requested: str, slices: list, text_fi
     whose tokenizer and check are on record would otherwise parse first (0.5 s for Llama 3, serial)."""
     if chat:
         return replace(tok, backend="hf", backend_reason=CHAT_REASON), None
-    fast = fastokens_backend.worth_it(sum({s.file.path: s.file.size for s in slices}.values()))  # not workers
+    fast = sum({s.file.path: s.file.size for s in slices}.values())  # input bytes (fastokens_backend.worth_it); not workers
     tok, later = T.choose_backend_later(tok, requested, fast)
     if later is None:  # decided from the tokenizer alone
         return tok, None

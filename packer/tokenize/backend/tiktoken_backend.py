@@ -47,7 +47,6 @@ The token ids never depend on which backend ran, so neither do the shards.
 from __future__ import annotations
 
 import os
-import re
 from array import array
 from dataclasses import dataclass, replace
 
@@ -55,29 +54,12 @@ import numpy as np
 
 from ..memo import remember, store
 from . import check_cache
-from .tiktoken_check import _NEVER, CheckResult, check, hard_strings, suspect_strings
+from .tiktoken_check import _NEVER, CheckResult, _AddedScan, check, hard_strings, hf_encode, suspect_strings
 from .tiktoken_convert import Conversion, NotExpressible, convert
 
 
 # --------------------------------------------------------------------------
 # Encoding.
-
-
-class _AddedScan:
-    """``scan(text)``: does ``text`` hold one of the ``added`` tokens' strings? One regex for
-    all of them, compiled on the first text that holds their common prefix (Llama 3's 256
-    ``<|...|>``: 35 ms of re.compile, which the build's serial start would otherwise pay);
-    a text without that prefix holds none of them."""
-
-    def __init__(self, added: tuple[str, ...]):
-        self.added, self.prefix, self.rx = added, os.path.commonprefix(list(added)), None
-
-    def __call__(self, text: str) -> bool:
-        if self.prefix and self.prefix not in text:
-            return False
-        if self.rx is None:  # sorted longest first, though any hit sends the text to HF
-            self.rx = re.compile("|".join(re.escape(a) for a in sorted(self.added, key=len, reverse=True)))
-        return self.rx.search(text) is not None
 
 
 class TiktokenEncoder:
@@ -142,13 +124,7 @@ class TiktokenEncoder:
         return self.ready()[1]
 
     def _hf_encode(self, texts: list[str]) -> list[list[int]]:
-        if self._hf is None:
-            from tokenizers import Tokenizer
-
-            self._hf = Tokenizer.from_str(self._json)
-            self._hf.encode_special_tokens = self.split_special  # our own: no one else holds it
-        self.to_hf += len(texts)
-        return [e.ids for e in self._hf.encode_batch(texts, add_special_tokens=False)]
+        return hf_encode(self, texts)
 
     def _each(self, texts: list[str], encode_one) -> list:
         """``encode_one(text)`` for each text tiktoken runs exactly; the others (``_needs_hf``, or
@@ -227,13 +203,17 @@ class InputCheck:
     hard_texts: int  # hard strings passed
     hard_tokens: int
     backend: str = "tiktoken"  # or "fastokens": the encoder checked (fastokens_backend.py)
+    alone: bool = False  # fastokens alone, where tiktoken cannot express the tokenizer (fastokens_alone.py)
 
     def outcome(self, r: CheckResult) -> Choice:
         """The Choice once the input check gave ``r``; "tiktoken" refused raises PackerError."""
         if not r.ok:
             return _refuse(self.requested, f"{self.backend} gave other ids than HF on {r.difference}", True)
         by = ", encoded by fastokens (faster, same ids)" if self.backend != "tiktoken" else ""
-        return Choice(self.backend, f"byte-level BPE that tiktoken runs exactly ({self.note}){by}; same ids as HF on "
+        what = f"byte-level BPE that tiktoken runs exactly ({self.note}){by}"
+        if self.alone:
+            what = f"fastokens runs it exactly ({self.note}; tiktoken cannot express it)"
+        return Choice(self.backend, f"{what}; same ids as HF on "
                                   f"{self.hard_texts} hard {'string' if self.hard_texts == 1 else 'strings'} and "
                                   f"{r.texts} input {'text' if r.texts == 1 else 'texts'} "
                                   f"({self.hard_tokens + r.tokens:,} tokens)")
@@ -257,17 +237,25 @@ def encoder_for(tokenizer_json: str, fingerprint: str, hf=None, split_special: b
                 backend: str = "tiktoken") -> TiktokenEncoder:
     """The encoder of a tokenizer ``choose`` accepted for ``backend`` ("tiktoken" | "fastokens"): the
     one it checked, in this process (or a forked child); else converted again, unchecked."""
-    enc = remember(_ENCODERS, (fingerprint, split_special),
-                   lambda: TiktokenEncoder(tokenizer_json, None, hf, split_special, lazy=backend != "tiktoken"))
+    from . import fastokens_alone, fastokens_backend
+
+    def new():
+        try:
+            return TiktokenEncoder(tokenizer_json, None, hf, split_special, lazy=backend != "tiktoken")
+        except NotExpressible:  # "fastokens" chosen alone (fastokens_alone.py): no tiktoken under it
+            if backend == "tiktoken":
+                raise
+            return fastokens_alone.encoder_for(tokenizer_json, fingerprint, split_special, hf)
+
+    enc = remember(_ENCODERS, (fingerprint, split_special), new)
     if getattr(enc, "backend", "tiktoken") == backend:
         return enc
-    from . import fastokens_backend  # the one checked, or a new one over the tiktoken encoder (same ids)
-
+    # the one checked, or a new one over the tiktoken encoder (same ids)
     return enc.base if backend == "tiktoken" else fastokens_backend.encoder_for(tokenizer_json, enc)
 
 
 def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=None, split_special: bool = False,
-           defer_input: bool = False, fast: bool = True) -> Choice:
+           defer_input: bool = False, fast: bool | int = True) -> Choice:
     """Pick the backend for a build: ``requested`` is "auto", "hf" or "tiktoken";
     ``sample()`` returns input texts to compare on (called only if needed).
     ``hf``: the HF tokenizer, or a function that returns it (called only if needed:
@@ -278,7 +266,8 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
     "tiktoken" that cannot be exact raises ``PackerError``; "auto" falls back to HF.
     ``defer_input``: where tiktoken passed all but the input check, return it with
     ``later`` set (an ``InputCheck``) instead of running that check. ``fast``: "auto" may take
-    fastokens (fastokens_backend.worth_it: off for a small input, whose start it would lengthen).
+    fastokens; or the build's input bytes: fastokens where ``fastokens_backend.worth_it`` (not for an
+    input small against its tokenizer, whose start it would lengthen).
     """
     if requested == "hf":
         return Choice("hf", "asked for (--tokenizer-backend hf)")
@@ -299,15 +288,34 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
             loaded.append(h)
         return loaded[0]
 
-    static = remember(_STATIC, (fingerprint, split_special), lambda: _static_check(
+    from . import fastokens_alone  # where tiktoken cannot run it exactly
+
+    def pays(versus: str) -> bool:  # fast: True/False, or the build's input bytes (fastokens_backend.worth_it)
+        from .fastokens_backend import worth_it
+
+        return fast if isinstance(fast, bool) else worth_it(fast, len(tokenizer_json), versus)
+
+    may_alone = requested == "auto" and pays("hf") and os.environ.get("PACKER_FASTOKENS") != "off"
+    alone = fastokens_alone.on_record(tokenizer_json, fingerprint, split_special, hf if not callable(hf) else None) \
+        if may_alone else None  # on record only where tiktoken refused it: neither HF nor the conversion is needed
+    static = "" if alone is not None else remember(_STATIC, (fingerprint, split_special), lambda: _static_check(
         tokenizer_json, fingerprint, split_special, get_hf, hf if not callable(hf) else None))
-    if isinstance(static, str):
-        return _refuse(requested, static, False)
+    if isinstance(static, str) or not static[1].ok:
+        if alone is None and may_alone:
+            alone = fastokens_alone.checked(tokenizer_json, fingerprint, split_special, get_hf,
+                                            hf if not callable(hf) else None)
+        if alone is None and isinstance(static, str):
+            return _refuse(requested, static, False)
+        if alone is None:
+            return _refuse(requested, f"tiktoken gave other ids than HF on {static[1].difference}", True)
+        enc, hard = alone
+        store(_ENCODERS, (fingerprint, split_special), enc)
+        later = InputCheck(requested, enc.conv.note, hard.texts, hard.tokens, "fastokens", alone=True)
+        return Choice("fastokens", "", later=later) if defer_input else later.outcome(
+            run_input_check(enc, get_hf(), sample()))
     enc, hard = static
-    if not hard.ok:
-        return _refuse(requested, f"tiktoken gave other ids than HF on {hard.difference}", True)
     backend = "tiktoken"
-    if requested == "auto" and fast:  # fastokens where installed and exact on the same hard strings (fastokens_backend.py)
+    if requested == "auto" and pays("tiktoken"):  # fastokens where installed and exact on the same hard strings (fastokens_backend.py)
         from . import fastokens_backend
 
         fast, fast_hard = fastokens_backend.faster(enc, tokenizer_json, fingerprint, get_hf)

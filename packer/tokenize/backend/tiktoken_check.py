@@ -4,10 +4,45 @@ the tokens the merge conditions cannot vouch for, and a sample of the build's ow
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
 _NEVER = "\x00packer: not a special token\x00"  # see TiktokenEncoder
+
+# --------------------------------------------------------------------------
+# The texts a fast encoder hands to HF (tiktoken_backend.TiktokenEncoder, fastokens_alone.HFSide).
+
+
+class _AddedScan:
+    """``scan(text)``: does ``text`` hold one of the ``added`` tokens' strings? One regex for
+    all of them, compiled on the first text that holds their common prefix (Llama 3's 256
+    ``<|...|>``: 35 ms of re.compile, which the build's serial start would otherwise pay);
+    a text without that prefix holds none of them."""
+
+    def __init__(self, added: tuple[str, ...]):
+        self.added, self.prefix, self.rx = added, os.path.commonprefix(list(added)), None
+
+    def __call__(self, text: str) -> bool:
+        if self.prefix and self.prefix not in text:
+            return False
+        if self.rx is None:  # sorted longest first, though any hit sends the text to HF
+            self.rx = re.compile("|".join(re.escape(a) for a in sorted(self.added, key=len, reverse=True)))
+        return self.rx.search(text) is not None
+
+
+def hf_encode(holder, texts: list[str]) -> list[list[int]]:
+    """HF's ids for ``texts``, with ``holder``'s HF tokenizer (``_hf``; parsed from ``_json`` on first need,
+    ``encode_special_tokens`` = ``split_special``); counted in ``holder.to_hf``."""
+    if holder._hf is None:
+        from tokenizers import Tokenizer
+
+        holder._hf = Tokenizer.from_str(holder._json)
+        holder._hf.encode_special_tokens = holder.split_special  # our own: no one else holds it
+    holder.to_hf += len(texts)
+    return [e.ids for e in holder._hf.encode_batch(texts, add_special_tokens=False)]
+
 
 # --------------------------------------------------------------------------
 # The check against HF.

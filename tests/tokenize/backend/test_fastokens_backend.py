@@ -152,7 +152,7 @@ def test_not_used_where_it_cannot_load(families, monkeypatch):
 
 
 def test_build_shards_identical_to_tiktoken(tmp_path, families, monkeypatch):
-    monkeypatch.setattr(F, "MIN_INPUT_BYTES", 0)  # a small input would keep tiktoken (worth_it)
+    monkeypatch.setattr(F, "OVER_TIKTOKEN", 0)  # a small input would keep tiktoken (worth_it)
     src = tmp_path / "in.jsonl"
     write_jsonl(str(src), corpus() * 3)
     outs = {}
@@ -168,7 +168,7 @@ def test_two_workers_check_on_a_worker_with_fastokens(tmp_path, families, monkey
     """The deferred input check (on a worker, packer/pipeline/backend_check.py) runs with fastokens too."""
     from packer import build
 
-    monkeypatch.setattr(F, "MIN_INPUT_BYTES", 0)
+    monkeypatch.setattr(F, "OVER_TIKTOKEN", 0)
     src = tmp_path / "in.jsonl"
     write_jsonl(str(src), [f"doc {i}: " + t for i, t in enumerate(corpus() * 4)])
     got = {}
@@ -182,13 +182,16 @@ def test_two_workers_check_on_a_worker_with_fastokens(tmp_path, families, monkey
 
 
 def test_a_small_build_keeps_tiktoken(tmp_path, families):
-    """Loading fastokens is serial start (1.1 s for Llama 3): a build of less than MIN_INPUT_BYTES does not
-    pay it, whatever its worker count (the manifest records the backend); the ids are the same either way."""
+    """Loading fastokens is serial start (2 s for Llama 3): a build of less than OVER_TIKTOKEN times its
+    tokenizer.json does not pay it, whatever its worker count (the manifest records the backend); the ids are
+    the same either way. Against HF (tiktoken cannot run it) it pays from a quarter of the JSON's size."""
     from packer import build
 
     src = tmp_path / "in.jsonl"
-    write_jsonl(str(src), corpus())
-    assert not F.worth_it(os.path.getsize(src)) and F.worth_it(F.MIN_INPUT_BYTES)
+    write_jsonl(str(src), [t[:200] for t in corpus()[:40]])  # well under 3x the small tokenizer.json (16 KB)
+    size = len(resolve_tokenizer(families["gpt2-like"]).json)
+    assert not F.worth_it(os.path.getsize(src), size) and F.worth_it(3 * size, size)
+    assert F.worth_it(size // 4 + 1, size, "hf") and not F.worth_it(size // 4 + 1, size, "tiktoken")
     r = build([str(src)], str(tmp_path / "o"), tokenizer=families["gpt2-like"], seq_len=64, workers=1, quiet=True)
     assert r.manifest["tokenizer"]["backend"] == "tiktoken"
 

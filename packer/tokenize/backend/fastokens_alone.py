@@ -1,0 +1,198 @@
+"""fastokens alone: the fast exact encoder for tokenizers tiktoken cannot express.
+
+tiktoken runs byte-level BPE only (tiktoken_convert.py). fastokens reads the tokenizer.json
+itself and runs HF's own BPE path, so it also takes DeepSeek V3 (a Sequence of Split
+pre-tokenizers, then ByteLevel) and SentencePiece-style BPE with byte_fallback (Gemma 3's
+Replace normalizer and Split, Llama 2's file: normalizer Prepend + Replace). Where tiktoken
+refuses a tokenizer, ``auto`` takes fastokens alone by the same rule as over tiktoken: the
+same ids as HF on the hard strings (tiktoken_check.py, with the tokenizer's added tokens)
+and then on the build's own input sample (input_check.py), else HF. A pass on the hard
+strings is recorded (check_cache.py), so the next build reads it back.
+
+**Metaspace**, which fastokens refuses (Mistral v3; Llama 2 as transformers 5 rebuilds it),
+is given to fastokens as the same string transform (``without_metaspace``). In tokenizers
+(``pre_tokenizers/metaspace.rs``) Metaspace on one piece of text replaces ``" "`` by the
+replacement, then prepends the replacement unless the result already starts with it
+(``always``; ``first``: only on the piece at offset 0 of the text; ``never``: no prepend),
+then with ``split`` cuts before each replacement (``MergedWithNext``). packer sends a text
+holding an added token's string to HF, so fastokens sees whole texts only: one piece at
+offset 0, where ``first`` is ``always``. The equivalent: a ``Replace(" ", replacement)``
+normalizer; the replacement put before a non-empty text that starts with neither ``" "``
+nor the replacement (here, in Python: ``FastokensEncoder``'s ``prep``); with ``split``, a
+``Split(replacement, MergedWithNext)`` in Metaspace's place. It holds only where no other
+normalizer runs first (its output decides the prepend): the normalizer must be none or that
+same Replace, and Metaspace the first pre-tokenizer; otherwise HF encodes. The check then
+proves it on ids, with strings aimed at it (``METASPACE_STRINGS``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from . import check_cache
+from .fastokens_backend import FastokensEncoder, version
+from .tiktoken_check import CheckResult, _AddedScan, check, hard_strings, hf_encode
+
+# Around the Metaspace transform (leading spaces and replacements, empty text, runs of both), and the byte
+# tokens' names as text: fastokens takes a literal "<0x41>" for the byte token where the vocabulary lacks its
+# characters, HF does not (found by the input check on a small SentencePiece-style vocabulary).
+METASPACE_STRINGS = ["", "\u2581", "\u2581a", " \u2581a", "\u2581 a", "a\u2581b", "\u2581\u2581", "  ", " ", "\u2581\u2581x y",
+                     "\ta b", "\n x", "x \u2581 y", "\u3000a", "\u00a0a", "<0x41>", "a <0x0A> b<0xFF><0xE2><0x96><0x81>"]
+_ALONE: dict = {}  # (fingerprint, split_special) -> (FastokensEncoder, CheckResult), or None where it did not pass
+_RECORD = "fastokens-alone-2"
+
+
+class Plain:
+    """What a FastokensEncoder reads of a tiktoken ``Conversion``: the note, the added tokens."""
+
+    def __init__(self, note: str, added: tuple[str, ...]):
+        self.note, self.added, self.suspects = note, added, ()
+
+
+class HFSide:
+    """The part of a ``TiktokenEncoder`` a FastokensEncoder borrows: the added-token scan, and HF for
+    the texts fastokens must not see (an added token's string inside; lone surrogates)."""
+
+    def __init__(self, tokenizer_json: str, added: tuple[str, ...], split_special: bool, note: str, hf=None,
+                 scan: bool = True):
+        self.split_special, self._json, self.to_hf = split_special, tokenizer_json, 0
+        self._hf = hf if hf is not None and hf.encode_special_tokens == split_special else None
+        self.conv = Plain(note, tuple(added))
+        # ``scan`` False: fastokens cuts the added tokens out itself (checked on every one of them): Gemma 3's
+        # added "\n", "\n\n", "▁▁", ... are in nearly every text, which would all go to HF.
+        self._needs_hf = _AddedScan(self.conv.added) if added and scan else (lambda text: False)
+
+    def _hf_encode(self, texts: list[str]) -> list[list[int]]:
+        return hf_encode(self, texts)  # its own HF tokenizer, loaded on first need
+
+
+def without_metaspace(d: dict) -> tuple[dict, str | None] | None:
+    """(tokenizer dict fastokens loads, the replacement to prepend or None) for tokenizer dict ``d``
+    (the module docstring's equivalence); ``d`` itself where it has no Metaspace; None where the
+    equivalence does not hold."""
+    pre = d.get("pre_tokenizer")
+    seq = (pre.get("pretokenizers") or []) if pre and pre.get("type") == "Sequence" else ([pre] if pre else [])
+    where = [i for i, p in enumerate(seq) if p.get("type") == "Metaspace"]
+    if not where:
+        return d, None
+    ms = seq[0]
+    if where != [0] or ms.get("prepend_scheme") not in ("first", "always", "never") or len(ms.get("replacement", "")) != 1:
+        return None
+    rep = ms["replacement"]
+    replace = {"type": "Replace", "pattern": {"String": " "}, "content": rep}
+    norm = d.get("normalizer")
+    if norm is not None and norm != replace and norm != {"type": "Sequence", "normalizers": [replace]}:
+        return None  # another normalizer first: its output decides the prepend
+    rest = ([{"type": "Split", "pattern": {"String": rep}, "behavior": "MergedWithNext", "invert": False}]
+            if ms.get("split") else []) + seq[1:]
+    out = dict(d, normalizer=replace, pre_tokenizer=None if not rest else rest[0] if len(rest) == 1 else
+               {"type": "Sequence", "pretokenizers": rest})
+    return out, None if ms["prepend_scheme"] == "never" else rep
+
+
+def _key(fingerprint: str, ver: str) -> str:
+    return f"{fingerprint}\0{_RECORD} {ver}"
+
+
+def _encoder(tokenizer_json: str, split_special: bool, hf, added=None, note: str | None = None, own: bool = False):
+    """A FastokensEncoder for ``tokenizer_json`` alone (no tiktoken under it), or None where the
+    tokenizer has a Metaspace form fastokens cannot be given, or fastokens refuses it. With ``added``
+    and ``note`` (from the record) a tokenizer without Metaspace is not parsed here. ``own``: fastokens cuts
+    the added tokens out itself (None where it may not: Metaspace's prefix holds for whole texts only, and
+    fastokens has no --split-special-tokens)."""
+    d = fast_d = rep = None
+    if added is None or note is None or '"Metaspace"' in tokenizer_json:
+        d = json.loads(tokenizer_json)
+        got = without_metaspace(d)
+        if got is None:
+            return None
+        fast_d, rep = got
+    if added is None:
+        added = [a["content"] for a in d.get("added_tokens") or [] if a.get("content")]
+    if note is None:
+        model, pre = d.get("model") or {}, d.get("pre_tokenizer") or {}
+        parts = [pre.get("type")] + [p.get("type") for p in pre.get("pretokenizers") or []]
+        note = (f"{model.get('type')}{' with byte_fallback' if model.get('byte_fallback') else ''}, pre-tokenizer "
+                f"{'/'.join(str(p) for p in parts if p) or 'none'}")
+        note += ", its Metaspace given to fastokens as a Replace and a prefix" if fast_d is not d else ""
+    if own and (rep is not None or split_special):
+        return None
+    side = HFSide(tokenizer_json, tuple(added), split_special, note, hf, scan=not own)
+    prep = None
+    if rep is not None:
+        prep = lambda t: rep + t if t and t[0] != " " and t[0] != rep else t  # noqa: E731
+    try:
+        return FastokensEncoder(json.dumps(fast_d) if fast_d is not d else tokenizer_json, side, prep)
+    except Exception:  # a component fastokens lacks
+        return None
+
+
+def checked(tokenizer_json: str, fingerprint: str, split_special: bool, get_hf, loaded=None):
+    """(FastokensEncoder, its hard-string CheckResult) where fastokens loads the tokenizer and gives HF's
+    ids on the hard strings (recorded, then read back: ``get_hf`` is called only where no pass is on
+    record); else None. ``loaded``: the HF tokenizer if already parsed (for texts HF encodes)."""
+    key = (fingerprint, split_special)
+    if key not in _ALONE:
+        _ALONE.clear()
+        _ALONE[key] = _checked(tokenizer_json, fingerprint, split_special, get_hf, loaded)
+    return _ALONE[key]
+
+
+def _record_name(fingerprint: str, split_special: bool, ver: str) -> str:
+    strings = hard_strings() + METASPACE_STRINGS  # what the record is keyed on (the fingerprint covers added tokens)
+    return check_cache._key(f"{fingerprint}\0{_RECORD} {ver}", split_special, strings) + ".alone.json"
+
+
+def on_record(tokenizer_json: str, fingerprint: str, split_special: bool, loaded=None):
+    """``checked``'s answer where a pass is on record (only then: tiktoken refused this tokenizer
+    when it was checked), else None; parses no HF tokenizer."""
+    key = (fingerprint, split_special)
+    if _ALONE.get(key) is not None:
+        return _ALONE[key]
+    ver = version()
+    rec = check_cache.read_json(check_cache.folder("backend-checks"), _record_name(fingerprint, split_special, ver)) \
+        if ver is not None else None
+    if not isinstance(rec, dict) or not {"note", "texts", "tokens", "added"} <= set(rec):
+        return None
+    enc = _encoder(tokenizer_json, split_special, loaded, rec["added"], rec["note"], rec.get("own") is True)
+    if enc is None:
+        return None
+    _ALONE.clear()
+    _ALONE[key] = (enc, CheckResult(True, rec["texts"], rec["tokens"], ""))
+    return _ALONE[key]
+
+
+def added_strings(added) -> list[str]:
+    """Every added token's string alone and in context: where fastokens cuts them out itself."""
+    return [t for a in added for t in (a, f"x{a}y {a}{a} {a}", f"\n{a[:-1]}{a}\t")]
+
+
+def _checked(tokenizer_json: str, fingerprint: str, split_special: bool, get_hf, loaded):
+    got = on_record(tokenizer_json, fingerprint, split_special, loaded)
+    if got is not None or version() is None:
+        return got
+    for own in (True, False):  # fastokens on added tokens too where it gives HF's ids on every one; else HF on those texts
+        enc = _encoder(tokenizer_json, split_special, loaded, own=own)
+        if enc is None:
+            continue
+        strings = hard_strings(enc.conv.added) + METASPACE_STRINGS + (added_strings(enc.conv.added) if own else [])
+        r = check(enc, get_hf(), strings, "hard string")
+        if r.ok:
+            check_cache.write_json(check_cache.folder("backend-checks"), _record_name(fingerprint, split_special,
+                                   version()), {"note": enc.conv.note, "texts": r.texts, "tokens": r.tokens,
+                                                "added": list(enc.conv.added), "own": own})
+            return enc, r
+    return None
+
+
+def encoder_for(tokenizer_json: str, fingerprint: str, split_special: bool, hf=None):
+    """The checked encoder of this process (or a forked parent's), else a new one, unchecked (the parent
+    checked it); where fastokens is missing or refuses here, an encoder that sends every text to HF."""
+    got = _ALONE.get((fingerprint, split_special)) or on_record(tokenizer_json, fingerprint, split_special, hf)
+    if got is not None:
+        return got[0]
+    enc = _encoder(tokenizer_json, split_special, hf) if version() else None
+    if enc is None:
+        added = [a["content"] for a in json.loads(tokenizer_json).get("added_tokens") or [] if a.get("content")]
+        enc = FastokensEncoder(None, HFSide(tokenizer_json, tuple(added), split_special, "", hf))
+    return enc
