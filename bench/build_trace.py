@@ -358,10 +358,10 @@ def main(argv=None) -> None:
     if args.base:
         return _against(args.base, [a for a in (argv or sys.argv[1:]) if a not in ("--base", args.base)], args.rounds)
     if args.fastokens:
-        importlib.import_module("packer.tokenize.backend").fastokens_backend.MIN_INPUT_BYTES = 0
+        importlib.import_module("packer.tokenize.backend").fastokens_backend.OVER_TIKTOKEN = 0  # any size
     if args.resume_check:
         from packer.formats import discover, iter_parts, plan_slices
-        from packer.formats.consumed import digest
+        from packer.formats import consumed_digest as digest
         sls = [s for s, _ in plan_slices(discover(args.inputs).files, 64 << 20)]
         t0 = time.perf_counter(); n = sum(p.nbytes for s in sls for p in iter_parts(s)); t1 = time.perf_counter()  # noqa: E702
         all(digest(s) for s in sls); t2 = time.perf_counter()  # noqa: E702

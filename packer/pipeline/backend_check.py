@@ -14,7 +14,7 @@ nothing written meanwhile.
 from __future__ import annotations
 
 from ..formats import REGISTRY, Skip, read_slice
-from ..io.cpus import cpu_limit
+from ..io import cpu_limit
 from ..tokenize import TokenizerInfo, backend, loaded_hf
 from ..tokenize.backend import SAMPLE_CHARS, SAMPLE_DOCS, SAMPLE_TEXT_CHARS, PendingCheck, sample_slices
 from .config import BuildConfig
