@@ -24,6 +24,11 @@ GPT2 = os.path.join(SHARED, "gpt2-tokenizer.json")
 # The real files, used when present (tests skip cleanly without them).
 REAL_TOKENIZERS = {"gpt2": GPT2, "llama3": os.path.join(SHARED, "llama3"),
                    "mistral-v3": os.path.join(SHARED, "mistral-v3"), "minilm": os.path.join(SHARED, "minilm")}
+# The folders ../shared/tools/fetch-tokenizers fetches (.ci/run does), each only where its tokenizer.json is.
+FETCHED = os.environ.get("PACKER_TEST_TOKENIZERS") or os.path.expanduser("~/.cache/packer-test-tokenizers")
+if not os.environ.get("PACKER_TEST_NO_SHARED"):
+    REAL_TOKENIZERS.update({n: os.path.join(FETCHED, n) for n in ("qwen3", "gemma3", "llama2", "deepseek_v3")
+                            if os.path.exists(os.path.join(FETCHED, n, "tokenizer.json"))})
 
 
 @pytest.fixture(scope="session")

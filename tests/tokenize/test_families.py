@@ -1,8 +1,8 @@
 """Every model family's tokenizer, as its model expects it: tokenizer(text) (the template's BOS/[CLS], its
 suffix) then EOS, exactly; special-token strings inside text counted, or split with --split-special-tokens.
 
-The families are built at test time (bench/families.py); the real files in ../shared/data are used too
-when they are there (see conftest.REAL_TOKENIZERS)."""
+The families are built at test time (bench/families.py); the same checks on the real files, where present:
+tests/tokenize/test_real_families.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.conftest import REAL_TOKENIZERS, SAMPLE, load_script, write_jsonl
+from tests.conftest import SAMPLE, load_script, write_jsonl
 
 CORPUS = os.path.join(SAMPLE, "corpus.jsonl")
 SPECIAL_TEXT = "code: print('<s>%s</s>' % x)\n[MASK] and [CLS] in docs; <|endoftext|> on a web page <|begin_of_text|>."
@@ -135,24 +135,6 @@ def test_matches_transformers_tokenizer_call(families, texts):
             ids = hf(t)["input_ids"]
             ref.append(ids if ids[-1:] == [info.eos_id] else ids + [info.eos_id])
         assert got == ref, name
-
-
-@pytest.mark.parametrize("name", sorted(REAL_TOKENIZERS))
-def test_real_tokenizer_files_match_transformers(name, texts):
-    path = REAL_TOKENIZERS[name]
-    if not os.path.exists(path):
-        pytest.skip(f"{path} not present")
-    tf = pytest.importorskip("transformers")
-    hf = (tf.AutoTokenizer.from_pretrained(path) if os.path.isdir(path)
-          else tf.PreTrainedTokenizerFast(tokenizer_file=path))
-    got, info = encode(path, texts, "auto")  # auto == hf on every family: test_each_family_...
-    ref = []
-    for t in texts:
-        ids = hf(t, truncation=False)["input_ids"]
-        ref.append(ids if ids[-1:] == [info.eos_id] else ids + [info.eos_id])
-    assert got == ref, name
-    if name in ("gpt2", "llama3"):
-        assert info.backend in ("tiktoken", "fastokens"), info.backend_reason
 
 
 def _build(tmp_path, name, inputs, tokenizer, **kw):
