@@ -243,7 +243,8 @@ def _write_unit(job: Job, root: str, unit: Unit, chunks: list[ChunkResult], skip
     rows_at = S.layout.to_record(S.layout.shard_layout(data, layout.num_rows, job.seq_len, job.dtype, job.chat is not None))
     if rows_at is not None:  # where the rows lie in the shard: an object store's index.arrow is made of these
         record["layout"] = rows_at
-    if job.chat is not None:  # every chat unit, also one with no rows (after "layout": the records' key order)
+    if rows_at is not None or job.chat is not None:  # (after "layout": the key order of 0a283c5's records, whose
+        # text units all have rows) and every chat unit, also one with no rows (issue 41.1)
         record["truncated"] = sum(c.truncated for c in chunks)
     record.update(extra)
     consumed = [consumed_digest(sl) for sl in unit.slices]
