@@ -21,7 +21,7 @@ import pytest
 
 from packer.errors import PackerError
 
-from tests.conftest import REAL_TOKENIZERS, REPO, SAMPLE
+from tests.conftest import REAL_TOKENIZERS, REPO, SAMPLE, read_documents, write_jsonl
 
 pytest.importorskip("transformers")
 
@@ -184,6 +184,32 @@ def test_added_token_strings_in_text(fam, split):
 
 def test_flat_and_batch_views_agree(fam):
     from packer.tokenize import Encoder
+
+    enc = Encoder(fam.info("auto"))
+    ids, lengths = enc.encode_flat(fam.texts)
+    starts = np.cumsum(lengths) - lengths
+    assert [a.tolist() for a in enc.encode_batch(fam.texts)] == [ids[s:s + n].tolist() for s, n in zip(starts, lengths)]
+
+
+def test_auto_and_hf_builds_write_identical_shards(fam, tmp_path):
+    """A build of real text (one worker, small units: several shards) with each backend: the same shard bytes,
+    and each document read back from them is transformers' ids then EOS."""
+    from packer import build
+
+    texts = [t for t in fam.texts if t]  # (an empty text is skipped as "empty", counted)
+    src = write_jsonl(tmp_path / "real.jsonl", texts)
+    sums, docs = {}, {}
+    for backend in ("auto", "hf"):
+        out = str(tmp_path / backend)
+        m = build([src], out, seq_len=2048, tokenizer=fam.path, workers=1, quiet=True, unit_bytes=256 << 10,
+                  tokenizer_backend=backend, **fam.options()).manifest
+        assert not m["totals"].get("skipped") and (backend == "auto" or m["tokenizer"]["backend"] == "hf")
+        sums[backend] = [s["xxh3_128"] for s in m["shards"]]
+        docs[backend] = read_documents(out)[0]
+    assert len(sums["auto"]) > 1 and sums["auto"] == sums["hf"]
+    bad = first_difference(texts, docs["auto"], fam.reference(texts))
+    assert bad is None, bad
+
 
 def test_the_default_eos_is_the_configs():
     """A folder whose tokenizer_config.json names its eos_token builds with it by default (issue 40, item 4)."""
