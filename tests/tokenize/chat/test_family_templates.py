@@ -1,7 +1,9 @@
 """Chat on each family's own template (issue 40): the real Qwen3, Gemma 3 and DeepSeek V3 folders
-(~/.cache/packer-test-tokenizers, $PACKER_TEST_TOKENIZERS; skipped when absent) and a faithful small copy
-of gpt-oss (its special tokens, tokenizer_config.json and o200k split; OpenAI's harmony template as TRL
-ships it; no real gpt-oss folder is at hand). Per conversation with tool calls and reasoning:
+(~/.cache/packer-test-tokenizers, $PACKER_TEST_TOKENIZERS; skipped when absent), and gpt-oss twice: a
+faithful small copy (its special tokens, tokenizer_config.json and o200k split) and the real folder
+(``fetch-tokenizers DIR gptoss``: its tokenizer.json and tokenizer_config.json, which carries no template;
+the model's chat_template.jinja beside them is OpenAI's harmony template, taken as TRL ships it). Per
+conversation with tool calls and reasoning:
 
 - ids equal transformers' ``apply_chat_template(tokenize=True)``, and none is skipped that transformers renders;
 - the mask is docs/chat.md's rule, checked against TRL's training template of the family (its
@@ -34,6 +36,8 @@ FAMILIES = {
     "deepseek_v3": ("deepseekv3_training", {"<｜end▁of▁sentence｜>"}, ("head", "<｜Assistant｜>")),
     "gptoss": ("gptoss_training", {"<|end|>", "<|call|>", "<|return|>"}, ("head", "<|start|>assistant")),
 }
+FAMILIES["gptoss_real"] = FAMILIES["gptoss"]
+GPTOSS = ["gptoss", "gptoss_real"]  # the faithful copy, the real folder
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +48,27 @@ def gptoss_copy(tmp_path_factory):
     return small_tokenizer(str(tmp_path_factory.mktemp("gptoss") / "gptoss"), "gptoss", template)
 
 
+@pytest.fixture(scope="module")
+def gptoss_real(tmp_path_factory):
+    """The real gpt-oss folder as the model ships it: the fetched tokenizer.json and tokenizer_config.json,
+    and chat_template.jinja (the harmony template; the fetched package leaves it out)."""
+    fetched, template = os.path.join(REAL, "gptoss"), trl_template("gptoss")
+    if not os.path.exists(os.path.join(fetched, "tokenizer.json")):
+        pytest.skip(f"{fetched} not present (../shared/tools/fetch-tokenizers DIR gptoss fetches it)")
+    if template is None:
+        pytest.skip("TRL (its chat_templates/gptoss.jinja) not installed")
+    folder = tmp_path_factory.mktemp("gptoss_real")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        os.symlink(os.path.join(fetched, f), folder / f)
+    (folder / "chat_template.jinja").write_text(template, encoding="utf-8")
+    return str(folder)
+
+
 def _folder(name, gptoss_copy_request):
     if name == "gptoss":
         return gptoss_copy_request.getfixturevalue("gptoss_copy")
+    if name == "gptoss_real":
+        return gptoss_copy_request.getfixturevalue("gptoss_real")
     folder = os.path.join(REAL, name)
     if not os.path.exists(os.path.join(folder, "tokenizer_config.json")):
         pytest.skip(f"{folder} not present (../shared/tools/fetch-tokenizers fetches it)")
@@ -54,7 +76,7 @@ def _folder(name, gptoss_copy_request):
 
 
 def _records(name):
-    if name == "gptoss":
+    if name.startswith("gptoss"):
         return harmony_conversations(160, seed=7)
     return tool_conversations(120, seed=7) + conversations(60, seed=7)
 
@@ -144,10 +166,11 @@ def _check_rule(tk, spec, msgs, ids, mask):
             assert c.strip()[:40] not in trained
 
 
-def test_gptoss_trains_no_user_system_or_tool_token(request):
+@pytest.mark.parametrize("name", GPTOSS)
+def test_gptoss_trains_no_user_system_or_tool_token(name, request):
     """Issue 40: a reply closed by <|end|>, a tool call closed by <|call|>, each trained through its own end
     token, not through to the final <|return|> (old: 1 end token, <|return|>)."""
-    folder = _folder("gptoss", request)
+    folder = _folder(name, request)
     tk = transformers.AutoTokenizer.from_pretrained(folder)
     info, spec = chat_tokenizer(resolve_tokenizer(folder, eos=False, bos=False), folder, None, "assistant")
     msgs = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Weather in Paris?"},
@@ -165,11 +188,12 @@ def test_gptoss_trains_no_user_system_or_tool_token(request):
                     "<|return|>"]
 
 
-def test_prompt_completion_under_generation_tags_trains_the_completion(request, tmp_path):
+@pytest.mark.parametrize("name", GPTOSS)
+def test_prompt_completion_under_generation_tags_trains_the_completion(name, request, tmp_path):
     """Issue 40: TRL's gptoss_training / deepseekv3_training open {% generation %} before the generation
     prompt ends; a prompt/completion record trained nothing (old). Now its completion, as the same turns
     as a messages record train it."""
-    folder = _folder("gptoss", request)
+    folder = _folder(name, request)
     template = trl_template("gptoss_training")
     tpl = tmp_path / "gen.jinja"
     tpl.write_text(template)
@@ -205,7 +229,7 @@ def test_a_reply_with_no_end_token_after_it_is_trained_through_its_content_alone
     assert e.value.reason == "template_mismatch"
 
 
-def figures(gptoss_folder: str) -> None:
+def figures(gptoss_folder: str, gptoss_real: str | None = None) -> None:
     """Print docs/chat.md's "Against TRL" table: per family, the tokens TRL's training template trains
     beyond packer's default, on this module's conversations that both render alike."""
     from transformers.utils.chat_template_utils import render_jinja_template
@@ -213,7 +237,7 @@ def figures(gptoss_folder: str) -> None:
     from packer.tokenize.chat import ChatRenderer
 
     for name in sorted(FAMILIES):
-        folder = gptoss_folder if name == "gptoss" else os.path.join(REAL, name)
+        folder = {"gptoss": gptoss_folder, "gptoss_real": gptoss_real or ""}.get(name, os.path.join(REAL, name))
         if not os.path.exists(os.path.join(folder, "tokenizer_config.json")):
             print(f"{name}: {folder} not present")
             continue
@@ -245,4 +269,11 @@ if __name__ == "__main__":  # PYTHONPATH=. python -m tests.tokenize.chat.test_fa
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
-        figures(small_tokenizer(os.path.join(d, "gptoss"), "gptoss", trl_template("gptoss")))
+        real = os.path.join(d, "gptoss_real")
+        if os.path.exists(os.path.join(REAL, "gptoss", "tokenizer.json")):
+            os.makedirs(real)
+            for f in ("tokenizer.json", "tokenizer_config.json"):
+                os.symlink(os.path.join(REAL, "gptoss", f), os.path.join(real, f))
+            with open(os.path.join(real, "chat_template.jinja"), "w", encoding="utf-8") as f:
+                f.write(trl_template("gptoss"))
+        figures(small_tokenizer(os.path.join(d, "gptoss"), "gptoss", trl_template("gptoss")), real)
