@@ -23,11 +23,21 @@ nor the replacement (here, in Python: ``FastokensEncoder``'s ``prep``); with ``s
 normalizer runs first (its output decides the prepend): the normalizer must be none or that
 same Replace, and Metaspace the first pre-tokenizer; otherwise HF encodes. The check then
 proves it on ids, with strings aimed at it (``METASPACE_STRINGS``).
+
+**ignore_merges** (Mistral v3) makes fastokens 0.3.5 five times slower where a piece is a whole text
+(Metaspace without split: 0.22 CPU-s/MB against 0.04). The flag only changes a piece that is itself a
+vocabulary entry: that entry's id instead of what the merges give. Where the merges give the entry
+itself the two agree, so the flag matters only for the entries the merges cannot reach
+(``unreachable``: Mistral v3's 256 byte tokens ``<0x..>``, its 751 added tokens, 20
+``[REFERENCE_DOC_n]``). Where every pre-tokenizer is a Split, each piece is a substring of the
+normalized text, so a text that holds none of those entries encodes alike with the flag off; a text that
+holds one goes to HF (``unreachable_scan``). The check proves it as above.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 from . import check_cache
 from .fastokens_backend import FastokensEncoder, version
@@ -39,7 +49,8 @@ from .tiktoken_check import CheckResult, _AddedScan, check, hard_strings, hf_enc
 METASPACE_STRINGS = ["", "\u2581", "\u2581a", " \u2581a", "\u2581 a", "a\u2581b", "\u2581\u2581", "  ", " ", "\u2581\u2581x y",
                      "\ta b", "\n x", "x \u2581 y", "\u3000a", "\u00a0a", "<0x41>", "a <0x0A> b<0xFF><0xE2><0x96><0x81>"]
 _ALONE: dict = {}  # (fingerprint, split_special) -> (FastokensEncoder, CheckResult), or None where it did not pass
-_RECORD = "fastokens-alone-2"
+_RECORD = "fastokens-alone-3"
+_IGNORE_MERGES = re.compile(r'"ignore_merges"\s*:\s*true')
 
 
 class Plain:
@@ -54,13 +65,18 @@ class HFSide:
     the texts fastokens must not see (an added token's string inside; lone surrogates)."""
 
     def __init__(self, tokenizer_json: str, added: tuple[str, ...], split_special: bool, note: str, hf=None,
-                 scan: bool = True):
+                 scan: bool = True, also=()):
         self.split_special, self._json, self.to_hf = split_special, tokenizer_json, 0
         self._hf = hf if hf is not None and hf.encode_special_tokens == split_special else None
         self.conv = Plain(note, tuple(added))
         # ``scan`` False: fastokens cuts the added tokens out itself (checked on every one of them): Gemma 3's
         # added "\n", "\n\n", "▁▁", ... are in nearly every text, which would all go to HF.
-        self._needs_hf = _AddedScan(self.conv.added) if added and scan else (lambda text: False)
+        # ``also``: more strings a text fastokens sees must not hold, or a function saying so (``unreachable_scan``).
+        strings = (self.conv.added if scan else ()) + (tuple(also) if not callable(also) else ())
+        self._needs_hf = _AddedScan(strings) if strings else (lambda text: False)
+        if callable(also):
+            first = self._needs_hf
+            self._needs_hf = lambda text: first(text) or also(text)
 
     def _hf_encode(self, texts: list[str]) -> list[list[int]]:
         return hf_encode(self, texts)  # its own HF tokenizer, loaded on first need
@@ -90,18 +106,52 @@ def without_metaspace(d: dict) -> tuple[dict, str | None] | None:
     return out, None if ms["prepend_scheme"] == "never" else rep
 
 
+def unreachable(d: dict) -> list[str] | None:
+    """The vocabulary entries of BPE tokenizer dict ``d`` (``ignore_merges`` on) that its merges do not
+    give as themselves (the module docstring), or None where turning the flag off cannot be proven by a
+    scan: a pre-tokenizer other than Split (a piece is then no substring of the text), a normalizer
+    other than one Replace of a string."""
+    from tokenizers import Tokenizer
+
+    model, pre, norm = d.get("model") or {}, d.get("pre_tokenizer"), d.get("normalizer")
+    seq = (pre.get("pretokenizers") or []) if pre and pre.get("type") == "Sequence" else ([pre] if pre else [])
+    if model.get("type") != "BPE" or any(p.get("type") != "Split" for p in seq):
+        return None
+    if norm is not None and not (norm.get("type") == "Replace" and "String" in (norm.get("pattern") or {})):
+        return None
+    bare = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+            "pre_tokenizer": None, "post_processor": None, "decoder": None, "model": dict(model, ignore_merges=False)}
+    vocab = model.get("vocab") or {}
+    words = list(vocab)
+    got = Tokenizer.from_str(json.dumps(bare)).encode_batch(words, add_special_tokens=False)
+    return [w for w, e in zip(words, got) if e.ids != [vocab[w]]]
+
+
+def unreachable_scan(entries: list[str], norm: dict | None, prep):
+    """What tells whether a piece of a text, normalized by ``norm`` (a Replace of a string, or None) after
+    ``prep``, could be one of ``entries``: ``entries`` themselves where none holds what the Replace writes
+    (the raw text tells: HFSide scans it with the added tokens, in one pass), else ``scan(text)``."""
+    old, new = ((norm.get("pattern") or {}).get("String"), norm.get("content")) if norm else (None, None)
+    if not old or not any(new in e for e in entries):
+        return tuple(entries)
+    find = _AddedScan(tuple(entries))
+    return lambda text: find((prep(text) if prep else text).replace(old, new))
+
+
 def _key(fingerprint: str, ver: str) -> str:
     return f"{fingerprint}\0{_RECORD} {ver}"
 
 
-def _encoder(tokenizer_json: str, split_special: bool, hf, added=None, note: str | None = None, own: bool = False):
+def _encoder(tokenizer_json: str, split_special: bool, hf, added=None, note: str | None = None, own: bool = False,
+             entries: list[str] | None = None):
     """A FastokensEncoder for ``tokenizer_json`` alone (no tiktoken under it), or None where the
     tokenizer has a Metaspace form fastokens cannot be given, or fastokens refuses it. With ``added``
     and ``note`` (from the record) a tokenizer without Metaspace is not parsed here. ``own``: fastokens cuts
     the added tokens out itself (None where it may not: Metaspace's prefix holds for whole texts only, and
-    fastokens has no --split-special-tokens)."""
+    fastokens has no --split-special-tokens). ``entries``: ``unreachable``'s answer, from the record."""
     d = fast_d = rep = None
-    if added is None or note is None or '"Metaspace"' in tokenizer_json:
+    ignore_merges = _IGNORE_MERGES.search(tokenizer_json) is not None
+    if added is None or note is None or '"Metaspace"' in tokenizer_json or (ignore_merges and entries is None):
         d = json.loads(tokenizer_json)
         got = without_metaspace(d)
         if got is None:
@@ -109,6 +159,7 @@ def _encoder(tokenizer_json: str, split_special: bool, hf, added=None, note: str
         fast_d, rep = got
     if added is None:
         added = [a["content"] for a in d.get("added_tokens") or [] if a.get("content")]
+    fresh_note = note is None
     if note is None:
         model, pre = d.get("model") or {}, d.get("pre_tokenizer") or {}
         parts = [pre.get("type")] + [p.get("type") for p in pre.get("pretokenizers") or []]
@@ -117,12 +168,26 @@ def _encoder(tokenizer_json: str, split_special: bool, hf, added=None, note: str
         note += ", its Metaspace given to fastokens as a Replace and a prefix" if fast_d is not d else ""
     if own and (rep is not None or split_special):
         return None
-    side = HFSide(tokenizer_json, tuple(added), split_special, note, hf, scan=not own)
     prep = None
     if rep is not None:
         prep = lambda t: rep + t if t and t[0] != " " and t[0] != rep else t  # noqa: E731
+    also, fast_json = (), None if fast_d is d else fast_d
+    if ignore_merges:
+        if entries is None:
+            entries = unreachable(fast_d)
+        if entries is not None:
+            # A text holding an added token's string goes to HF (scan) or has it cut out (own): never a piece.
+            entries = sorted(set(entries) - set(added))
+            norm = (fast_d if fast_d is not None else json.loads(tokenizer_json)).get("normalizer")
+            also = unreachable_scan(entries, norm, prep)
+            note += ", ignore_merges off (a text holding a vocabulary entry its merges do not give goes to HF)" \
+                if fresh_note else ""
+            fast_json = fast_d if fast_d is not None else json.loads(tokenizer_json)
+            fast_json = dict(fast_json, model=dict(fast_json["model"], ignore_merges=False))
+    side = HFSide(tokenizer_json, tuple(added), split_special, note, hf, scan=not own, also=also)
+    side.entries = entries if ignore_merges else None  # what the record keeps
     try:
-        return FastokensEncoder(json.dumps(fast_d) if fast_d is not d else tokenizer_json, side, prep)
+        return FastokensEncoder(json.dumps(fast_json) if fast_json is not None else tokenizer_json, side, prep)
     except Exception:  # a component fastokens lacks
         return None
 
@@ -154,7 +219,8 @@ def on_record(tokenizer_json: str, fingerprint: str, split_special: bool, loaded
         if ver is not None else None
     if not isinstance(rec, dict) or not {"note", "texts", "tokens", "added"} <= set(rec):
         return None
-    enc = _encoder(tokenizer_json, split_special, loaded, rec["added"], rec["note"], rec.get("own") is True)
+    enc = _encoder(tokenizer_json, split_special, loaded, rec["added"], rec["note"], rec.get("own") is True,
+                   rec.get("entries"))
     if enc is None:
         return None
     _ALONE.clear()
@@ -180,7 +246,8 @@ def _checked(tokenizer_json: str, fingerprint: str, split_special: bool, get_hf,
         if r.ok:
             check_cache.write_json(check_cache.folder("backend-checks"), _record_name(fingerprint, split_special,
                                    version()), {"note": enc.conv.note, "texts": r.texts, "tokens": r.tokens,
-                                                "added": list(enc.conv.added), "own": own})
+                                                "added": list(enc.conv.added), "own": own,
+                                                "entries": enc.base.entries})
             return enc, r
     return None
 

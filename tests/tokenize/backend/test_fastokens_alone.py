@@ -204,3 +204,34 @@ def test_fastokens_cuts_added_tokens_out_itself_where_checked(llama2_file, tmp_p
     hf.encode_special_tokens = True
     assert text_ids(info, strings) == [e.ids for e in hf.encode_batch(strings, add_special_tokens=False)]
     assert info.backend == "fastokens" and enc.to_hf >= before + 4
+
+
+def test_ignore_merges_is_turned_off_and_texts_with_an_unreachable_entry_go_to_hf(llama2_file, tmp_path, monkeypatch):
+    """Mistral v3's form: Metaspace, then a Split isolating literals, ignore_merges on (fastokens 0.3.5 runs it
+    5x slower). The flag matters only for a piece that is a vocabulary entry the merges do not give; every
+    piece is a substring of the text, so fastokens runs with the flag off, and a text holding such an entry
+    (a byte token's name, an isolated literal, a word added to the vocabulary without merges) goes to HF."""
+    path = metaspace(llama2_file, tmp_path, "first", False)
+    d = json.loads(open(path, encoding="utf-8").read())
+    d["model"]["ignore_merges"] = True
+    for w in ("\u2581zzq", "[REF]"):
+        d["model"]["vocab"][w] = len(d["model"]["vocab"])
+    d["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [d["pre_tokenizer"], {
+        "type": "Split", "pattern": {"String": "[REF]"}, "behavior": "Isolated", "invert": False}]}
+    path = str(tmp_path / "ignore_merges.json")
+    Tokenizer.from_str(json.dumps(d)).save(path)
+    at = ["zzq", "[REF]", "x[REF]y", "<0x41>"]
+    zzq = d["model"]["vocab"]["\u2581zzq"]
+    assert hf_ids(path, ["zzq"]) == [[zzq]]  # the flag's own effect: with it off, the merges spell it out
+    given = []  # what fastokens is given
+    monkeypatch.setattr(A, "FastokensEncoder", lambda j, *a: given.append(json.loads(j)) or F.FastokensEncoder(j, *a))
+    enc = A._encoder(open(path, encoding="utf-8").read(), False, None)
+    assert given[0]["model"]["ignore_merges"] is False
+    assert {"\u2581zzq", "[REF]", "<0x41>"} <= set(enc.base.entries)
+    assert [a.tolist() for a in enc.encode_arrays(at)] == hf_ids(path, at) and enc.to_hf == len(at)
+    plain = [t for t in TEXTS if "<" not in t]  # (a text with "<s>" goes to HF for its added token)
+    assert [a.tolist() for a in enc.encode_arrays(plain)] == hf_ids(path, plain) and enc.to_hf == len(at)
+    info = choose_backend(resolve_tokenizer(path), "auto", lambda: TEXTS)
+    assert info.backend == "fastokens" and "ignore_merges off" in info.backend_reason
+    strings = TEXTS + A.METASPACE_STRINGS + hard() + at + ["a zzq b", "zzqzzq", " zzq"]
+    assert text_ids(info, strings) == hf_ids(path, strings)
