@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -17,6 +18,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO, "sample_data")
 # Engine checks are recorded per machine (packer/tokenize/backend/check_cache.py): the tests keep their own record.
 os.environ.setdefault("PACKER_CACHE", os.path.join(__import__("tempfile").mkdtemp(prefix="packer-test-cache-")))
+# A suite started in the background of a non-interactive shell (`cmd &`, nohup, some CI runners) inherits
+# SIGINT ignored, and so would every packer it starts (Python keeps an inherited SIG_IGN): the Ctrl-C tests
+# send what a terminal sends, so the suite takes Python's own handler back (its children get the default).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 SHARED = os.path.abspath(os.path.join(REPO, "..", "shared", "data"))
 if os.environ.get("PACKER_TEST_NO_SHARED"):  # run as a fresh clone would, without ../shared
     SHARED = os.path.join(REPO, "no-such-shared-folder")
