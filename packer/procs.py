@@ -106,6 +106,17 @@ def stopped(pid: int) -> bool:
         return False
 
 
+def ended(pid: int) -> bool:
+    """Whether process ``pid`` has ended: gone, or a zombie not yet reaped (Linux /proc; else False)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except FileNotFoundError:
+        return os.path.exists("/proc/self/stat")
+    except (OSError, IndexError):
+        return False
+
+
 def pids(pool) -> list[int]:
     """The worker processes of a ``ProcessPoolExecutor`` (none for another executor)."""
     return list(getattr(pool, "_processes", None) or {})
@@ -113,11 +124,13 @@ def pids(pool) -> list[int]:
 
 class Watch:
     """Looks at a pool's workers; ``look`` raises ``WorkerStopped`` once one is found stopped
-    ``STOPPED_CHECKS`` looks in a row. ``what``: how to name a worker; ``run``: what cannot go on;
-    ``then``: what the user may do."""
+    ``STOPPED_CHECKS`` looks in a row, and ``BrokenProcessPool`` once one is found ended as many looks in a
+    row that the pool has not noticed (it died half-way through sending a result: the pool's manager
+    thread waits for the rest of it and never looks at the worker). ``what``: how to name a worker;
+    ``run``: what cannot go on; ``then``: what the user may do."""
 
     def __init__(self, what: str, run: str, then: str):
-        self.what, self.run, self.then, self.quiet = what, run, then, 0
+        self.what, self.run, self.then, self.quiet, self.dead = what, run, then, 0, 0
 
     def look(self, pool) -> None:
         found = [pid for pid in pids(pool) if stopped(pid)]
@@ -125,6 +138,12 @@ class Watch:
         if self.quiet >= STOPPED_CHECKS:
             raise WorkerStopped(f"{self.what} {found[0]} is stopped (SIGSTOP or Ctrl-Z) and {self.run} cannot go on "
                                 f"without it; {self.then}")
+        gone = [pid for pid in pids(pool) if ended(pid)]
+        self.dead = self.dead + 1 if gone else 0
+        if self.dead >= STOPPED_CHECKS:
+            from concurrent.futures.process import BrokenProcessPool
+
+            raise BrokenProcessPool(f"{self.what} {gone[0]} ended")
 
 
 def kill(pool) -> None:
@@ -134,6 +153,26 @@ def kill(pool) -> None:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+def give_up(pool) -> None:
+    """Kill ``pool``'s workers and let the pool go without waiting on it for ever. Its manager thread may be
+    reading a result that a worker was stopped (or killed) half-way through sending: the parent holds the
+    result pipe's other write end, so no end-of-file comes, and ``shutdown(wait=True)``, like the
+    interpreter's exit, waited on that thread for ever (a checker SIGSTOPped under load hung ``packer
+    stats``). Closing the parent's write end once the workers are dead ends that read, the pool breaks as
+    for a dead worker, and the thread is waited on ``QUIET_S`` at most."""
+    thread, results = getattr(pool, "_executor_manager_thread", None), getattr(pool, "_result_queue", None)
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    kill(pool)
+    for w in workers:  # (SIGKILL ends even a stopped process; its end of the pipe closes as it dies)
+        with contextlib.suppress(Exception):
+            w.join(QUIET_S)
+    with contextlib.suppress(Exception):
+        results._writer.close()
+    pool.shutdown(wait=False, cancel_futures=True)
+    if thread is not None:
+        thread.join(QUIET_S)
 
 
 class SecondInterruptKills:
@@ -171,8 +210,9 @@ def close(pool, kill_first: bool = False, nudge: bool = False) -> None:
     half a message in the result pipe, so a pool is killed only when it is given up. ``nudge``: Ctrl-C
     the workers first (those that note it end their task early)."""
     if kill_first:
-        kill(pool)
-    elif nudge:
+        give_up(pool)
+        return
+    if nudge:
         for pid in pids(pool):
             try:
                 os.kill(pid, signal.SIGINT)

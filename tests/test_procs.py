@@ -76,3 +76,61 @@ def test_a_second_ctrl_c_kills_the_workers_instead_of_cutting_the_first_ones_cle
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     with pytest.raises(ProcessLookupError):
         os.kill(worker, 0)
+
+
+_HALF_SENT = r"""
+import multiprocessing as mp, os, signal, struct, sys, time
+from concurrent.futures import ProcessPoolExecutor, wait
+from packer import procs
+
+def half_a_result():  # in the worker: a result's header and a little of it, then stopped, as a SIGSTOP under load can land
+    os.write(pool._result_queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"x" * 100)
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"))
+fut = pool.submit(half_a_result)
+worker = procs.pids(pool)[0]
+while not procs.stopped(worker):
+    time.sleep(0.01)
+assert not wait([fut], timeout=0.5).done
+t = time.monotonic()
+procs.close(pool, kill_first=True)
+print(f"closed {time.monotonic() - t:.1f}", flush=True)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process state from /proc")
+def test_a_pool_given_up_with_half_a_result_in_its_pipe_closes():
+    """A worker stopped half-way through sending its result left the pool's manager thread reading for ever
+    (the parent holds the pipe's other write end): close(kill_first=True) waited on it, and a checker
+    SIGSTOPped under load hung packer stats. Now the workers are killed, that write end closed, and the
+    read ends; the interpreter's exit, which joins the thread too, is not held either."""
+    p = subprocess.run([sys.executable, "-c", _HALF_SENT], capture_output=True, text=True, timeout=60,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert p.returncode == 0 and p.stdout.startswith("closed"), (p.stdout, p.stderr)
+    assert float(p.stdout.split()[1]) < procs.QUIET_S * 3
+
+
+_HALF_SENT_THEN_DEAD = _HALF_SENT.replace("os.kill(os.getpid(), signal.SIGSTOP)", "os.kill(os.getpid(), signal.SIGKILL)").replace(
+    """while not procs.stopped(worker):
+    time.sleep(0.01)
+assert not wait([fut], timeout=0.5).done
+""", """from concurrent.futures.process import BrokenProcessPool
+watch, looks = procs.Watch("worker", "the run", "run it again"), 0
+try:
+    while not wait([fut], timeout=0.5).done:  # as packer stats and the build wait on their workers
+        watch.look(pool)
+        looks += 1
+except BrokenProcessPool as e:
+    print("broken:", e, "after", looks, "looks", file=sys.stderr)
+""")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process state from /proc")
+def test_a_worker_dead_half_way_through_its_result_breaks_the_pool_it_does_not_hang():
+    """Killed half-way through sending its result, a worker left the pool's manager thread waiting for the rest,
+    so the pool never broke and the caller waited for ever; now the watch finds it ended and breaks the pool."""
+    p = subprocess.run([sys.executable, "-c", _HALF_SENT_THEN_DEAD], capture_output=True, text=True, timeout=60,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert p.returncode == 0 and p.stdout.startswith("closed"), (p.stdout, p.stderr)
+    assert "broken: worker" in p.stderr and "ended after 1 looks" in p.stderr, p.stderr
