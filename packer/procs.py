@@ -63,6 +63,25 @@ def starting():
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
+def started(pool, watch: "Watch", hold: bool = True) -> None:
+    """Start ``pool``'s workers now, with its first task (a fork-based pool forks them there), Ctrl-C
+    held while they fork (``starting``); then wait for that task as for any other, watched. Waited for
+    unwatched, with Ctrl-C still held, a worker stopped at its start (SIGSTOP under load, as the tests
+    send it) hung the run for good. Given up on any failure (``give_up``). ``hold``: False for a pool that
+    does not fork (forkserver, spawn)."""
+    from concurrent.futures import wait
+
+    with starting() if hold else contextlib.nullcontext():
+        first = pool.submit(int)
+    try:
+        while not wait([first], timeout=QUIET_S).done:
+            watch.look(pool)
+        first.result()
+    except BaseException:
+        give_up(pool)
+        raise
+
+
 def die_with_parent() -> None:
     """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere a no-op).
 

@@ -134,3 +134,30 @@ def test_a_worker_dead_half_way_through_its_result_breaks_the_pool_it_does_not_h
                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert p.returncode == 0 and p.stdout.startswith("closed"), (p.stdout, p.stderr)
     assert "broken: worker" in p.stderr and "ended after 1 looks" in p.stderr, p.stderr
+
+
+_STOPPED_AT_START = r"""
+import multiprocessing as mp, os, signal, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from packer import procs
+
+procs.QUIET_S = 0.5
+def stop_myself():
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"), initializer=stop_myself)
+worker = None
+try:
+    procs.started(pool, procs.Watch("worker", "the run", "run it again"))
+except procs.WorkerStopped as e:
+    print("stopped:", e, flush=True)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process state from /proc")
+def test_a_worker_stopped_before_the_first_task_is_one_line_not_a_hang():
+    """The pool's first task (which forks the workers) was waited for unwatched, with Ctrl-C held: a worker
+    stopped at its start hung packer stats and the build for good. Now it is watched as every task is."""
+    p = subprocess.run([sys.executable, "-c", _STOPPED_AT_START], capture_output=True, text=True, timeout=60,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert p.returncode == 0 and p.stdout.startswith("stopped: worker ") and "is stopped" in p.stdout, (p.stdout, p.stderr)

@@ -189,8 +189,7 @@ def _in_processes(entries, workers: int, job: tuple, progress):
     watch = procs.Watch("checker process", "packer stats", "run it again")
     kill, nudge = False, False
     try:
-        with procs.starting():  # (the checkers are forked at the first task: here, while no signal may land)
-            pool.submit(int).result()
+        procs.started(pool, watch)  # (the checkers are forked at the first task, while no signal may land)
         while window := list(islice(entries, 16 * 4 * workers)):
             step = max(1, min(16, -(-len(window) // workers)))  # few shards: spread over every checker
             tasks = [window[a:a + step] for a in range(0, len(window), step)]

@@ -18,7 +18,6 @@ with one line instead of hanging it: packer/procs.py, the signal path that
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing as mp
 import os
 import queue
@@ -125,10 +124,13 @@ def make_pool(workers: int, job: Job, key: str) -> ProcessPoolExecutor:
     methods = mp.get_all_start_methods()
     fork = procs.can_fork(ignore=(LEASE_THREAD,))
     ctx = mp.get_context("fork" if fork else "forkserver" if "forkserver" in methods else "spawn")
-    with procs.starting() if fork else contextlib.nullcontext():  # (a signal inside a fork's hooks is lost)
-        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=start_pool_worker, initargs=(key, job))
-        pool.submit(int).result()  # start the processes now, before this process starts threads
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=start_pool_worker, initargs=(key, job))
+    procs.started(pool, _watch(), hold=fork)  # start the processes now, before this process starts threads
     return pool
+
+
+def _watch() -> procs.Watch:
+    return procs.Watch("worker process", "the build", "finished units are kept: rerun with --resume")
 
 
 
@@ -179,7 +181,7 @@ class _Scheduler:
         self.waiting = first is not None  # no unit is assembled before the first task's result is in
         self.held: list[int] = []  # units ready meanwhile
         self.left = len(todo)
-        self.watcher = procs.Watch("worker process", "the build", "finished units are kept: rerun with --resume")
+        self.watcher = _watch()
         self.watched = time.monotonic()
         self.unit = None  # the unit the last event was about, for the message if a worker dies
 
