@@ -82,12 +82,17 @@ class HFSide:
         return hf_encode(self, texts)  # its own HF tokenizer, loaded on first need
 
 
+def _pre_steps(d: dict) -> list[dict]:
+    """The pre-tokenizers of tokenizer dict ``d``, in order (a Sequence's, or the one)."""
+    pre = d.get("pre_tokenizer")
+    return (pre.get("pretokenizers") or []) if pre and pre.get("type") == "Sequence" else ([pre] if pre else [])
+
+
 def without_metaspace(d: dict) -> tuple[dict, str | None] | None:
     """(tokenizer dict fastokens loads, the replacement to prepend or None) for tokenizer dict ``d``
     (the module docstring's equivalence); ``d`` itself where it has no Metaspace; None where the
     equivalence does not hold."""
-    pre = d.get("pre_tokenizer")
-    seq = (pre.get("pretokenizers") or []) if pre and pre.get("type") == "Sequence" else ([pre] if pre else [])
+    seq = _pre_steps(d)
     where = [i for i, p in enumerate(seq) if p.get("type") == "Metaspace"]
     if not where:
         return d, None
@@ -113,9 +118,8 @@ def unreachable(d: dict) -> list[str] | None:
     other than one Replace of a string."""
     from tokenizers import Tokenizer
 
-    model, pre, norm = d.get("model") or {}, d.get("pre_tokenizer"), d.get("normalizer")
-    seq = (pre.get("pretokenizers") or []) if pre and pre.get("type") == "Sequence" else ([pre] if pre else [])
-    if model.get("type") != "BPE" or any(p.get("type") != "Split" for p in seq):
+    model, norm = d.get("model") or {}, d.get("normalizer")
+    if model.get("type") != "BPE" or any(p.get("type") != "Split" for p in _pre_steps(d)):
         return None
     if norm is not None and not (norm.get("type") == "Replace" and "String" in (norm.get("pattern") or {})):
         return None
@@ -178,12 +182,11 @@ def _encoder(tokenizer_json: str, split_special: bool, hf, added=None, note: str
         if entries is not None:
             # A text holding an added token's string goes to HF (scan) or has it cut out (own): never a piece.
             entries = sorted(set(entries) - set(added))
-            norm = (fast_d if fast_d is not None else json.loads(tokenizer_json)).get("normalizer")
-            also = unreachable_scan(entries, norm, prep)
+            base = fast_d if fast_d is not None else json.loads(tokenizer_json)  # (not parsed yet: from the record)
+            also = unreachable_scan(entries, base.get("normalizer"), prep)
             note += ", ignore_merges off (a text holding a vocabulary entry its merges do not give goes to HF)" \
                 if fresh_note else ""
-            fast_json = fast_d if fast_d is not None else json.loads(tokenizer_json)
-            fast_json = dict(fast_json, model=dict(fast_json["model"], ignore_merges=False))
+            fast_json = dict(base, model=dict(base["model"], ignore_merges=False))
     side = HFSide(tokenizer_json, tuple(added), split_special, note, hf, scan=not own, also=also)
     side.entries = entries if ignore_merges else None  # what the record keeps
     try:
