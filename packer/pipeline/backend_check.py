@@ -13,6 +13,7 @@ nothing written meanwhile.
 
 from __future__ import annotations
 
+from ..errors import PackerError
 from ..formats import REGISTRY, Skip, read_slice
 from ..io import cpu_limit
 from ..tokenize import TokenizerInfo, backend, loaded_hf
@@ -49,6 +50,19 @@ def decide(cfg: BuildConfig, tok: TokenizerInfo, units, chat) -> tuple[Tokenizer
     if cfg.run.engine == "local" and workers > 1:
         return tok, DeferredCheck(pending)
     return pending.accept(_check(tok, pending.ordered, pending.text_field)), None
+
+
+def prefetch(cfg: BuildConfig, tok: TokenizerInfo, units) -> None:
+    """``decide``'s checks of ``tok``'s backend, run now for their results alone: the tokenize/
+    backend modules keep them in this process (the conversion, the hard strings, fastokens' load),
+    so ``decide`` finds them at no cost when the build runs ``tok``. For a first build whose
+    tokenizer's view is still being built by transformers in a child (view_child.py); wasted only
+    where the view differs from the file. A refusal is said by ``decide``, on the tokenizer it gets."""
+    slices = [s for u in units for s in u.slices]
+    try:
+        backend.choose_for_build(tok, cfg.run.tokenizer_backend, slices, cfg.output.text_field)
+    except PackerError:
+        pass
 
 
 def check_input(job: Job, slices: list, text_field: str):

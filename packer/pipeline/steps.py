@@ -120,11 +120,20 @@ class Plan:
 
 def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
     phase = Timeline()
-    tok, chat = resolve(cfg.output)
+    early: list[Plan] = []
+
+    def while_waiting(file_tok: TokenizerInfo) -> None:
+        # transformers' view of a model folder is being built in a child (a first build): plan the
+        # inputs, and check the backend of tokenizer.json meanwhile, which most folders then use as it is
+        early.append(plan_inputs(cfg, on_sized))
+        if not cfg.run.dry_run and not cfg.output.chat:
+            backend_check.prefetch(cfg, file_tok, early[0].units)
+
+    tok, chat = resolve(cfg.output, while_waiting)
     for note in tok.notes if on_note else ():  # said at the start: what the tokenizer is, before any unit runs
         on_note(note)
     phase("load tokenizer")
-    plan = plan_inputs(cfg, on_sized)
+    plan = early[0] if early else plan_inputs(cfg, on_sized)
     phase("discover + plan")
     out = storage_for(cfg.out)
     if chat is not None and cfg.run.resume:  # the date a strftime_now template saw in the killed build
@@ -168,11 +177,12 @@ def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
         lock.release(finished)
 
 
-def resolve(o: OutputSettings) -> tuple[TokenizerInfo, object]:
-    """Step 1: the tokenizer, and a chat build's ChatJob (its template loaded and compiled once)."""
+def resolve(o: OutputSettings, while_waiting=None) -> tuple[TokenizerInfo, object]:
+    """Step 1: the tokenizer, and a chat build's ChatJob (its template loaded and compiled once).
+    ``while_waiting``: see ``resolve_tokenizer``."""
     # A chat template writes BOS and the end-of-turn tokens itself: a chat build adds neither.
     tok = resolve_tokenizer(o.tokenizer, o.eos and not o.chat, o.eos_token, o.bos and not o.chat, o.bos_token,
-                            o.split_special_tokens, o.tokenizer_follows)
+                            o.split_special_tokens, o.tokenizer_follows, while_waiting)
     if not o.chat:
         return tok, None
     from .chat_unit import chat_job

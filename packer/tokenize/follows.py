@@ -30,7 +30,7 @@ import io
 import json
 import os
 
-from .follows_rule import RULE_VERSION, Refused, by_rule
+from .follows_rule import RULE_VERSION, RULES, Refused, auto_class, by_rule
 
 FOLLOWS = ("transformers", "file")
 CONFIG_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "config.json")
@@ -84,27 +84,62 @@ def config_paths(spec: str) -> list[str]:
     return [os.path.join(folder, n) for n in CONFIG_FILES if os.path.isfile(os.path.join(folder, n))] if folder else []
 
 
-def as_used(spec: str, file_tok, follows: str = "transformers"):
+def guess(spec: str, file_tok, follows: str = "transformers"):
+    """(the tokenizer ``as_used`` will most likely return, its JSON), cheaply and before transformers
+    answers: for a class follows_rule.py rebuilds, the rule's tokenizer (transformers 5.24's, to the
+    byte, on every family the suite knows); else ``file_tok``. Only a guess: a build checks its
+    backend on it while the view is built, and ``as_used`` decides."""
+    folder = folder_of(spec)
+    if folder is None or follows == "file":
+        return file_tok, None
+    try:
+        with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as f:
+            cls = auto_class(folder, spec, f.read())
+        if cls not in RULES:
+            return file_tok, None
+        view, _ = by_rule(folder, spec, file_tok)
+    except (Refused, OSError, ValueError, KeyError, TypeError, AttributeError):  # a guess: as_used says why
+        return file_tok, None
+    return (file_tok, None) if view is None else (view, view.to_str())
+
+
+def as_used(spec: str, file_tok, follows: str = "transformers", pending=None, guessed=None):
     """(the tokenizers.Tokenizer the build encodes with, a note or None).
 
     ``file_tok``: tokenizer.json as loaded. For a model folder, transformers' view
     (``transformers_view``) is compared with it; where they differ the note names
-    the parts and the one followed."""
+    the parts and the one followed. ``pending``: view_child.start's child, which built
+    and compared the view out of process (None, or no answer from it: built here);
+    ``guessed``: ``guess``'s (tokenizer, JSON), returned where the child's view is that JSON."""
     folder = folder_of(spec)
     if folder is None:
         return file_tok, None
-    try:
-        view, who, trouble = transformers_view(folder, file_tok, spec)
-    except Refused as e:  # no transformers, and no recorded rule for what it would build
-        if follows == "file":
-            return file_tok, None
-        from ..errors import PackerError
+    got = pending.result() if pending is not None else None
+    if got is not None:
+        parts, view_json, who, trouble = got
+        if trouble is not None:
+            return file_tok, trouble
+        view = None
+        if parts and guessed is not None and guessed[1] == view_json:
+            view = guessed[0]  # the same bytes: no second parse
+        elif parts:
+            from tokenizers import Tokenizer
 
-        raise PackerError(f"{folder}: transformers is not importable and {e}; install transformers "
-                          "(pip install transformers) or pass --tokenizer-follows file to run tokenizer.json as it is")
-    if view is None:
-        return file_tok, trouble
-    parts = differences(file_tok, view)
+            view = Tokenizer.from_str(view_json)
+            view.encode_special_tokens = False
+    else:
+        try:
+            view, who, trouble = transformers_view(folder, file_tok, spec)
+        except Refused as e:  # no transformers, and no recorded rule for what it would build
+            if follows == "file":
+                return file_tok, None
+            from ..errors import PackerError
+
+            raise PackerError(f"{folder}: transformers is not importable and {e}; install transformers "
+                              "(pip install transformers) or pass --tokenizer-follows file to run tokenizer.json as it is")
+        if view is None:
+            return file_tok, trouble
+        parts = differences(file_tok, view)
     if not parts:
         return file_tok, None
     if follows == "file":

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import follows as follow
-from . import info_cache, long_texts
+from . import info_cache, long_texts, view_child
 from .sources import _load_hf, _local_file  # noqa: F401 (where a tokenizer.json comes from)
 from . import specials as around_text
 from ..errors import PackerError
@@ -109,7 +109,7 @@ class TokenizerInfo:
 
 def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None = None, bos: bool = True,
                       bos_token: str | None = None, split_special: bool = False,
-                      follows: str = "transformers") -> TokenizerInfo:
+                      follows: str = "transformers", while_waiting=None) -> TokenizerInfo:
     """Turn ``--tokenizer`` into a ``TokenizerInfo``.
 
     ``spec`` is None (built-in bytes), a tokenizer.json, a folder holding one,
@@ -117,6 +117,9 @@ def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None 
     goes around each document (``bos``, ``bos_token``, the template): see
     packer/tokenize/specials.py. ``follows``: a model folder as transformers
     builds it ("transformers") or its tokenizer.json as it is ("file"): follows.py.
+    ``while_waiting(info)``: called with tokenizer.json's own resolve while transformers' view of a
+    model folder is still being built in a child (view_child.py), for work that needs a tokenizer
+    (a build checks its backend then); not called where no child runs.
     """
     follow.check_follows(follows)
     if spec is None or spec == BYTES_NAME:
@@ -138,7 +141,7 @@ def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None 
                      specials=tuple((int(i), str(t)) for i, t in known["specials"]),
                      plain_added=tuple((int(i), str(t)) for i, t in known["plain_added"]))
         return TokenizerInfo(spec, **known)
-    info = _resolve_hf(spec, eos, eos_token, bos, bos_token, split_special, follows)
+    info = _resolve_hf(spec, eos, eos_token, bos, bos_token, split_special, follows, while_waiting)
     # A note names this build's folder: recorded as _HERE, so a copy of the folder (same bytes) names its own.
     here = tuple(_HERE + n[len(spec):] if n.startswith(spec + ": ") else n for n in info.notes)
     info_cache.store(record, {k: getattr(info, k) for k in info_cache.FIELDS} | {"notes": list(here)})
@@ -146,9 +149,34 @@ def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None 
 
 
 def _resolve_hf(spec: str, eos: bool, eos_token: str | None, bos: bool, bos_token: str | None,
-                split_special: bool, follows: str = "transformers") -> TokenizerInfo:
-    tok, said = follow.as_used(spec, _load_hf(spec), follows)
-    notes = [said] if said else []
+                split_special: bool, follows: str = "transformers", while_waiting=None) -> TokenizerInfo:
+    folder = follow.folder_of(spec)
+    pending = view_child.start(folder) if folder else None  # transformers' view, built while the file loads here
+    early, guessed = None, None  # the likely resolve, made while the child runs
+    args = (eos, eos_token, bos, bos_token, split_special, follows)
+    try:
+        file_tok = _load_hf(spec)
+        if pending is not None and while_waiting is not None:
+            guessed = follow.guess(spec, file_tok, follows)
+            try:
+                early = _info_of(spec, guessed[0], [], *args)
+            except PackerError:  # (no EOS, say): decided below, on the tokenizer the build runs
+                early = None
+            if early is not None:
+                while_waiting(early)
+        tok, said = follow.as_used(spec, file_tok, follows, pending, guessed)
+    finally:
+        if pending is not None:
+            pending.close()
+    if early is not None and tok is guessed[0]:  # the guess held (follows.guess): its checks are done
+        return replace(early, notes=((said,) if said else ()) + early.notes)
+    return _info_of(spec, tok, [said] if said else [], *args)
+
+
+def _info_of(spec: str, tok, notes: list[str], eos: bool, eos_token: str | None, bos: bool, bos_token: str | None,
+             split_special: bool, follows: str) -> TokenizerInfo:
+    """The ``TokenizerInfo`` of ``tok`` (ours to change: truncation and padding are switched off), with ``notes``."""
+    notes = list(notes)
     if tok.truncation is not None:
         notes.append(f"truncation (max_length={tok.truncation.get('max_length')}) switched off: no text is cut")
         tok.no_truncation()

@@ -1,0 +1,96 @@
+"""transformers' view of a model folder (follows.py), built in a child process that cannot import torch.
+
+``import transformers`` imports torch wherever torch is installed: about 2 s on the 2-core machine,
+before ``AutoTokenizer.from_pretrained`` has read a file, and torch stays in the build process, whose
+imports keep it out everywhere else. A tokenizer needs none of it: with torch made unimportable
+(``sys.modules["torch"] = None``, which transformers reads as "not installed") the view is the same
+tokenizer, to the byte, for every family the suite knows (docs/benchmarks.md, "A first build"), and the
+child also compares it with tokenizer.json (``follows.differences``: another second in the parent).
+So a first build starts the child at once and loads tokenizer.json while it runs.
+
+The child is used only where it saves time and keeps the answer: a build process that has imported
+neither transformers nor torch yet (a process that has, a notebook or a trainer, gets the view in
+process at no import cost), and transformers importable here. Whatever goes wrong in the child (it
+cannot start, it dies, or transformers fails on the folder for a reason naming torch) gives None, and
+the caller builds the view in process as before: the same tokenizer either way, only slower.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+# The child: torch made unimportable before anything else runs, then main() below.
+_CHILD = "import sys; sys.modules['torch'] = None; from packer.tokenize.view_child import main; main()"
+
+
+class Pending:
+    """A started child; ``result()`` waits for it: (parts that differ, the view's JSON where they do,
+    who built it, trouble) or None where the caller must build the view itself."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+
+    def result(self) -> tuple[list[str], str | None, str, str | None] | None:
+        try:
+            out, _ = self.proc.communicate()
+        finally:
+            self.close()
+        if self.proc.returncode != 0:
+            return None
+        try:
+            got = json.loads(out)
+        except ValueError:
+            return None
+        trouble = got["trouble"]
+        if trouble is not None and "torch" in trouble.lower():  # a class that wants torch: in process, with it
+            return None
+        return got["parts"], got["view"], got["who"], trouble
+
+
+    def close(self) -> None:
+        """Stop the child if it still runs (Ctrl-C, or tokenizer.json failed to load here)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for f in (self.proc.stdout,):
+            if f is not None:
+                f.close()
+
+
+def start(folder: str) -> Pending | None:
+    """The child building transformers' view of ``folder``, started; None where the view is better built
+    in process (see the module docstring) or the child cannot start."""
+    if any(sys.modules.get(m) is not None for m in ("transformers", "torch")):
+        return None
+    try:
+        if importlib.util.find_spec("transformers") is None:
+            return None  # the recorded rule decides, in process (follows_rule.py)
+    except (ImportError, ValueError):
+        return None
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # this process's packer
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", _CHILD, folder], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    except OSError:
+        return None
+    return Pending(proc)
+
+
+def main() -> None:
+    """In the child: print {"parts", "view", "who", "trouble"} for the folder in argv[1] as JSON."""
+    from .follows import differences, transformers_view
+    from .sources import _load_hf
+
+    folder = sys.argv[1]
+    out = sys.stdout
+    sys.stdout = sys.stderr  # anything transformers prints stays out of the answer
+    file_tok = _load_hf(folder)
+    view, who, trouble = transformers_view(folder, file_tok, folder)
+    parts = differences(file_tok, view) if view is not None else []
+    out.write(json.dumps({"parts": parts, "view": view.to_str() if parts else None, "who": who,
+                          "trouble": trouble}))
+    out.flush()
