@@ -8,6 +8,11 @@ Ceiling: ``--workers`` pinned processes encoding the same texts from memory (enc
 scaling). The build is sampled every 0.5 s (tokens in unit records, PSS of the process tree); steady
 state is 20% to 80% of the tokens. Then the same build is SIGKILLed at half its units and resumed:
 units redone, and every file against the first build's. ``--json`` appends the figures.
+
+``--workers 16 8``: the ceiling and the build at each count in turn, on the same input (kill and resume
+at the first count only), then the speed-up of the first count over the second. An input already in
+``--work`` for the same source and ``--tokens`` is used again (``--keep-input``), so two trees
+(PYTHONPATH) can be measured one after the other on one input.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.environ.get("PACKER_TREE") or os.path.dirname(HERE))  # the packer measured (the build: the cwd's)
 
 import encode_scaling as ES  # noqa: E402
 from common import corpus_texts, emit_json, pss_mb  # noqa: E402
@@ -53,16 +58,19 @@ def make_input(texts: list[str], target_bytes: int, folder: str, file_bytes: int
     return written
 
 
-def run_build(args, inp, out, extra=(), kill_at=None) -> dict:
-    """One `packer build`, sampled; ``kill_at``: SIGKILL its group once that many unit records exist."""
+SAMPLE_S = 0.1  # seconds between looks at the unit records (0.5 gave a 3.7 s build's steady state few samples)
+
+
+def run_build(args, workers, inp, out, extra=(), kill_at=None) -> dict:
+    """One `packer build` at ``workers``, sampled; ``kill_at``: SIGKILL its group once that many unit records exist."""
     cmd = [sys.executable, "-m", "packer.cli", "build", inp, out, "--seq-len", str(args.seq_len), "--tokenizer",
-           args.tokenizer, "--workers", str(args.workers), "-q", "--summary-json", out + ".summary.json", *extra]
+           args.tokenizer, "--workers", str(workers), "-q", "--summary-json", out + ".summary.json", *extra]
     c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, start_new_session=True)
     seen, samples, peak = {}, [], 0.0
     while p.poll() is None:
-        time.sleep(0.5)
+        time.sleep(SAMPLE_S)
         peak = max(peak, pss_mb(p.pid))
         for r in glob.glob(os.path.join(out, "units", "*.json")):
             if r not in seen:
@@ -103,10 +111,10 @@ def files(out: str) -> dict[str, str]:
     return got
 
 
-def ceiling(args, texts) -> float:
-    """Tokens/s of ``--workers`` pinned processes encoding the same texts from memory at once (best of 2)."""
-    ES.prepare(args.tokenizer, texts, args.ceiling_mb, args.workers, backend="auto")
-    return max(args.workers * r["tokens"] / r["wall_max"] for r in (ES.run("shared", args.workers) for _ in range(2)))
+def ceiling(args, workers, texts) -> float:
+    """Tokens/s of ``workers`` pinned processes encoding the same texts from memory at once (best of 2)."""
+    ES.prepare(args.tokenizer, texts, args.ceiling_mb, workers, backend="auto")
+    return max(workers * r["tokens"] / r["wall_max"] for r in (ES.run("shared", workers) for _ in range(2)))
 
 
 def main(argv=None) -> None:
@@ -114,10 +122,11 @@ def main(argv=None) -> None:
     ap.add_argument("source")
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--tokens", type=float, default=1e9)
-    ap.add_argument("--workers", type=int, default=16)
+    ap.add_argument("--workers", type=int, nargs="+", default=[16])
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--ceiling-mb", type=float, default=20)
     ap.add_argument("--work", default="/tmp/billion")
+    ap.add_argument("--no-kill", action="store_true", help="skip the kill -9 and --resume")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     texts = corpus_texts([args.source])
@@ -127,31 +136,53 @@ def main(argv=None) -> None:
     enc = Encoder(choose_backend(resolve_tokenizer(args.tokenizer), "auto", lambda: sample[:200]))
     bpt = sum(len(t.encode()) for t in sample) / len(enc.encode_flat(sample)[0])
     inp = os.path.join(args.work, "in")
+    made = os.path.join(args.work, "in.json")
+    key = {"source": os.path.abspath(args.source), "tokens": args.tokens}
     t = time.monotonic()
-    size = make_input(texts, int(args.tokens * bpt * 1.02), inp)
+    if os.path.exists(made) and json.load(open(made)).get("key") == key:
+        size = json.load(open(made))["size"]
+    else:
+        subprocess.run(["rm", "-rf", inp, made], check=True)
+        size = make_input(texts, int(args.tokens * bpt * 1.02), inp)
+        json.dump({"key": key, "size": size}, open(made, "w"))
     print(f"input: {size / 1e9:.2f} GB in {len(os.listdir(inp))} files ({bpt:.2f} bytes/token), {time.monotonic() - t:.0f} s",
           flush=True)
-    ceil = ceiling(args, texts)
-    print(f"ceiling: {ceil / 1e6:.1f} M tok/s ({args.workers} processes, encode only)", flush=True)
-    full = run_build(args, inp, os.path.join(args.work, "full"))
+    walls = {}
+    for n, workers in enumerate(args.workers):
+        walls[workers] = one_count(args, workers, texts, inp, kill=n == 0 and not args.no_kill)
+    if len(walls) > 1:
+        (a, (wa, sa)), (b, (wb, sb)) = list(walls.items())[:2]
+        print(f"{b} -> {a} workers: whole build {wb / wa:.2f}x, steady state {sa / sb:.2f}x", flush=True)
+
+
+def one_count(args, workers, texts, inp, kill: bool) -> tuple[float, float]:
+    """The ceiling and the build at ``workers`` (and the kill -9 and resume if ``kill``): (wall s, steady tok/s)."""
+    subprocess.run(["rm", "-rf", os.path.join(args.work, "full"), os.path.join(args.work, "killed")], check=True)
+    ceil = ceiling(args, workers, texts)
+    print(f"ceiling: {ceil / 1e6:.1f} M tok/s ({workers} processes, encode only)", flush=True)
+    full = run_build(args, workers, inp, os.path.join(args.work, "full"))
     totals = full["summary"].get("totals", {})
     rate = steady(full["samples"], totals.get("tokens", 0))
     units = len(glob.glob(os.path.join(args.work, "full", "units", "*.json")))
-    print(f"build: rc {full['rc']}, {totals.get('tokens', 0) / 1e9:.3f} B tokens, {units} units, wall {full['wall']:.1f} s, "
+    print(f"build x{workers}: rc {full['rc']}, {totals.get('tokens', 0) / 1e9:.3f} B tokens, {units} units, wall {full['wall']:.1f} s, "
           f"CPU {full['cpu']:.0f} s, peak PSS {full['peak_pss_mb']:.0f} MiB; steady {rate / 1e6:.1f} M tok/s = "
           f"{rate / ceil:.3f} of the ceiling; whole build {totals.get('tokens', 0) / full['wall'] / 1e6:.1f} M tok/s", flush=True)
-    killed = run_build(args, inp, os.path.join(args.work, "killed"), kill_at=units // 2)
-    resumed = run_build(args, inp, os.path.join(args.work, "killed"), extra=("--resume",))
-    redone = resumed["summary"].get("units_run", -1) - (units - killed["killed_after_units"])
-    same = files(os.path.join(args.work, "full")) == files(os.path.join(args.work, "killed"))
-    print(f"kill -9 after {killed['killed_after_units']} of {units} units ({killed['wall']:.1f} s), resume: rc {resumed['rc']}, "
-          f"{resumed['summary'].get('units_run')} units run ({redone} redone; at most {args.workers} allowed), "
-          f"wall {resumed['wall']:.1f} s, peak PSS {resumed['peak_pss_mb']:.0f} MiB; byte-identical: {same}", flush=True)
-    emit_json({"bench": "billion", "tokenizer": args.tokenizer, "workers": args.workers, "tokens": totals.get("tokens"),
+    killed = resumed = {"summary": {}}
+    redone, same = None, None
+    if kill:
+        killed = run_build(args, workers, inp, os.path.join(args.work, "killed"), kill_at=units // 2)
+        resumed = run_build(args, workers, inp, os.path.join(args.work, "killed"), extra=("--resume",))
+        redone = resumed["summary"].get("units_run", -1) - (units - killed["killed_after_units"])
+        same = files(os.path.join(args.work, "full")) == files(os.path.join(args.work, "killed"))
+        print(f"kill -9 after {killed['killed_after_units']} of {units} units ({killed['wall']:.1f} s), resume: rc {resumed['rc']}, "
+              f"{resumed['summary'].get('units_run')} units run ({redone} redone; at most {workers} allowed), "
+              f"wall {resumed['wall']:.1f} s, peak PSS {resumed['peak_pss_mb']:.0f} MiB; byte-identical: {same}", flush=True)
+    emit_json({"bench": "billion", "tokenizer": args.tokenizer, "workers": workers, "tokens": totals.get("tokens"),
                "ceiling_tok_s": ceil, "steady_tok_s": rate, "of_ceiling": rate / ceil, "wall": full["wall"],
                "cpu": full["cpu"], "peak_pss_mb": full["peak_pss_mb"], "units": units, "phases": full["summary"].get("phases"),
-               "timeline": full["samples"][::4], "killed_after": killed["killed_after_units"], "redone": redone,
+               "timeline": full["samples"][::20], "killed_after": killed.get("killed_after_units"), "redone": redone,
                "identical": same}, args.json)
+    return full["wall"], rate
 
 
 if __name__ == "__main__":

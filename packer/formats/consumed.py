@@ -25,7 +25,7 @@ import os
 
 from ..io import storage_for
 
-BLOCK = 8 << 20  # bytes per read while hashing
+BLOCK = 1 << 20  # bytes per read while hashing (its page faults and allocation were half the CPU at 8 MB a new bytes)
 
 
 def ranges(sl) -> list[tuple[int, int]]:
@@ -50,20 +50,30 @@ def digest(sl) -> str | None:
         fd = os.open(sl.file.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return ""
+    buf = memoryview(bytearray(BLOCK))  # one buffer, read into again: a new 8 MB bytes a read was 2.2x the CPU
     try:
         for a, b in ranges(sl):
             h.update(f"{a}:{b};".encode())
             while a < b:
-                block = os.pread(fd, min(BLOCK, b - a), a)
-                if not block:
+                n = _read_into(fd, buf[: min(BLOCK, b - a)], a)
+                if not n:
                     return ""  # shorter than it was: another file
-                h.update(block)
-                a += len(block)
+                h.update(buf[:n])
+                a += n
     except (OSError, ValueError):
         return ""
     finally:
         os.close(fd)
     return h.hexdigest()
+
+
+def _read_into(fd: int, view: memoryview, at: int) -> int:
+    """Bytes of ``fd`` from ``at`` into ``view``; how many (0 at the end). preadv where there is one (POSIX)."""
+    if hasattr(os, "preadv"):
+        return os.preadv(fd, [view], at)
+    data = os.pread(fd, len(view), at)
+    view[: len(data)] = data
+    return len(data)
 
 
 def _line_end(path: str, end: int, size: int) -> int:

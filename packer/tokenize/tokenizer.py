@@ -365,12 +365,12 @@ class Encoder:
     def specials_found(self, texts: list[str], ids: np.ndarray, lengths: np.ndarray) -> list[tuple[int, str]]:
         """(document index, token string) for every special token's string met in a text and encoded
         as the special id (never with --split-special-tokens). ``ids``, ``lengths``: ``encode_flat(texts)``."""
-        return around_text.found_in(texts, ids, lengths, len(self._pre), len(self._post), self._specials)
+        return around_text.found_in(texts, ids, lengths, tuple(self._pre), tuple(self._post), self._specials)
 
     def added_found(self, texts: list[str], ids: np.ndarray, lengths: np.ndarray) -> list[tuple[int, str]]:
         """``specials_found`` for the added tokens that are not special (Qwen3's ``<think>``, Gemma 3's
         ``<unusedN>``): HF gives their one id for their string in text, --split-special-tokens or not."""
-        return around_text.found_in(texts, ids, lengths, len(self._pre), len(self._post), self._plain)
+        return around_text.found_in(texts, ids, lengths, tuple(self._pre), tuple(self._post), self._plain)
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         """Return one uint32 array per text: its ids, then EOS (if on)."""

@@ -247,5 +247,5 @@ def test_unigram_unknown_token_is_no_special_in_text_and_each_text_is_searched_o
 
     special = {7: "<x>"}
     hits = np.array([7] * 1000 + [1], dtype=np.uint32)
-    assert found_in([Counting("a <x> b")], hits, np.array([len(hits)]), 0, 0, special) == [(0, "<x>")]
+    assert found_in([Counting("a <x> b")], hits, np.array([len(hits)]), (), (), special) == [(0, "<x>")]
     assert Counting.searched == 1

@@ -135,15 +135,27 @@ def with_around(ids: np.ndarray, lengths: np.ndarray, pre: tuple, post: tuple) -
     out = np.empty(len(ids) + k * len(lengths), dtype=np.uint32)
     ends = np.cumsum(full)
     starts = ends - full
-    keep = np.ones(len(out), dtype=bool)
     for j, v in enumerate(pre):
         out[starts + j] = v
-        keep[starts + j] = False
     for j, v in enumerate(post):
         out[ends - len(post) + j] = v
+    if len(lengths) <= FEW_TEXTS:  # one slice copy a text: 4x the mask's speed on a chunk of long texts
+        src = 0
+        for d, n in zip((starts + len(pre)).tolist(), lengths.tolist()):
+            out[d : d + n] = ids[src : src + n]
+            src += n
+        return out, full
+    keep = np.ones(len(out), dtype=bool)  # many short texts: one masked copy
+    for j in range(len(pre)):
+        keep[starts + j] = False
+    for j in range(len(post)):
         keep[ends - len(post) + j] = False
     out[keep] = ids
     return out, full
+
+
+FEW_TEXTS = 128  # texts in a batch up to which with_around copies text by text (measured: 17 texts 0.11 ms
+# against 0.42 for the mask, 500 texts 0.43 against 0.36, 400k ids)
 
 
 def faster(base, tokenizer_json: str, fingerprint: str, get_hf) -> tuple[object, CheckResult | None]:

@@ -84,9 +84,10 @@ def test_lone_surrogate_fails_as_hf_does(pair):
     assert type(e_fast.value) is type(e_base.value)
 
 
-def test_with_around_matches_a_loop():
+@pytest.mark.parametrize("texts", [40, F.FEW_TEXTS + 1])  # a slice copy a text, then one masked copy
+def test_with_around_matches_a_loop(texts):
     rng = np.random.default_rng(0)
-    lengths = rng.integers(0, 5, 40)
+    lengths = rng.integers(0, 5, texts)
     ids = rng.integers(0, 1000, int(lengths.sum())).astype(np.uint32)
     for pre, post in [((1,), (2, 3)), ((), (4,)), ((5, 6), ())]:
         out, full = F.with_around(ids, lengths, pre, post)

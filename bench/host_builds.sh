@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue 39's many-core figures for two trees side by side in one run: the 48-file corpus at N and N/2
+# workers (per_core.py) and the billion-token build at N and N/2 (billion.py), each tree in turn on the
+# same inputs, then a traced build of this tree (build_trace.py: per-GB CPU by step, the tail).
+#
+#   bash bench/host_builds.sh BASE_TREE TOKENIZER [N]      # e.g. on the 16-core GPU host:
+#   git archive 616d758 | (mkdir -p .carry/base && tar -x -C .carry/base)   # here, then carry .carry
+#   bash bench/host_builds.sh .carry/base .carry/gpt2-tokenizer.json 16
+#
+# Inputs are made on the host: bench/real_corpus.py's 60 MB of real text, written 3 times (187 MB) for
+# the 48 files, zstd-compressed as billion.py's source. Needs packer's dependencies importable.
+set -uo pipefail
+BASE=$(cd "$1" && pwd); TOK=$(realpath "$2"); N=${3:-16}; HALF=$((N / 2)); NEW=$(pwd)
+W=${WORK:-/tmp/hb}; mkdir -p "$W"
+[ -f "$W/real/real.jsonl" ] || python3 bench/real_corpus.py "$W/real" --mb "${MB:-60}" --no-txt
+python3 - "$W" <<'PY'
+import os, sys, zstandard
+w = sys.argv[1]; raw = open(f"{w}/real/real.jsonl", "rb").read()
+open(f"{w}/big.jsonl", "wb").write(raw * 3)
+open(f"{w}/real.jsonl.zst", "wb").write(zstandard.ZstdCompressor(level=3).compress(raw))
+PY
+for round in 1 2; do
+  for tree in "$BASE" "$NEW"; do
+    echo "== 48 files, $N and $HALF workers, round $round: $tree"
+    (cd "$tree" && python3 "$NEW/bench/per_core.py" --workers "$N" --reps 2 --plain --files 48 \
+      --tokenizer "$TOK" "$W/big.jsonl" 2>&1 | tail -12)
+  done
+done
+for tree in "$BASE" "$NEW"; do
+  echo "== billion, $N then $HALF workers: $tree"
+  (cd "$tree" && PACKER_TREE="$tree" python3 "$NEW/bench/billion.py" "$W/real.jsonl.zst" --tokenizer "$TOK" \
+    --tokens "${TOKENS:-1e9}" --workers "$N" "$HALF" --work "$W/bb" 2>&1 | grep -v '^{')
+done
+echo "== trace, this tree, $N workers, 187 MB"
+python3 bench/build_trace.py "$W/big.jsonl" --tokenizer "$TOK" --workers "$N" --fastokens --rounds 2 2>&1 | tail -14
