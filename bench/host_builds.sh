@@ -19,17 +19,21 @@ w = sys.argv[1]; raw = open(f"{w}/real/real.jsonl", "rb").read()
 open(f"{w}/big.jsonl", "wb").write(raw * 3)
 open(f"{w}/real.jsonl.zst", "wb").write(zstandard.ZstdCompressor(level=3).compress(raw))
 PY
+cache() { echo "$W/cache-$(echo "$1" | md5sum | cut -c1-8)"; }  # each tree its own PACKER_CACHE: both start cold
 for round in 1 2; do
   for tree in "$BASE" "$NEW"; do
+    export PACKER_CACHE=$(cache "$tree")
     echo "== 48 files, $N and $HALF workers, round $round: $tree"
-    (cd "$tree" && python3 "$NEW/bench/per_core.py" --workers "$N" --reps 2 --plain --files 48 \
+    (cd "$tree" && PYTHONPATH="$tree:${PYTHONPATH:-}" python3 "$NEW/bench/per_core.py" --workers "$N" --reps 2 --plain --files 48 \
       --tokenizer "$TOK" "$W/big.jsonl" 2>&1 | tail -12)
   done
 done
 for tree in "$BASE" "$NEW"; do
   echo "== billion, $N then $HALF workers: $tree"
+  export PACKER_CACHE=$(cache "$tree")
   (cd "$tree" && PACKER_TREE="$tree" python3 "$NEW/bench/billion.py" "$W/real.jsonl.zst" --tokenizer "$TOK" \
     --tokens "${TOKENS:-1e9}" --workers "$N" "$HALF" --work "$W/bb" 2>&1 | grep -v '^{')
 done
 echo "== trace, this tree, $N workers, 187 MB"
+export PACKER_CACHE=$(cache "$NEW")
 python3 bench/build_trace.py "$W/big.jsonl" --tokenizer "$TOK" --workers "$N" --fastokens --rounds 2 2>&1 | tail -14

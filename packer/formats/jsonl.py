@@ -58,7 +58,9 @@ class Jsonl(Format):
             if sl.start > 0:
                 # Skip the rest of the line holding byte start-1: it belongs to the
                 # previous slice (or, if that byte is '\n', we are at a line start).
-                pos += _skip_line(s, b"")
+                # Bounded by the range's end: a line that runs past it leaves no record to this range, and
+                # reading it to its end made every 1 MB range inside a long line read the rest of that line.
+                pos += _skip_line(s, b"", sl.end - pos if ranged else None)
                 pos0 = pos
             while True:
                 if ranged and pos >= sl.end:
@@ -238,16 +240,18 @@ def _blank_run(s, first: bytes) -> bytes:
     return first if lines == 1 else BlankRun(lines, nbytes)
 
 
-def _skip_line(s, head: bytes) -> int:
-    """Read past the rest of the line ``head`` began, in bounded steps; return the bytes passed (``head`` included)."""
+def _skip_line(s, head: bytes, bound: int | None = None) -> int:
+    """Read past the rest of the line ``head`` began, in bounded steps; return the bytes passed (``head`` included).
+    ``bound``: read at most that many bytes (the line then ends beyond them, or there)."""
     n = len(head)
     if head.endswith(b"\n"):
         return n
-    while True:
-        more = s.readline(1 << 20)
+    while bound is None or n < bound:
+        more = s.readline(1 << 20 if bound is None else min(1 << 20, bound - n))
         n += len(more)
         if not more or more.endswith(b"\n"):
             return n
+    return n
 
 
 def _parse_chat(part: Part, fields: ChatFields) -> Iterator[Record]:

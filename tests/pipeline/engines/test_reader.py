@@ -113,6 +113,38 @@ def test_spans_read_every_record_once_with_the_slices_lines(tmp_path, monkeypatc
     assert got == want and any(r.__class__.__name__ == "Skip" and r.where.endswith(":8") for r in got)
 
 
+def test_a_range_inside_a_long_line_reads_only_its_own_bytes(tmp_path, monkeypatch):
+    """A line longer than many ranges is read once, by the range holding its first byte; each range
+    inside it reads no further than its own end (it read the line's rest before: quadratic in the line)."""
+    from packer.formats import iter_parts
+    from packer.io import readahead
+    from packer.pipeline.engines import reader
+
+    monkeypatch.setattr(reader, "RANGE_BYTES", 1000)
+    texts = ["short one", "L" * 50_000, "short two", "M" * 30_000, "last"]
+    write_jsonl(tmp_path / "a.jsonl", texts)
+    sl = plan_slices(discover([str(tmp_path)]).files, 1 << 20)[0][0]
+    spans = reader.spans_of(sl)
+    assert len(spans) > 80
+    read: list[int] = []
+    real = readahead.ReadAhead._read_direct
+
+    def counted(self, b):
+        n = real(self, b)
+        read[-1] += n
+        return n
+
+    monkeypatch.setattr(readahead.ReadAhead, "_read_direct", counted)
+    got = []
+    for i, s in enumerate(spans):
+        read.append(0)
+        got += _records([p for g in reader.read_span(s, _job(tmp_path), i == len(spans) - 1) for p in g])
+    assert [r.text for r in got] == texts == [r.text for r in _records(iter_parts(sl))]
+    inside = [i for i, s in enumerate(spans) if 2_000 < s.start and s.end < 50_000]  # wholly inside the long line
+    assert inside and all(read[i] <= spans[i].end - spans[i].start + 1 for i in inside)
+    assert sum(read) < 3 * sl.end  # each byte about once (it was ~ line length / range bytes times)
+
+
 def test_a_file_changed_since_found_is_counted_once_however_many_spans(tmp_path, monkeypatch):
     import dataclasses
 
