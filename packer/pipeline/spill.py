@@ -149,9 +149,14 @@ def put_parts(parts: list, path: str) -> SpilledParts:
 
 
 def _put_bytes(data, path: str, what: str) -> None:
-    try:
-        with open(path, "wb") as f:
-            f.write(data)
+    try:  # os.write, no file object: open() cost 0.18 ms a chunk file here, as much as writing its 300 KB
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0), 0o600)
+        try:
+            view = memoryview(data).cast("B")
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
     except OSError as e:
         raise PackerError(f"cannot write a chunk's {what} to {os.path.dirname(path)} ({e.strerror}): free space "
                           "there, or set PACKER_SPILL_DIR to a folder with room, and rerun with --resume") from None

@@ -172,9 +172,13 @@ def test_a_full_spill_folder_is_one_line(tmp_path, monkeypatch):
     def full(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("builtins.open", full)
+    monkeypatch.setattr(spill.os, "write", full)  # the file opens; writing into it finds the disk full
     with pytest.raises(PackerError, match="No space left on device.*PACKER_SPILL_DIR.*--resume"):
         spill.put_parts([], str(tmp_path / "x.in"))
+    monkeypatch.undo()
+    monkeypatch.setattr(spill.os, "open", full)
+    with pytest.raises(PackerError, match="No space left on device.*PACKER_SPILL_DIR.*--resume"):
+        spill.put_parts([], str(tmp_path / "y.in"))
 
 
 def test_a_chunk_file_removed_under_the_build_is_one_line(tmp_path):
