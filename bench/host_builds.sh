@@ -28,11 +28,14 @@ for round in 1 2; do
       --tokenizer "$TOK" "$W/big.jsonl" 2>&1 | tail -12)
   done
 done
-for tree in "$BASE" "$NEW"; do
-  echo "== billion, $N then $HALF workers: $tree"
-  export PACKER_CACHE=$(cache "$tree")
-  (cd "$tree" && PACKER_TREE="$tree" python3 "$NEW/bench/billion.py" "$W/real.jsonl.zst" --tokenizer "$TOK" \
-    --tokens "${TOKENS:-1e9}" --workers "$N" "$HALF" --work "$W/bb" 2>&1 | grep -v '^{')
+for round in 1 2; do  # the second round in the other order, without the kill -9 and resume
+  order="$BASE $NEW"; extra=""; [ "$round" = 2 ] && order="$NEW $BASE" && extra="--no-kill"
+  for tree in $order; do
+    echo "== billion, $N then $HALF workers, round $round: $tree"
+    export PACKER_CACHE=$(cache "$tree")
+    (cd "$tree" && PACKER_TREE="$tree" python3 "$NEW/bench/billion.py" "$W/real.jsonl.zst" --tokenizer "$TOK" \
+      --tokens "${TOKENS:-1e9}" --workers "$N" "$HALF" --work "$W/bb" $extra 2>&1 | grep -v '^{')
+  done
 done
 echo "== trace, this tree, $N workers, 187 MB"
 export PACKER_CACHE=$(cache "$NEW")
