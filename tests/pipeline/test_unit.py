@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 
 import numpy as np
 
@@ -59,6 +60,11 @@ def test_assemble_unit_writes_the_same_shard_and_record_twice(tmp_path):
 def test_the_encoder_cache_is_keyed_on_the_whole_tokenizer():
     a, b = resolve_tokenizer(None), resolve_tokenizer(None, eos=False)
     assert encoder_for(a) is encoder_for(a) and encoder_for(a) is not encoder_for(b)
+    # an equal copy (a job's, unpickled) gets the same Encoder; the last one asked is found by identity
+    copy = pickle.loads(pickle.dumps(a))
+    assert copy == a and copy is not a
+    assert encoder_for(copy) is encoder_for(a) is encoder_for(copy)
+    assert encoder_for(b) is not encoder_for(copy)
 
 
 def test_holdout_split_depends_on_the_text_alone():
