@@ -89,7 +89,7 @@ def main() -> None:
     out = sys.stdout
     sys.stdout = sys.stderr  # anything transformers prints stays out of the answer
     file_tok = _load_hf(folder)
-    view, who, trouble = transformers_view(folder, file_tok, folder)
+    view, who, trouble = transformers_view(folder, file_tok, folder, copy=False)  # read here, never changed
     parts = differences(file_tok, view) if view is not None else []
     out.write(json.dumps({"parts": parts, "view": view.to_str() if parts else None, "who": who,
                           "trouble": trouble}))
