@@ -116,9 +116,10 @@ def as_used(spec: str, file_tok, follows: str = "transformers", pending=None, gu
         return file_tok, None
     got = pending.result() if pending is not None else None
     if got is not None:
-        parts, view_json, who, trouble = got
+        view_json, who, trouble = got
         if trouble is not None:
             return file_tok, trouble
+        parts = _differences(file_tok.to_str(), view_json)  # compared here: the child parsed no tokenizer.json
         view = None
         if parts and guessed is not None and guessed[1] == view_json:
             view = guessed[0]  # the same bytes: no second parse
@@ -184,7 +185,11 @@ def differences(a, b) -> list[str]:
     """The parts (normalizer, pre-tokenizer, model, post-processor, special tokens) in which two tokenizers differ.
     The JSON of the two, byte for byte the same, or the same from the model on, is not parsed whole (the
     model is most of it: a second for Qwen3's two): the same text is the same value."""
-    sa, sb = a.to_str(), b.to_str()
+    return _differences(a.to_str(), b.to_str())
+
+
+def _differences(sa: str, sb: str) -> list[str]:
+    """``differences`` of two tokenizers' JSON (``to_str``)."""
     if sa == sb:
         return []
     ta, tb = _before_model(sa), _before_model(sb)
