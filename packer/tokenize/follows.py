@@ -84,11 +84,11 @@ def config_paths(spec: str) -> list[str]:
     return [os.path.join(folder, n) for n in CONFIG_FILES if os.path.isfile(os.path.join(folder, n))] if folder else []
 
 
-def guess(spec: str, file_tok, follows: str = "transformers"):
+def guess(spec: str, file_tok, follows: str = "transformers", file_json: str | None = None):
     """(the tokenizer ``as_used`` will most likely return, its JSON), cheaply and before transformers
     answers: for a class follows_rule.py rebuilds, the rule's tokenizer (transformers 5.24's, to the
     byte, on every family the suite knows); else ``file_tok``. Only a guess: a build checks its
-    backend on it while the view is built, and ``as_used`` decides."""
+    backend on it while the view is built, and ``as_used`` decides. ``file_json``: ``file_tok.to_str()``, if at hand."""
     folder = folder_of(spec)
     if folder is None or follows == "file":
         return file_tok, None
@@ -97,20 +97,22 @@ def guess(spec: str, file_tok, follows: str = "transformers"):
             cls = auto_class(folder, spec, f.read())
         if cls not in RULES:
             return file_tok, None
-        view, _ = by_rule(folder, spec, file_tok)
+        view, _ = by_rule(folder, spec, file_tok, file_json)
     except (Refused, OSError, ValueError, KeyError, TypeError, AttributeError):  # a guess: as_used says why
         return file_tok, None
     return (file_tok, None) if view is None else (view, view.to_str())
 
 
-def as_used(spec: str, file_tok, follows: str = "transformers", pending=None, guessed=None):
+def as_used(spec: str, file_tok, follows: str = "transformers", pending=None, guessed=None,
+            file_json: str | None = None):
     """(the tokenizers.Tokenizer the build encodes with, a note or None).
 
     ``file_tok``: tokenizer.json as loaded. For a model folder, transformers' view
     (``transformers_view``) is compared with it; where they differ the note names
     the parts and the one followed. ``pending``: view_child.start's child, which built
     and compared the view out of process (None, or no answer from it: built here);
-    ``guessed``: ``guess``'s (tokenizer, JSON), returned where the child's view is that JSON."""
+    ``guessed``: ``guess``'s (tokenizer, JSON), returned where the child's view is that JSON; ``file_json``:
+    ``file_tok.to_str()``, if at hand (the parts compared ignore truncation and padding)."""
     folder = folder_of(spec)
     if folder is None:
         return file_tok, None
@@ -119,7 +121,7 @@ def as_used(spec: str, file_tok, follows: str = "transformers", pending=None, gu
         view_json, who, trouble = got
         if trouble is not None:
             return file_tok, trouble
-        parts = _differences(file_tok.to_str(), view_json)  # compared here: the child parsed no tokenizer.json
+        parts = _differences(file_tok.to_str() if file_json is None else file_json, view_json)  # the child has no file
         view = None
         if parts and guessed is not None and guessed[1] == view_json:
             view = guessed[0]  # the same bytes: no second parse

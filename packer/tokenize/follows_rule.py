@@ -113,10 +113,11 @@ def auto_class(folder: str, spec: str, text: str) -> str | None:
     return _base(reg) if mtype else None
 
 
-def by_rule(folder: str, spec: str, file_tok):
+def by_rule(folder: str, spec: str, file_tok, file_json: str | None = None):
     """(the tokenizer transformers 5.24 builds from ``folder``, its class or None) without transformers: the
     file's model, components and added tokens, rebuilt for the classes in ``RULES``; the config's named
-    special tokens marked special. Raises ``Refused`` where no rule is recorded."""
+    special tokens marked special. Raises ``Refused`` where no rule is recorded. ``file_json``: ``file_tok.to_str()``
+    where the caller has it."""
     from tokenizers import Tokenizer, processors
 
     with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as f:
@@ -128,7 +129,8 @@ def by_rule(folder: str, spec: str, file_tok):
         raise Refused(f"transformers' {cls} rebuilds the tokenizer from the file's vocabulary with components "
                       f"of its own, and packer records no rule for it")
     cfg = config(folder, "tokenizer_config.json")
-    d, tail = _open(file_tok.to_str(), whole=bool(cfg.get("fix_mistral_regex")))
+    file_json = file_tok.to_str() if file_json is None else file_json
+    d, tail = _open(file_json, whole=bool(cfg.get("fix_mistral_regex")))
     _same_added_tokens(cfg, d)
     _mistral_regex(folder, cfg, d)
     if cls is not None:
@@ -138,7 +140,7 @@ def by_rule(folder: str, spec: str, file_tok):
         keys = set(d["model"])
         _MODEL[cls](d["model"], cfg)
         if tail is not None and set(d["model"]) != keys:  # a flag the head did not hold: written whole
-            d, tail = _open(file_tok.to_str(), whole=True)
+            d, tail = _open(file_json, whole=True)
             _same_added_tokens(cfg, d)
             _MODEL[cls](d["model"], cfg)
     tok = Tokenizer.from_str(json.dumps(d) if tail is None else _close(d, tail))
