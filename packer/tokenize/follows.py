@@ -110,7 +110,7 @@ def as_used(spec: str, file_tok, follows: str = "transformers", pending=None, gu
     ``file_tok``: tokenizer.json as loaded. For a model folder, transformers' view
     (``transformers_view``) is compared with it; where they differ the note names
     the parts and the one followed. ``pending``: view_child.start's child, which built
-    and compared the view out of process (None, or no answer from it: built here);
+    the view out of process and sends its JSON (None, or no answer from it: built here);
     ``guessed``: ``guess``'s (tokenizer, JSON), returned where the child's view is that JSON; ``file_json``:
     ``file_tok.to_str()``, if at hand (the parts compared ignore truncation and padding)."""
     folder = folder_of(spec)
