@@ -24,8 +24,15 @@ import os
 import subprocess
 import sys
 
-# The child: torch made unimportable before anything else runs, then main() below.
-_CHILD = "import sys; sys.modules['torch'] = None; from packer.tokenize.view_child import main; main()"
+# The child: torch made unimportable before anything else runs, then main() below. packer's and
+# packer.tokenize's __init__ are not run there (they import the pipeline, pyarrow, NumPy: 0.5-0.9 s of the
+# child's start): the two packages are given as bare modules of their folders, and main() imports only
+# follows.py and what it imports (follows_rule.py, transformers_table.py).
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_CHILD = ("import sys, types; sys.modules['torch'] = None\n"
+          f"for name, path in (('packer', {os.path.dirname(_HERE)!r}), ('packer.tokenize', {_HERE!r})):\n"
+          "    sys.modules[name] = types.ModuleType(name); sys.modules[name].__path__ = [path]\n"
+          "from packer.tokenize.view_child import main; main()")
 
 
 class Pending:
