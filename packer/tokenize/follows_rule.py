@@ -113,10 +113,11 @@ def auto_class(folder: str, spec: str, text: str) -> str | None:
     return _base(reg) if mtype else None
 
 
-def by_rule(folder: str, spec: str, file_tok):
+def by_rule(folder: str, spec: str, file_tok, file_json: str | None = None):
     """(the tokenizer transformers 5.24 builds from ``folder``, its class or None) without transformers: the
     file's model, components and added tokens, rebuilt for the classes in ``RULES``; the config's named
-    special tokens marked special. Raises ``Refused`` where no rule is recorded."""
+    special tokens marked special. Raises ``Refused`` where no rule is recorded. ``file_json``: ``file_tok.to_str()``
+    where the caller has it."""
     from tokenizers import Tokenizer, processors
 
     with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as f:
@@ -127,15 +128,22 @@ def by_rule(folder: str, spec: str, file_tok):
     if cls in T.REBUILDS and cls not in RULES:
         raise Refused(f"transformers' {cls} rebuilds the tokenizer from the file's vocabulary with components "
                       f"of its own, and packer records no rule for it")
-    cfg, d = config(folder, "tokenizer_config.json"), json.loads(file_tok.to_str())
+    cfg = config(folder, "tokenizer_config.json")
+    file_json = file_tok.to_str() if file_json is None else file_json
+    d, tail = _open(file_json, whole=bool(cfg.get("fix_mistral_regex")))
     _same_added_tokens(cfg, d)
     _mistral_regex(folder, cfg, d)
     if cls is not None:
         if (d.get("model") or {}).get("type") != "BPE":
             raise Refused(f"transformers' {cls} builds a BPE model, and tokenizer.json's model is "
                           f"{(d.get('model') or {}).get('type')}")
+        keys = set(d["model"])
         _MODEL[cls](d["model"], cfg)
-    tok = Tokenizer.from_str(json.dumps(d))
+        if tail is not None and set(d["model"]) != keys:  # a flag the head did not hold: written whole
+            d, tail = _open(file_json, whole=True)
+            _same_added_tokens(cfg, d)
+            _MODEL[cls](d["model"], cfg)
+    tok = Tokenizer.from_str(json.dumps(d) if tail is None else _close(d, tail))
     if cls is not None:
         _PARTS[cls](tok, cfg)
     _mark_specials(tok, folder, DEFAULTS.get(cls))
@@ -144,6 +152,58 @@ def by_rule(folder: str, spec: str, file_tok):
         # GPTNeoXTokenizer.__init__ calls it whatever the file has
         tok.post_processor = processors.TemplateProcessing(single="$A:0", pair="$A:0 $B:1", special_tokens=[])
     return tok, cls
+
+
+def _open(text: str, whole: bool = False) -> tuple[dict, str | None]:
+    """tokenizers' JSON ``text`` as (a dict, None), or, where its model is the last member and its vocab
+    comes after the model's flags (tokenizers' own order): (the dict with the model's members before
+    "vocab" alone, the text from "vocab" on), which ``_close`` puts back. The vocab and merges (most of
+    the text: 0.6 s of Qwen3's parse and write, and its escapes slowed the parse back) stay text."""
+    if not whole:
+        got = _members(text, "model")
+        if got is not None and got[1] is not None and _TOP <= set(got[0]):  # every other member before the model
+            top, rest = got
+            head = _members(rest, "vocab")
+            if head is not None and head[1] is not None and rest.rstrip().endswith("}}"):
+                return {**top, "model": head[0]}, head[1]
+    return json.loads(text), None
+
+
+_TOP = {"version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer", "post_processor", "decoder"}
+
+
+def _close(d: dict, tail: str) -> str:
+    """``_open``'s (dict, tail) as one JSON text again."""
+    top = json.dumps({k: v for k, v in d.items() if k != "model"})
+    head = json.dumps(d["model"])
+    return f"{top[:-1]}{', ' if len(top) > 2 else ''}\"model\": {head[:-1]}{', ' if len(head) > 2 else ''}{tail}"
+
+
+def _members(text: str, stop: str) -> tuple[dict, str | None] | None:
+    """The members of the JSON object ``text`` before the key ``stop``, parsed, and the text from ``stop``'s
+    value on (None where there is no such key); None where ``text`` is not such an object or repeats a key."""
+    dec, ws = json.JSONDecoder(), json.decoder.WHITESPACE
+    try:
+        i = ws.match(text, 0).end()
+        if text[i] != "{":
+            return None
+        out, i = {}, i + 1
+        while True:
+            at = ws.match(text, i).end()
+            key, i = dec.raw_decode(text, at)
+            i = ws.match(text, i).end()
+            if not isinstance(key, str) or key in out or text[i] != ":":
+                return None
+            i = ws.match(text, i + 1).end()
+            if key == stop:
+                return out, (text[at:] if stop == "vocab" else text[i:])
+            out[key], i = dec.raw_decode(text, i)
+            i = ws.match(text, i).end()
+            if text[i] != ",":
+                return (out, None) if text[i] == "}" else None
+            i += 1
+    except (ValueError, IndexError):
+        return None
 
 
 def _same_added_tokens(cfg: dict, d: dict) -> None:

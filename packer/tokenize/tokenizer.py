@@ -156,15 +156,16 @@ def _resolve_hf(spec: str, eos: bool, eos_token: str | None, bos: bool, bos_toke
     args = (eos, eos_token, bos, bos_token, split_special, follows)
     try:
         file_tok = _load_hf(spec)
+        file_json = file_tok.to_str() if pending is not None else None  # for the guess and as_used
         if pending is not None and while_waiting is not None:
-            guessed = follow.guess(spec, file_tok, follows)
+            guessed = follow.guess(spec, file_tok, follows, file_json)
             try:
-                early = _info_of(spec, guessed[0], [], *args)
+                early = _info_of(spec, guessed[0], [], *args, known_json=guessed[1] or file_json)
             except PackerError:  # (no EOS, say): decided below, on the tokenizer the build runs
                 early = None
             if early is not None:
                 while_waiting(early)
-        tok, said = follow.as_used(spec, file_tok, follows, pending, guessed)
+        tok, said = follow.as_used(spec, file_tok, follows, pending, guessed, file_json)
     finally:
         if pending is not None:
             pending.close()
@@ -174,16 +175,16 @@ def _resolve_hf(spec: str, eos: bool, eos_token: str | None, bos: bool, bos_toke
 
 
 def _info_of(spec: str, tok, notes: list[str], eos: bool, eos_token: str | None, bos: bool, bos_token: str | None,
-             split_special: bool, follows: str) -> TokenizerInfo:
-    """The ``TokenizerInfo`` of ``tok`` (ours to change: truncation and padding are switched off), with ``notes``."""
-    notes = list(notes)
+             split_special: bool, follows: str, known_json: str | None = None) -> TokenizerInfo:
+    """``tok``'s ``TokenizerInfo`` (ours: truncation, padding switched off), ``notes``; ``known_json``: its to_str()."""
+    notes, changed = list(notes), tok.truncation is not None or tok.padding is not None
     if tok.truncation is not None:
         notes.append(f"truncation (max_length={tok.truncation.get('max_length')}) switched off: no text is cut")
         tok.no_truncation()
     if tok.padding is not None:
         notes.append("padding switched off: packer pads rows itself")
         tok.no_padding()
-    as_json = tok.to_str()
+    as_json = tok.to_str() if known_json is None or changed else known_json
     vocab = tok.get_vocab(with_added_tokens=True)
     vocab_size = max(vocab.values()) + 1 if vocab else tok.get_vocab_size(True)
 

@@ -5,7 +5,8 @@ before ``AutoTokenizer.from_pretrained`` has read a file, and torch stays in the
 imports keep it out everywhere else. A tokenizer needs none of it: with torch made unimportable
 (``sys.modules["torch"] = None``, which transformers reads as "not installed") the view is the same
 tokenizer, to the byte, for every family the suite knows (docs/benchmarks.md, "A first build"), and the
-child also compares it with tokenizer.json (``follows.differences``: another second in the parent).
+parent compares it with its own tokenizer.json (``follows.as_used``: the JSON from the model on, the same
+text, is not parsed).
 So a first build starts the child at once and loads tokenizer.json while it runs.
 
 The child is used only where it saves time and keeps the answer: a build process that has imported
@@ -23,18 +24,25 @@ import os
 import subprocess
 import sys
 
-# The child: torch made unimportable before anything else runs, then main() below.
-_CHILD = "import sys; sys.modules['torch'] = None; from packer.tokenize.view_child import main; main()"
+# The child: torch made unimportable before anything else runs, then main() below. packer's and
+# packer.tokenize's __init__ are not run there (they import the pipeline, pyarrow, NumPy: 0.5-0.9 s of the
+# child's start): the two packages are given as bare modules of their folders, and main() imports only
+# follows.py and what it imports (follows_rule.py, transformers_table.py).
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_CHILD = ("import sys, types; sys.modules['torch'] = None\n"
+          f"for name, path in (('packer', {os.path.dirname(_HERE)!r}), ('packer.tokenize', {_HERE!r})):\n"
+          "    sys.modules[name] = types.ModuleType(name); sys.modules[name].__path__ = [path]\n"
+          "from packer.tokenize.view_child import main; main()")
 
 
 class Pending:
-    """A started child; ``result()`` waits for it: (parts that differ, the view's JSON where they do,
-    who built it, trouble) or None where the caller must build the view itself."""
+    """A started child; ``result()`` waits for it: (the view's JSON, who built it, trouble) or None where
+    the caller must build the view itself (it compares the view with its own tokenizer.json)."""
 
     def __init__(self, proc: subprocess.Popen):
         self.proc = proc
 
-    def result(self) -> tuple[list[str], str | None, str, str | None] | None:
+    def result(self) -> tuple[str | None, str, str | None] | None:
         try:
             out, _ = self.proc.communicate()
         finally:
@@ -48,7 +56,7 @@ class Pending:
         trouble = got["trouble"]
         if trouble is not None and "torch" in trouble.lower():  # a class that wants torch: in process, with it
             return None
-        return got["parts"], got["view"], got["who"], trouble
+        return got["view"], got["who"], trouble
 
 
     def close(self) -> None:
@@ -81,16 +89,16 @@ def start(folder: str) -> Pending | None:
 
 
 def main() -> None:
-    """In the child: print {"parts", "view", "who", "trouble"} for the folder in argv[1] as JSON."""
-    from .follows import differences, transformers_view
-    from .sources import _load_hf
+    """In the child: print {"view", "who", "trouble"} for the folder in argv[1] as JSON. tokenizer.json is
+    not loaded here (the parent has it, and compares: ``follows.as_used``); without transformers the child
+    fails, and the parent decides in process (the recorded rule, which needs the file)."""
+    from .follows import transformers_view
 
     folder = sys.argv[1]
     out = sys.stdout
     sys.stdout = sys.stderr  # anything transformers prints stays out of the answer
-    file_tok = _load_hf(folder)
-    view, who, trouble = transformers_view(folder, file_tok, folder)
-    parts = differences(file_tok, view) if view is not None else []
-    out.write(json.dumps({"parts": parts, "view": view.to_str() if parts else None, "who": who,
-                          "trouble": trouble}))
+    import transformers  # noqa: F401  (ImportError: exit 1, the parent builds the view)
+
+    view, who, trouble = transformers_view(folder, None, folder, copy=False)  # read here, never changed
+    out.write(json.dumps({"view": view.to_str() if view is not None else None, "who": who, "trouble": trouble}))
     out.flush()

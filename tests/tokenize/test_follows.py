@@ -276,3 +276,48 @@ def test_the_disagreement_is_said_once_at_the_start_and_recorded_at_the_end(tmp_
     assert len(at) == 1 and lines[at[0]] == f"note: {said[0][0]}" and at[0] < built
     assert json.loads((tmp_path / "s.json").read_text())["notes"] == res.notes
     assert not CliRunner().invoke(main, ["build", src, str(tmp_path / "q"), "--tokenizer", folder, "-q"]).stderr
+
+
+def _parts_parsed_whole(a, b) -> list[str]:
+    """differences as it was: both JSONs parsed whole."""
+    da, db = json.loads(a.to_str()), json.loads(b.to_str())
+    for d in (da, db):
+        pp = d.get("post_processor")
+        d["post_processor"] = None if pp == F._NOOP_TEMPLATE or (pp or {}).get("type") == "ByteLevel" else pp
+    out = [name for key, name in F._PARTS if da.get(key) != db.get(key)]
+    added = [(t["id"], t["content"], t.get("special")) for t in da.get("added_tokens") or []]
+    if added != [(t["id"], t["content"], t.get("special")) for t in db.get("added_tokens") or []]:
+        out.append("added/special tokens")
+    return out
+
+
+def test_differences_without_the_whole_parse_finds_what_the_whole_parse_finds(tmp_path):
+    """The same text from the model on is the same model: the parts before it decide; a model that differs
+    by one merge is found as the whole parse finds it."""
+    base = Tokenizer.from_file(os.path.join(llama2_like(tmp_path / "a"), "tokenizer.json"))
+    variants = {"same": Tokenizer.from_str(base.to_str())}
+    v = Tokenizer.from_str(base.to_str())
+    v.normalizer = normalizers.NFC()
+    variants["normalizer"] = v
+    v = Tokenizer.from_str(base.to_str())
+    v.post_processor = None
+    variants["post-processor"] = v
+    v = Tokenizer.from_str(base.to_str())
+    v.add_special_tokens([AddedToken("<x>", special=True)])
+    variants["added"] = v
+    d = json.loads(base.to_str())
+    d["model"]["merges"] = d["model"]["merges"][:-1]
+    variants["model"] = Tokenizer.from_str(json.dumps(d))
+    v = Tokenizer.from_str(json.dumps(d))
+    v.pre_tokenizer = pre_tokenizers.Whitespace()
+    variants["model and pre-tokenizer"] = v
+    for name, v in variants.items():
+        assert F.differences(base, v) == _parts_parsed_whole(base, v), name
+        assert F.differences(v, base) == _parts_parsed_whole(v, base), name
+    assert F.differences(base, variants["same"]) == []
+    assert "model" in F.differences(base, variants["model"])
+    text = base.to_str()
+    got = F._before_model(text)
+    assert got is not None and "model" not in got[0] and json.loads(got[1][:-1]) == json.loads(text)["model"]
+    assert F._before_model('{"a": 1}') is None and F._before_model("[1]") is None
+    assert F._before_model('{"a": 1, "a": 2, "model": {}}') is None  # a key twice: parsed whole

@@ -25,6 +25,7 @@ set): the build runs one encoder per core. A fork after encoding is safe
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
@@ -76,7 +77,7 @@ class FastokensEncoder:
             version()
             import fastokens
 
-            self._flat = fastokens.Tokenizer.from_json_str(tokenizer_json).encode_batch_flat  # ValueError: a part it lacks
+            self._flat = _load(tokenizer_json).encode_batch_flat  # ValueError: a part it lacks
         self._prep = prep  # text -> the text fastokens encodes (fastokens_alone.py: Metaspace's prefix), or None
         self._needs_hf = base._needs_hf
 
@@ -124,6 +125,55 @@ class FastokensEncoder:
         ``eos`` (an id, a tuple of ids or None), uint32; lengths int64, prefix and suffix included."""
         ids, lengths = self._ids(texts)
         return with_around(ids, lengths, tuple(prefix), () if eos is None else (eos,) if isinstance(eos, int) else tuple(eos))
+
+
+def preload(tokenizer_json: str) -> None:
+    """Start fastokens' load of ``tokenizer_json`` in a thread (a first build: its 1-2 s release the GIL
+    and run beside the conversion and the hard strings); the next ``FastokensEncoder`` of that very
+    JSON takes it (``_load``). ``settle`` joins it: before the build forks its workers."""
+    if version() is None or os.environ.get("PACKER_FASTOKENS") == "off":
+        return
+    job = _PRELOAD.get("job")
+    if job is not None and job[0] == tokenizer_json:
+        return
+    settle()
+    import fastokens
+
+    box: list = []
+
+    def load() -> None:
+        try:
+            box.append(fastokens.Tokenizer.from_json_str(tokenizer_json))
+        except Exception as e:  # raised where it is taken, as a load in place would
+            box.append(e)
+
+    thread = threading.Thread(target=load, name="packer-fastokens-load", daemon=True)
+    thread.start()
+    _PRELOAD["job"] = (tokenizer_json, thread, box)
+
+
+def settle() -> None:
+    """Wait for a ``preload`` still running and drop what it loaded, if nothing took it."""
+    job = _PRELOAD.pop("job", None)
+    if job is not None:
+        job[1].join()
+
+
+def _load(tokenizer_json: str):
+    """fastokens' tokenizer of ``tokenizer_json``: ``preload``'s, where it loaded that JSON, else loaded now."""
+    job = _PRELOAD.pop("job", None)
+    if job is not None:
+        job[1].join()
+        if job[0] == tokenizer_json:
+            if isinstance(job[2][0], Exception):
+                raise job[2][0]
+            return job[2][0]
+    import fastokens
+
+    return fastokens.Tokenizer.from_json_str(tokenizer_json)
+
+
+_PRELOAD: dict = {}  # "job": (tokenizer JSON, thread, [the tokenizer or its exception])
 
 
 def with_around(ids: np.ndarray, lengths: np.ndarray, pre: tuple, post: tuple) -> tuple[np.ndarray, np.ndarray]:

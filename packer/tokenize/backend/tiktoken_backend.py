@@ -288,12 +288,26 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
             loaded.append(h)
         return loaded[0]
 
-    from . import fastokens_alone  # where tiktoken cannot run it exactly
-
     def pays(versus: str) -> bool:  # fast: True/False, or the build's input bytes (fastokens_backend.worth_it)
         from .fastokens_backend import worth_it
 
         return fast if isinstance(fast, bool) else worth_it(fast, len(tokenizer_json), versus)
+
+    from . import fastokens_backend
+
+    if requested == "auto" and pays("tiktoken") and (fingerprint, split_special) not in fastokens_backend._FASTER \
+            and '"Metaspace"' not in tokenizer_json:  # (fastokens alone loads another JSON for Metaspace)
+        fastokens_backend.preload(tokenizer_json)  # in a thread, while the checks below run
+    try:
+        return _choose(tokenizer_json, fingerprint, requested, sample, hf, split_special, defer_input, get_hf, pays)
+    finally:
+        fastokens_backend.settle()  # no thread left running: the build forks its workers
+
+
+def _choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf, split_special: bool,
+            defer_input: bool, get_hf, pays) -> Choice:
+    """``choose`` from the fastokens check on; ``get_hf`` and ``pays`` are its."""
+    from . import fastokens_alone
 
     may_alone = requested == "auto" and pays("hf") and os.environ.get("PACKER_FASTOKENS") != "off"
     alone = fastokens_alone.on_record(tokenizer_json, fingerprint, split_special, hf if not callable(hf) else None) \

@@ -150,7 +150,7 @@ def check(enc, hf, texts: list[str], what: str) -> CheckResult:
     A text HF cannot encode must fail in ``enc`` too (any exception counts as
     the same outcome: the build stops either way).
     """
-    ref = _outcomes(lambda ts: [e.ids for e in hf.encode_batch_fast(ts, add_special_tokens=False)], texts)
+    ref = _hf_outcomes(hf, texts, what == "hard string")
     got = _outcomes(lambda ts: [a.tolist() for a in enc.encode_arrays(ts)], texts)
     tokens = 0
     for i, (r, g) in enumerate(zip(ref, got)):
@@ -165,6 +165,20 @@ def check(enc, hf, texts: list[str], what: str) -> CheckResult:
             return CheckResult(False, i + 1, tokens, f"{what} {i} ({_show(texts[i])}): token {j} differs "
                                f"(HF {r[j:j + 3]}, tiktoken {g[j:j + 3]})")
     return CheckResult(True, len(texts), tokens, "")
+
+
+_HARD: list = []  # [(hf, its encode_special_tokens, texts, HF's outcomes)]: the hard strings' last reference
+
+
+def _hf_outcomes(hf, texts: list[str], keep: bool) -> list:
+    """HF's outcomes on ``texts``. ``keep``: the hard strings, checked for tiktoken and then, the same
+    strings with the same HF tokenizer (never changed: ``choose``), for fastokens: encoded by HF once."""
+    if keep and _HARD and _HARD[0][0] is hf and _HARD[0][1] == hf.encode_special_tokens and _HARD[0][2] == texts:
+        return _HARD[0][3]
+    ref = _outcomes(lambda ts: [e.ids for e in hf.encode_batch_fast(ts, add_special_tokens=False)], texts)
+    if keep:
+        _HARD[:] = [(hf, hf.encode_special_tokens, list(texts), ref)]
+    return ref
 
 
 def _show(text: str, n: int = 30) -> str:

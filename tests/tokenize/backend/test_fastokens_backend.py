@@ -211,3 +211,38 @@ def test_tiktokens_encoder_is_built_only_where_it_encodes(families):
     texts = corpus()
     a, b = got["tiktoken"].encode_flat(texts, 7), base.encode_flat(texts, 7)  # base: built now, on its first encode
     assert base._fns is not None and np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_a_preload_is_taken_by_the_encoder_of_that_json_and_leaves_no_thread(families, monkeypatch):
+    """choose starts fastokens' load in a thread (a first build: it runs beside the checks); the encoder of
+    that very JSON takes it, and no thread is left running when choose returns (the build forks)."""
+    import threading
+
+    info = resolve_tokenizer(families["qwen-like"])
+    base = T.TiktokenEncoder(info.json)
+    F.preload(info.json)
+    assert any(t.name == "packer-fastokens-load" for t in threading.enumerate())
+    import fastokens
+
+    monkeypatch.setattr(fastokens.Tokenizer, "from_json_str", lambda js: pytest.fail("loaded again"))
+    enc = F.FastokensEncoder(info.json, base)
+    assert enc.encode_lists(TEXTS) == base.encode_lists(TEXTS)
+    monkeypatch.undo()
+    F.preload(info.json)
+    F.settle()  # nothing took it: dropped, and the thread joined
+    assert not F._PRELOAD and not any(t.name == "packer-fastokens-load" for t in threading.enumerate())
+    # Through choose: the check passes with the preloaded encoder, and no load thread outlives it.
+    F._FASTER.clear()
+    T._STATIC.clear()
+    T._ENCODERS.clear()
+    auto = choose_backend(info, "auto", lambda: corpus()[:20])
+    assert auto.backend == "fastokens"
+    assert not F._PRELOAD and not any(t.name == "packer-fastokens-load" for t in threading.enumerate())
+
+
+def test_a_preload_of_another_json_is_not_taken(families):
+    a, b = resolve_tokenizer(families["qwen-like"]), resolve_tokenizer(families["gpt2-like"])
+    F.preload(a.json)
+    enc = F.FastokensEncoder(b.json, T.TiktokenEncoder(b.json))
+    assert not F._PRELOAD  # joined and dropped
+    assert enc.encode_lists(TEXTS) == T.TiktokenEncoder(b.json).encode_lists(TEXTS)
