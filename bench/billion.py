@@ -9,10 +9,8 @@ scaling). The build is sampled every 0.5 s (tokens in unit records, PSS of the p
 state is 20% to 80% of the tokens. Then the same build is SIGKILLed at half its units and resumed:
 units redone, and every file against the first build's. ``--json`` appends the figures.
 
-``--workers 16 8``: the ceiling and the build at each count in turn, on the same input (kill and resume
-at the first count only), then the speed-up of the first count over the second. An input already in
-``--work`` for the same source and ``--tokens`` is used again (``--keep-input``), so two trees
-(PYTHONPATH) can be measured one after the other on one input.
+``--workers 16 8``: each count in turn on one input (kill and resume at the first only), then their speed-up.
+An input already in ``--work`` for the same source and ``--tokens`` is used again (two trees, one input).
 """
 
 from __future__ import annotations
@@ -58,9 +56,6 @@ def make_input(texts: list[str], target_bytes: int, folder: str, file_bytes: int
     return written
 
 
-SAMPLE_S = 0.1  # seconds between looks at the unit records (0.5 gave a 3.7 s build's steady state few samples)
-
-
 def run_build(args, workers, inp, out, extra=(), kill_at=None) -> dict:
     """One `packer build` at ``workers``, sampled; ``kill_at``: SIGKILL its group once that many unit records exist."""
     cmd = [sys.executable, "-m", "packer.cli", "build", inp, out, "--seq-len", str(args.seq_len), "--tokenizer",
@@ -70,7 +65,7 @@ def run_build(args, workers, inp, out, extra=(), kill_at=None) -> dict:
     p = subprocess.Popen(cmd, start_new_session=True)
     seen, samples, peak = {}, [], 0.0
     while p.poll() is None:
-        time.sleep(SAMPLE_S)
+        time.sleep(0.1)  # a look at the unit records (every 0.5 s gave a 3.7 s build few samples)
         peak = max(peak, pss_mb(p.pid))
         for r in glob.glob(os.path.join(out, "units", "*.json")):
             if r not in seen:
@@ -135,30 +130,23 @@ def main(argv=None) -> None:
     sample = texts[:2000]
     enc = Encoder(choose_backend(resolve_tokenizer(args.tokenizer), "auto", lambda: sample[:200]))
     bpt = sum(len(t.encode()) for t in sample) / len(enc.encode_flat(sample)[0])
-    inp = os.path.join(args.work, "in")
-    made = os.path.join(args.work, "in.json")
-    key = {"source": os.path.abspath(args.source), "tokens": args.tokens}
-    t = time.monotonic()
-    if os.path.exists(made) and json.load(open(made)).get("key") == key:
-        size = json.load(open(made))["size"]
-    else:
+    inp, made, key, t = (os.path.join(args.work, "in"), os.path.join(args.work, "in.json"),
+                         [os.path.abspath(args.source), args.tokens], time.monotonic())
+    size = json.load(open(made))["size"] if os.path.exists(made) and json.load(open(made))["key"] == key else None
+    if size is None:
         subprocess.run(["rm", "-rf", inp, made], check=True)
-        size = make_input(texts, int(args.tokens * bpt * 1.02), inp)
-        json.dump({"key": key, "size": size}, open(made, "w"))
-    print(f"input: {size / 1e9:.2f} GB in {len(os.listdir(inp))} files ({bpt:.2f} bytes/token), {time.monotonic() - t:.0f} s",
-          flush=True)
-    walls = {}
-    for n, workers in enumerate(args.workers):
-        walls[workers] = one_count(args, workers, texts, inp, kill=n == 0 and not args.no_kill)
-    if len(walls) > 1:
-        (a, (wa, sa)), (b, (wb, sb)) = list(walls.items())[:2]
-        print(f"{b} -> {a} workers: whole build {wb / wa:.2f}x, steady state {sa / sb:.2f}x", flush=True)
+        json.dump({"key": key, "size": (size := make_input(texts, int(args.tokens * bpt * 1.02), inp))}, open(made, "w"))
+    print(f"input: {size / 1e9:.2f} GB in {len(os.listdir(inp))} files ({bpt:.2f} B/token), {time.monotonic() - t:.0f} s")
+    got = [one_count(args, w, texts, inp, kill=n == 0 and not args.no_kill) for n, w in enumerate(args.workers)]
+    if len(got) > 1:
+        print(f"{args.workers[1]} -> {args.workers[0]} workers: whole build {got[1][0] / got[0][0]:.2f}x, steady state "
+              f"{got[0][1] / got[1][1]:.2f}x", flush=True)
 
 
 def one_count(args, workers, texts, inp, kill: bool) -> tuple[float, float]:
     """The ceiling and the build at ``workers`` (and the kill -9 and resume if ``kill``): (wall s, steady tok/s)."""
     subprocess.run(["rm", "-rf", os.path.join(args.work, "full"), os.path.join(args.work, "killed")], check=True)
-    ceil = ceiling(args, workers, texts)
+    ceil = ceiling(args, workers, texts)  # (the summary's phases are in the build's own --summary-json)
     print(f"ceiling: {ceil / 1e6:.1f} M tok/s ({workers} processes, encode only)", flush=True)
     full = run_build(args, workers, inp, os.path.join(args.work, "full"))
     totals = full["summary"].get("totals", {})
@@ -167,8 +155,7 @@ def one_count(args, workers, texts, inp, kill: bool) -> tuple[float, float]:
     print(f"build x{workers}: rc {full['rc']}, {totals.get('tokens', 0) / 1e9:.3f} B tokens, {units} units, wall {full['wall']:.1f} s, "
           f"CPU {full['cpu']:.0f} s, peak PSS {full['peak_pss_mb']:.0f} MiB; steady {rate / 1e6:.1f} M tok/s = "
           f"{rate / ceil:.3f} of the ceiling; whole build {totals.get('tokens', 0) / full['wall'] / 1e6:.1f} M tok/s", flush=True)
-    killed = resumed = {"summary": {}}
-    redone, same = None, None
+    killed, redone, same = {}, None, None
     if kill:
         killed = run_build(args, workers, inp, os.path.join(args.work, "killed"), kill_at=units // 2)
         resumed = run_build(args, workers, inp, os.path.join(args.work, "killed"), extra=("--resume",))
@@ -178,10 +165,9 @@ def one_count(args, workers, texts, inp, kill: bool) -> tuple[float, float]:
               f"{resumed['summary'].get('units_run')} units run ({redone} redone; at most {workers} allowed), "
               f"wall {resumed['wall']:.1f} s, peak PSS {resumed['peak_pss_mb']:.0f} MiB; byte-identical: {same}", flush=True)
     emit_json({"bench": "billion", "tokenizer": args.tokenizer, "workers": workers, "tokens": totals.get("tokens"),
-               "ceiling_tok_s": ceil, "steady_tok_s": rate, "of_ceiling": rate / ceil, "wall": full["wall"],
-               "cpu": full["cpu"], "peak_pss_mb": full["peak_pss_mb"], "units": units, "phases": full["summary"].get("phases"),
-               "timeline": full["samples"][::20], "killed_after": killed.get("killed_after_units"), "redone": redone,
-               "identical": same}, args.json)
+               "ceiling_tok_s": ceil, "steady_tok_s": rate, "of_ceiling": rate / ceil, "units": units,
+               **{k: full[k] for k in ("wall", "cpu", "peak_pss_mb")}, "timeline": full["samples"][::20],
+               "killed_after": killed.get("killed_after_units"), "redone": redone, "identical": same}, args.json)
     return full["wall"], rate
 
 

@@ -43,18 +43,14 @@ def one(tree: str, src: str, folder: str, work: str, workers: int, extra: tuple 
         out = tempfile.mkdtemp(dir=work)
         cmd = [sys.executable, "-c", "from packer.cli import main; main()", "build", src, out, "--tokenizer", folder,
                "--workers", str(workers), "--quiet", "--overwrite", *extra]
-        t0, c0 = time.perf_counter(), _children_cpu()
+        t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)  # waited-for descendants
         subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=tree, PACKER_CACHE=cache), check=True, cwd=work)
         times.append(time.perf_counter() - t0)
-        cpus.append(_children_cpu() - c0)
+        c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
         shutil.rmtree(out)
     shutil.rmtree(cache)
     return times[0], times[1], cpus[0], cpus[1]
-
-
-def _children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)  # waited-for descendants: the build and what it waited for
-    return r.ru_utime + r.ru_stime
 
 
 def main(argv=None) -> int:
@@ -71,14 +67,11 @@ def main(argv=None) -> int:
         best: dict = {}
         for _ in range(a.rounds):
             for folder in a.folders:
-                for name, tree in trees.items():
-                    got = one(tree, a.input, folder, work, a.workers)
+                for name, tree, extra in [(n, t, ()) for n, t in trees.items()] + \
+                        ([("hf", REPO, ("--tokenizer-backend", "hf"))] if a.hf else []):
+                    got = one(tree, a.input, folder, work, a.workers, extra)
                     old = best.get((folder, name), (float("inf"),) * 4)
                     best[(folder, name)] = tuple(min(o, g) for o, g in zip(old, got))
-                if a.hf:
-                    got = one(REPO, a.input, folder, work, a.workers, ("--tokenizer-backend", "hf"))
-                    old = best.get((folder, "hf"), (float("inf"),) * 4)
-                    best[(folder, "hf")] = tuple(min(o, g) for o, g in zip(old, got))
     print(f"| folder | {a.base} cold / warm s | cold/warm | this tree cold / warm s | cold/warm | cold: this / base "
           f"| CPU s {a.base} cold / warm | CPU s this tree cold / warm |")
     print("|---|---|---|---|---|---|---|---|")

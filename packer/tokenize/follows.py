@@ -30,7 +30,7 @@ import io
 import json
 import os
 
-from .follows_rule import RULE_VERSION, RULES, Refused, auto_class, by_rule
+from .follows_rule import RULE_VERSION, RULES, Refused, json_members, auto_class, by_rule
 
 FOLLOWS = ("transformers", "file")
 CONFIG_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "config.json")
@@ -212,28 +212,9 @@ def _differences(sa: str, sb: str) -> list[str]:
 
 def _before_model(text: str) -> tuple[dict, str] | None:
     """(the top-level members of the JSON object ``text`` before its "model", parsed; the text from the
-    model's value to the end), or None where ``text`` is not such an object."""
-    dec, ws = json.JSONDecoder(), json.decoder.WHITESPACE
-    try:
-        i = ws.match(text, 0).end()
-        if text[i] != "{":
-            return None
-        out, i = {}, i + 1
-        while True:
-            key, i = dec.raw_decode(text, ws.match(text, i).end())
-            i = ws.match(text, i).end()
-            if not isinstance(key, str) or key in out or text[i] != ":":
-                return None
-            i = ws.match(text, i + 1).end()
-            if key == "model":
-                return out, text[i:]
-            out[key], i = dec.raw_decode(text, i)
-            i = ws.match(text, i).end()
-            if text[i] != ",":
-                return None  # the end, and no model
-            i += 1
-    except (ValueError, IndexError):
-        return None
+    model's value to the end), or None where ``text`` is not such an object or has no model."""
+    got = json_members(text, "model")
+    return got if got is not None and got[1] is not None else None
 
 
 _NOOP_TEMPLATE = {"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}}],

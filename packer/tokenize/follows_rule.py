@@ -160,10 +160,10 @@ def _open(text: str, whole: bool = False) -> tuple[dict, str | None]:
     "vocab" alone, the text from "vocab" on), which ``_close`` puts back. The vocab and merges (most of
     the text: 0.6 s of Qwen3's parse and write, and its escapes slowed the parse back) stay text."""
     if not whole:
-        got = _members(text, "model")
+        got = json_members(text, "model")
         if got is not None and got[1] is not None and _TOP <= set(got[0]):  # every other member before the model
             top, rest = got
-            head = _members(rest, "vocab")
+            head = json_members(rest, "vocab")
             if head is not None and head[1] is not None and rest.rstrip().endswith("}}"):
                 return {**top, "model": head[0]}, head[1]
     return json.loads(text), None
@@ -179,7 +179,7 @@ def _close(d: dict, tail: str) -> str:
     return f"{top[:-1]}{', ' if len(top) > 2 else ''}\"model\": {head[:-1]}{', ' if len(head) > 2 else ''}{tail}"
 
 
-def _members(text: str, stop: str) -> tuple[dict, str | None] | None:
+def json_members(text: str, stop: str) -> tuple[dict, str | None] | None:
     """The members of the JSON object ``text`` before the key ``stop``, parsed, and the text from ``stop``'s
     value on (None where there is no such key); None where ``text`` is not such an object or repeats a key."""
     dec, ws = json.JSONDecoder(), json.decoder.WHITESPACE
