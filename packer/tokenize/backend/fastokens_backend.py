@@ -185,10 +185,9 @@ def with_around(ids: np.ndarray, lengths: np.ndarray, pre: tuple, post: tuple) -
     out = np.empty(len(ids) + k * len(lengths), dtype=np.uint32)
     ends = np.cumsum(full)
     starts = ends - full
-    for j, v in enumerate(pre):
-        out[starts + j] = v
-    for j, v in enumerate(post):
-        out[ends - len(post) + j] = v
+    fixed = [(starts + j, v) for j, v in enumerate(pre)] + [(ends - len(post) + j, v) for j, v in enumerate(post)]
+    for at, v in fixed:
+        out[at] = v
     if len(lengths) <= FEW_TEXTS:  # one slice copy a text: 4x the mask's speed on a chunk of long texts
         src = 0
         for d, n in zip((starts + len(pre)).tolist(), lengths.tolist()):
@@ -196,10 +195,8 @@ def with_around(ids: np.ndarray, lengths: np.ndarray, pre: tuple, post: tuple) -
             src += n
         return out, full
     keep = np.ones(len(out), dtype=bool)  # many short texts: one masked copy
-    for j in range(len(pre)):
-        keep[starts + j] = False
-    for j in range(len(post)):
-        keep[ends - len(post) + j] = False
+    for at, _ in fixed:
+        keep[at] = False
     out[keep] = ids
     return out, full
 
