@@ -17,7 +17,9 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO, "sample_data")
 # Engine checks are recorded per machine (packer/tokenize/backend/check_cache.py): the tests keep their own record.
-os.environ.setdefault("PACKER_CACHE", os.path.join(__import__("tempfile").mkdtemp(prefix="packer-test-cache-")))
+if "PACKER_CACHE" not in os.environ:  # the suite's own record, removed when the suite ends
+    os.environ["PACKER_CACHE"] = __import__("tempfile").mkdtemp(prefix="packer-test-cache-")
+    __import__("atexit").register(shutil.rmtree, os.environ["PACKER_CACHE"], True)
 # A suite started in the background of a non-interactive shell (`cmd &`, nohup, some CI runners) inherits
 # SIGINT ignored, and so would every packer it starts (Python keeps an inherited SIG_IGN): the Ctrl-C tests
 # send what a terminal sends, so the suite takes Python's own handler back (its children get the default).
