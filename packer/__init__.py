@@ -11,10 +11,6 @@ Training side (imports torch on first use)::
     ds = PackedDataset("out/")
 """
 
-from .pipeline import BuildConfig, build
-from .errors import PackerError
-from .pack import Layout, pack
-
 __all__ = [
     "BuildConfig", "build", "pack", "Layout", "PackerError",
     "PackedDataset", "PackedSampler", "PackedLoader", "collate", "block_mask", "dense_mask",
@@ -22,8 +18,16 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-# Training-side names and the module each lives in; imported on first use.
+# (pack: eager, as the submodule packer.pack of the same name would otherwise shadow the function)
+from .errors import PackerError  # noqa: E402
+from .pack import Layout, pack  # noqa: E402
+
+# The other names and the module each lives in, imported on first use: `import packer` imports neither
+# pyarrow nor the build, so the command starts its tokenizer's load (head_start.py) before them, and a
+# CPU box builds shards without importing torch (the training side).
 _LAZY = {
+    "BuildConfig": "pipeline",
+    "build": "pipeline",
     "PackedDataset": "train.dataset",
     "PackedSampler": "train.sampler",
     "PackedLoader": "train.sampler",
@@ -38,8 +42,6 @@ _LAZY = {
 
 
 def __getattr__(name):
-    # torch is imported only when the dataset side is asked for, so a CPU box
-    # can build shards without importing it.
     if name in _LAZY:
         import importlib
 

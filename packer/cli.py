@@ -9,11 +9,16 @@ import shlex
 import signal
 import sys
 
-import click
+if __name__ == "__main__":  # python -m packer.cli: as packer_cli's entry point, before the imports below
+    from .head_start import begin
 
-from .errors import PackerError
-from .formats import SKIP_REASONS
-from .pipeline import OPTIONS
+    begin(sys.argv[1:])
+
+import click  # noqa: E402
+
+from .errors import PackerError  # noqa: E402
+from .formats import SKIP_REASONS  # noqa: E402
+from .pipeline import OPTIONS  # noqa: E402
 
 
 class Terminated(KeyboardInterrupt):

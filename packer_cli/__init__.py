@@ -14,6 +14,7 @@ reader that went away (``| head``) stays a quiet exit 0 (packer.cli).
 """
 
 import os
+import signal
 import sys
 
 OUTPUT_CODE = 2  # as a PackerError: the command could not do what was asked
@@ -26,11 +27,7 @@ def main():
         _say("packer: error: standard output is closed (>&-): nothing could be printed; "
              "redirect it to a file or to /dev/null instead")
         sys.exit(OUTPUT_CODE)
-    try:
-        from packer.cli import run as cli_run
-    except KeyboardInterrupt:
-        sys.stderr.write("\npacker: interrupted\n")
-        sys.exit(130)
+    cli_run = _load()
     try:
         cli_run()
     except OSError as e:
@@ -39,6 +36,34 @@ def main():
             raise
         _say(f"packer: error: cannot write to standard {stream}: {e.strerror or e}")
         os._exit(OUTPUT_CODE)  # no interpreter flush of what could not be written
+
+
+def _load():
+    """packer.cli's ``run``, imported; a Ctrl-C meanwhile is one line and exit 130. An extension module
+    interrupted while it loads may raise ImportError instead (numpy's does): told the same way."""
+    interrupted = []
+
+    def on_interrupt(signum, frame):
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.default_int_handler:  # (an inherited SIG_IGN stays)
+        signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        from packer.head_start import begin
+
+        begin(sys.argv[1:])  # a build's fast encoder loads in a thread while packer.cli is imported
+        from packer.cli import run
+        return run
+    except BaseException:
+        if not interrupted:
+            raise
+        sys.stderr.write("\npacker: interrupted\n")
+        sys.exit(130)
+    finally:
+        if previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous)
 
 
 def failed_stream(e: BaseException) -> "str | None":

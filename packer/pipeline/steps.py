@@ -19,7 +19,7 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 
-from .. import faults
+from .. import faults, head_start
 from .. import shards as S
 from ..errors import PackerError
 from ..formats import discover, no_inputs_error, plan_slices
@@ -146,6 +146,8 @@ def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
         return BuildResult({}, phase.seconds(), 0, 0, list(tok.notes), plan=plan_dict(cfg, plan.found, plan.units,
                                                                                        settings, tok, state))
     tok, check = backend_check.decide(cfg, tok, plan.units, chat)
+    head_start.settle()  # no load left running in a thread: the engine forks its workers
+    head_start.remember(cfg.output.tokenizer)  # what fastokens loaded, for the next command's head start
     phase("backend check")
     settings = recorded_settings(cfg, tok, plan.units, chat)
     job = Job(cfg.out, cfg.output, cfg.run, tok, S.dtype_for_vocab(tok.vocab_size), chat)

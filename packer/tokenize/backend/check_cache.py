@@ -28,13 +28,11 @@ import zipfile
 
 import numpy as np
 
+from ...head_start import cache_root  # (the command's head start reads the folder before packer is imported)
+
 VERSION = "1"  # bump when what the check covers changes
 
 
-def cache_root() -> str | None:
-    """packer's record folder (``PACKER_CACHE``, default ~/.cache/packer); None when turned off."""
-    root = os.environ.get("PACKER_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "packer")
-    return None if root == "off" else root
 
 
 def folder(name: str) -> str | None:

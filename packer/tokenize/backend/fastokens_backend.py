@@ -25,10 +25,10 @@ set): the build runs one encoder per core. A fork after encoding is safe
 from __future__ import annotations
 
 import os
-import threading
 
 import numpy as np
 
+from ... import head_start
 from . import check_cache
 from .tiktoken_check import CheckResult, check, hard_strings, suspect_strings
 
@@ -133,35 +133,29 @@ def preload(tokenizer_json: str) -> None:
     JSON takes it (``_load``). ``settle`` joins it: before the build forks its workers."""
     if version() is None or os.environ.get("PACKER_FASTOKENS") == "off":
         return
+    _adopt()
     job = _PRELOAD.get("job")
     if job is not None and job[0] == tokenizer_json:
         return
     settle()
-    import fastokens
-
-    box: list = []
-
-    def load() -> None:
-        try:
-            box.append(fastokens.Tokenizer.from_json_str(tokenizer_json))
-        except Exception as e:  # raised where it is taken, as a load in place would
-            box.append(e)
-
-    thread = threading.Thread(target=load, name="packer-fastokens-load", daemon=True)
-    thread.start()
-    _PRELOAD["job"] = (tokenizer_json, thread, box)
+    _PRELOAD.update(job=head_start.load_in_thread(tokenizer_json, "packer-fastokens-load"), head=False)
 
 
 def settle() -> None:
     """Wait for a ``preload`` still running and drop what it loaded, if nothing took it."""
+    _adopt()
     job = _PRELOAD.pop("job", None)
+    _PRELOAD.pop("head", None)
     if job is not None:
         job[1].join()
 
 
 def _load(tokenizer_json: str):
     """fastokens' tokenizer of ``tokenizer_json``: ``preload``'s, where it loaded that JSON, else loaded now."""
-    job = _PRELOAD.pop("job", None)
+    _adopt()
+    job, head = _PRELOAD.pop("job", None), _PRELOAD.pop("head", False)
+    if not (head and job[0] == tokenizer_json):
+        head_start.loaded(tokenizer_json)  # for the next build's head start
     if job is not None:
         job[1].join()
         if job[0] == tokenizer_json:
@@ -173,7 +167,19 @@ def _load(tokenizer_json: str):
     return fastokens.Tokenizer.from_json_str(tokenizer_json)
 
 
-_PRELOAD: dict = {}  # "job": (tokenizer JSON, thread, [the tokenizer or its exception])
+_PRELOAD: dict = {}  # "job": (tokenizer JSON, thread, [the tokenizer or its exception]); "head": it is the head start
+
+
+def _adopt() -> None:
+    """The command's head start (packer/head_start.py), begun before packer was imported, as the preload:
+    taken by the next load of that very JSON text, joined by ``settle`` like any other."""
+    job = head_start.take()
+    if job is None:
+        return
+    if "job" in _PRELOAD:  # (not expected: a head start is taken by the first preload, settle or load)
+        job[1].join()
+        return
+    _PRELOAD.update(job=job, head=True)
 
 
 def with_around(ids: np.ndarray, lengths: np.ndarray, pre: tuple, post: tuple) -> tuple[np.ndarray, np.ndarray]:

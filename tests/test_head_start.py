@@ -1,0 +1,104 @@
+"""The command's head start (packer/head_start.py): the JSON the last fastokens build loaded is loaded
+again before packer is imported, taken only when it is the very JSON this build runs, and the shards
+are the same bytes with or without it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from packer import head_start as H
+
+from tests.conftest import REPO, load_script, write_jsonl
+
+# A child that logs every fastokens load (its thread's name), then runs the command as packer_cli does.
+CHILD = r"""
+import sys, threading, fastokens
+loads = []
+real = fastokens.Tokenizer.from_json_str
+fastokens.Tokenizer.from_json_str = staticmethod(lambda s: (loads.append(threading.current_thread().name), real(s))[1])
+from packer.head_start import begin
+begin(sys.argv[1:])
+from packer.cli import main
+try:
+    main.main(args=sys.argv[1:], standalone_mode=False)
+finally:
+    print("LOADS " + ",".join(loads))
+"""
+
+
+def test_only_a_build_that_may_run_fastokens_begins():
+    tok = H._build_tokenizer
+    assert tok(["build", "in/", "out/", "--tokenizer", "t.json"]) == "t.json"
+    assert tok(["build", "in/", "out/", "--tokenizer=t.json", "--tokenizer-backend", "auto"]) == "t.json"
+    assert tok(["build", "in/", "out/"]) is None  # the byte tokenizer
+    for other in (["--tokenizer-backend", "hf"], ["--tokenizer-backend=tiktoken"], ["--chat"], ["--dry-run"], ["-h"]):
+        assert tok(["build", "in/", "out/", "--tokenizer", "t.json", *other]) is None, other
+    assert tok(["stats", "out/", "--tokenizer", "t.json"]) is None and tok([]) is None
+
+
+def test_no_record_no_head_start_and_a_damaged_one_is_ignored(tmp_path, monkeypatch):
+    monkeypatch.setenv("PACKER_CACHE", str(tmp_path))
+    H.begin(["build", "in/", "out/", "--tokenizer", str(tmp_path / "t.json")])
+    assert H.take() is None
+    H.loaded('{"model": 1}')
+    H.remember(str(tmp_path / "t.json"))
+    rec, text = H._paths(str(tmp_path / "t.json"))
+    assert json.load(open(rec)) == {"chars": 12} and open(text).read() == '{"model": 1}'
+    open(text, "w").write('{"model": 12}')  # not the length recorded: a torn or edited record
+    H.begin(["build", "in/", "out/", "--tokenizer", str(tmp_path / "t.json")])
+    assert H.take() is None
+    monkeypatch.setenv("PACKER_CACHE", "off")
+    H.loaded("x")
+    H.remember(str(tmp_path / "t.json"))  # records off: nothing written, no error
+    assert H._paths("t.json") is None
+
+
+def _command(args, cache) -> tuple[list[str], subprocess.CompletedProcess]:
+    env = {**os.environ, "PACKER_CACHE": cache, "PYTHONPATH": REPO}
+    r = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = [x for x in r.stdout.splitlines() if x.startswith("LOADS ")][-1]
+    return [x for x in line[6:].split(",") if x], r
+
+
+def test_the_next_build_takes_the_head_start_and_writes_the_same_bytes(tmp_path, monkeypatch):
+    pytest.importorskip("fastokens")
+    pytest.importorskip("tiktoken")
+    fam = load_script("bench/families.py")
+    tok = os.path.join(fam.build_all(str(tmp_path / "fam"), names=["gpt2-like"])["gpt2-like"], "tokenizer.json")
+    src = tmp_path / "in.jsonl"
+    texts = [f"document {i}: " + "the quick brown fox jumps over the lazy dog. " * (1 + i % 40) for i in range(600)]
+    write_jsonl(str(src), texts)
+    assert os.path.getsize(src) > 3 * os.path.getsize(tok)  # fastokens pays (fastokens_backend.worth_it)
+    cache = str(tmp_path / "cache")
+
+    def build(name):
+        out = tmp_path / name
+        loads, _ = _command(["build", str(src), str(out), "--tokenizer", tok, "--seq-len", "256", "--workers", "2",
+                             "-q"], cache)
+        m = json.load(open(out / "manifest.json"))
+        assert m["tokenizer"]["backend"] == "fastokens"
+        return loads, m, {p.name: p.read_bytes() for p in (out / "shards").iterdir()}
+
+    loads, m, first = build("first")
+    assert loads == ["packer-fastokens-load"]  # no record yet: loaded beside the checks, and recorded
+    with monkeypatch.context() as mp:
+        mp.setenv("PACKER_CACHE", cache)
+        rec, text = H._paths(tok)
+    assert hashlib.sha256(open(text, "rb").read()).hexdigest() == m["tokenizer"]["fingerprint"]
+    loads, _, second = build("second")
+    assert loads == ["packer-head-start"] and second == first  # one load, begun before packer's imports
+    with open(text, "a") as f:  # a record of another JSON (the tokenizer edited since): loaded, not taken
+        f.write(" ")
+    json.dump({"chars": len(open(text, encoding="utf-8", newline="").read())}, open(rec, "w"))
+    loads, _, third = build("third")
+    assert loads == ["packer-head-start", "packer-fastokens-load"] and third == first
+    loads, _, fourth = build("fourth")  # the third build recorded its own JSON again
+    assert loads == ["packer-head-start"] and fourth == first
+
