@@ -117,8 +117,9 @@ def take():
 
 
 def settle() -> None:
-    """Join a head start still running (a build forks its workers next); its result stays to be taken."""
-    job = _JOB.get("job")
+    """Join a head start that nothing took, and drop it: the build has chosen its backend and forks its
+    workers next (no thread may run at a fork, and no worker needs an unused tokenizer)."""
+    job = _JOB.pop("job", None)
     if job is not None:
         job[1].join()
 

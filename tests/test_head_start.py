@@ -29,6 +29,7 @@ try:
     main.main(args=sys.argv[1:], standalone_mode=False)
 finally:
     print("LOADS " + ",".join(loads))
+    print("THREADS " + ",".join(t.name for t in threading.enumerate() if t.name.startswith("packer-")))
 """
 
 
@@ -101,4 +102,17 @@ def test_the_next_build_takes_the_head_start_and_writes_the_same_bytes(tmp_path,
     assert loads == ["packer-head-start", "packer-fastokens-load"] and third == first
     loads, _, fourth = build("fourth")  # the third build recorded its own JSON again
     assert loads == ["packer-head-start"] and fourth == first
+    # A build too small for fastokens (tiktoken runs it): the head start is joined and dropped, not taken.
+    small = tmp_path / "small.jsonl"
+    write_jsonl(str(small), texts[:20])
+    outs = {}
+    for backend in ("auto", "tiktoken"):
+        out = tmp_path / f"small-{backend}"
+        loads, r = _command(["build", str(small), str(out), "--tokenizer", tok, "--seq-len", "256", "-q",
+                             "--tokenizer-backend", backend], cache)
+        assert json.load(open(out / "manifest.json"))["tokenizer"]["backend"] == "tiktoken"
+        assert loads == (["packer-head-start"] if backend == "auto" else [])
+        assert "THREADS \n" in r.stdout + "\n"  # no packer thread left
+        outs[backend] = {p.name: p.read_bytes() for p in (out / "shards").iterdir()}
+    assert outs["auto"] == outs["tiktoken"]
 

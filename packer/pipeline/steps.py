@@ -146,7 +146,7 @@ def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
         return BuildResult({}, phase.seconds(), 0, 0, list(tok.notes), plan=plan_dict(cfg, plan.found, plan.units,
                                                                                        settings, tok, state))
     tok, check = backend_check.decide(cfg, tok, plan.units, chat)
-    head_start.settle()  # no load left running in a thread: the engine forks its workers
+    head_start.settle()  # a head start the backend did not take: joined, dropped (the engine forks its workers)
     head_start.remember(cfg.output.tokenizer)  # what fastokens loaded, for the next command's head start
     phase("backend check")
     settings = recorded_settings(cfg, tok, plan.units, chat)
