@@ -72,11 +72,13 @@ def begin(argv: list[str]) -> None:
             return
         paths = _paths(spec)
         rec = _record(paths[0]) if paths else {}
-        if not isinstance(rec.get("chars"), int):
+        chars = rec.get("chars")
+        # Sized before it is read: a record replaced by something else (a huge file) costs a stat, not a read.
+        if not isinstance(chars, int) or not chars <= os.path.getsize(paths[1]) <= 4 * chars:
             return
         with open(paths[1], encoding="utf-8", newline="") as f:
             text = f.read()
-        if len(text) == rec["chars"]:
+        if len(text) == chars:
             start(text)
     except Exception:  # a head start is only ever a saving
         pass
@@ -103,7 +105,7 @@ def load_in_thread(tokenizer_json: str, name: str) -> tuple:
     def load() -> None:
         try:
             box.append(fastokens.Tokenizer.from_json_str(tokenizer_json))
-        except Exception as e:
+        except BaseException as e:  # (a Rust panic is a BaseException): kept, never a thread's traceback
             box.append(e)
 
     thread = threading.Thread(target=load, name=name, daemon=True)
@@ -144,6 +146,8 @@ def _build_tokenizer(argv: list[str]) -> str | None:
 
 def _record(path: str) -> dict:
     try:
+        if os.path.getsize(path) > 4096:  # a record is a few bytes
+            return {}
         with open(path, encoding="utf-8") as f:
             rec = json.load(f)
         return rec if isinstance(rec, dict) else {}

@@ -54,10 +54,29 @@ def test_no_record_no_head_start_and_a_damaged_one_is_ignored(tmp_path, monkeypa
     open(text, "w").write('{"model": 12}')  # not the length recorded: a torn or edited record
     H.begin(["build", "in/", "out/", "--tokenizer", str(tmp_path / "t.json")])
     assert H.take() is None
+    open(text, "w").write('{"model": 1}' + " " * 100)  # far larger than recorded: not even read
+    H.begin(["build", "in/", "out/", "--tokenizer", str(tmp_path / "t.json")])
+    assert H.take() is None
+    open(text, "w").write('{"model": 1}')
+    open(rec, "w").write(json.dumps({"chars": 12, "pad": "x" * 5000}))  # not a record's size
+    H.begin(["build", "in/", "out/", "--tokenizer", str(tmp_path / "t.json")])
+    assert H.take() is None
     monkeypatch.setenv("PACKER_CACHE", "off")
     H.loaded("x")
     H.remember(str(tmp_path / "t.json"))  # records off: nothing written, no error
     assert H._paths("t.json") is None
+
+
+def test_a_record_fastokens_refuses_is_kept_as_its_error(tmp_path, monkeypatch, capfd):
+    pytest.importorskip("fastokens")
+    monkeypatch.setenv("PACKER_CACHE", str(tmp_path))
+    H.loaded('{"model": 1}')
+    H.remember("t.json")
+    H.begin(["build", "in/", "out/", "--tokenizer", "t.json"])
+    text, thread, box = H.take()
+    thread.join()
+    assert text == '{"model": 1}' and isinstance(box[0], ValueError)
+    assert capfd.readouterr().err == ""  # no thread's traceback
 
 
 def _command(args, cache) -> tuple[list[str], subprocess.CompletedProcess]:

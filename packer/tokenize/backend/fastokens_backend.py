@@ -159,7 +159,7 @@ def _load(tokenizer_json: str):
     if job is not None:
         job[1].join()
         if job[0] == tokenizer_json:
-            if isinstance(job[2][0], Exception):
+            if isinstance(job[2][0], BaseException):
                 raise job[2][0]
             return job[2][0]
     import fastokens
