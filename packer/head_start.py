@@ -3,14 +3,15 @@
 fastokens parses a tokenizer in 0.35 s (GPT-2) and releases the GIL while it
 does; packer's imports (numpy, pyarrow, the formats: ~0.4 s) hold the GIL.
 Until now they ran one after the other, both before any worker starts: most of
-a 16-worker build's serial start (docs/benchmarks.md, "the start"). So the
+a 16-worker build's serial start (docs/benchmarks.md, "Per-chunk cuts"). So the
 command's entry point (``packer_cli``, ``python -m packer.cli``) calls
 ``begin`` before it imports anything else: where the last build with this
 ``--tokenizer`` ran fastokens, the tokenizer JSON it loaded (kept here by
 ``remember``) is loaded again in a thread. The backend's own load
 (packer/tokenize/backend/fastokens_backend.py) takes that thread's result only
 for the very same JSON text, so a stale record costs a wasted load, never
-other ids. ``settle`` joins the thread before a build forks its workers.
+other ids. ``settle`` joins the thread before a build forks its workers. Measured:
+docs/benchmarks.md, "The command's head start".
 
 A stdlib-only leaf: importing it costs nothing, and it owns ``cache_root``,
 packer's record folder, for the records under packer/tokenize/backend/.

@@ -33,8 +33,6 @@ from ...head_start import cache_root  # (the command's head start reads the fold
 VERSION = "1"  # bump when what the check covers changes
 
 
-
-
 def folder(name: str) -> str | None:
     """The record folder ``name`` under ``cache_root()``; None when records are off."""
     root = cache_root()
