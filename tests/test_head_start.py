@@ -16,20 +16,32 @@ from packer import head_start as H
 
 from tests.conftest import REPO, load_script, write_jsonl
 
-# A child that logs every fastokens load (its thread's name), then runs the command as packer_cli does.
+# A child that logs every fastokens load (its thread's name) as it happens, then runs the command through one of
+# its entry points: "packer_cli" (the `packer` script), "module" (python -m packer.cli) or "main" (begin, then
+# click's main in this process, which also lists the packer threads left at the end).
 CHILD = r"""
-import sys, threading, fastokens
-loads = []
+import os, runpy, sys, threading, fastokens
 real = fastokens.Tokenizer.from_json_str
-fastokens.Tokenizer.from_json_str = staticmethod(lambda s: (loads.append(threading.current_thread().name), real(s))[1])
-from packer.head_start import begin
-begin(sys.argv[1:])
-from packer.cli import main
-try:
-    main.main(args=sys.argv[1:], standalone_mode=False)
-finally:
-    print("LOADS " + ",".join(loads))
-    print("THREADS " + ",".join(t.name for t in threading.enumerate() if t.name.startswith("packer-")))
+def logged(s):
+    print("LOAD " + threading.current_thread().name, flush=True)
+    return real(s)
+fastokens.Tokenizer.from_json_str = staticmethod(logged)
+entry = os.environ["HEAD_START_ENTRY"]
+if entry == "packer_cli":
+    import packer_cli
+    sys.argv = ["packer"] + sys.argv[1:]
+    packer_cli.main()
+elif entry == "module":
+    sys.argv = ["packer"] + sys.argv[1:]
+    runpy.run_module("packer.cli", run_name="__main__", alter_sys=True)
+else:
+    from packer.head_start import begin
+    begin(sys.argv[1:])
+    from packer.cli import main
+    try:
+        main.main(args=sys.argv[1:], standalone_mode=False)
+    finally:
+        print("THREADS " + ",".join(t.name for t in threading.enumerate() if t.name.startswith("packer-")))
 """
 
 
@@ -79,12 +91,11 @@ def test_a_record_fastokens_refuses_is_kept_as_its_error(tmp_path, monkeypatch, 
     assert capfd.readouterr().err == ""  # no thread's traceback
 
 
-def _command(args, cache) -> tuple[list[str], subprocess.CompletedProcess]:
-    env = {**os.environ, "PACKER_CACHE": cache, "PYTHONPATH": REPO}
+def _command(args, cache, entry="main") -> tuple[list[str], subprocess.CompletedProcess]:
+    env = {**os.environ, "PACKER_CACHE": cache, "PYTHONPATH": REPO, "HEAD_START_ENTRY": entry}
     r = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    line = [x for x in r.stdout.splitlines() if x.startswith("LOADS ")][-1]
-    return [x for x in line[6:].split(",") if x], r
+    return [x[5:] for x in r.stdout.splitlines() if x.startswith("LOAD ")], r
 
 
 def test_the_next_build_takes_the_head_start_and_writes_the_same_bytes(tmp_path, monkeypatch):
@@ -98,10 +109,10 @@ def test_the_next_build_takes_the_head_start_and_writes_the_same_bytes(tmp_path,
     assert os.path.getsize(src) > 3 * os.path.getsize(tok)  # fastokens pays (fastokens_backend.worth_it)
     cache = str(tmp_path / "cache")
 
-    def build(name):
+    def build(name, entry="main"):
         out = tmp_path / name
         loads, _ = _command(["build", str(src), str(out), "--tokenizer", tok, "--seq-len", "256", "--workers", "2",
-                             "-q"], cache)
+                             "-q"], cache, entry)
         m = json.load(open(out / "manifest.json"))
         assert m["tokenizer"]["backend"] == "fastokens"
         return loads, m, {p.name: p.read_bytes() for p in (out / "shards").iterdir()}
@@ -121,6 +132,9 @@ def test_the_next_build_takes_the_head_start_and_writes_the_same_bytes(tmp_path,
     assert loads == ["packer-head-start", "packer-fastokens-load"] and third == first
     loads, _, fourth = build("fourth")  # the third build recorded its own JSON again
     assert loads == ["packer-head-start"] and fourth == first
+    for entry in ("packer_cli", "module"):  # the `packer` script and python -m packer.cli begin it themselves
+        loads, _, got = build(entry, entry)
+        assert loads == ["packer-head-start"] and got == first, entry
     # A build too small for fastokens (tiktoken runs it): the head start is joined and dropped, not taken.
     small = tmp_path / "small.jsonl"
     write_jsonl(str(small), texts[:20])
