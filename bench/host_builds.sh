@@ -11,15 +11,7 @@
 # the 48 files, zstd-compressed as billion.py's source. Needs packer's dependencies importable.
 set -uo pipefail
 BASE=$(cd "$1" && pwd); TOK=$(realpath "$2"); N=${3:-16}; HALF=$((N / 2)); NEW=$(pwd)
-W=${WORK:-/tmp/hb}; mkdir -p "$W"
-[ -f "$W/real/real.jsonl" ] || python3 bench/real_corpus.py "$W/real" --mb "${MB:-60}" --no-txt
-python3 - "$W" <<'PY'
-import os, sys, zstandard
-w = sys.argv[1]; raw = open(f"{w}/real/real.jsonl", "rb").read()
-open(f"{w}/big.jsonl", "wb").write(raw * 3)
-open(f"{w}/real.jsonl.zst", "wb").write(zstandard.ZstdCompressor(level=3).compress(raw))
-PY
-cache() { echo "$W/cache-$(echo "$1" | md5sum | cut -c1-8)"; }  # each tree its own PACKER_CACHE: both start cold
+. "$(dirname "$0")/host_inputs.sh"  # W, the inputs in it, cache TREE
 for round in 1 2; do
   for tree in "$BASE" "$NEW"; do
     export PACKER_CACHE=$(cache "$tree")

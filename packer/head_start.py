@@ -26,7 +26,8 @@ import tempfile
 import threading
 
 FOLDER = "head-start"  # under cache_root(): <key>.json {"chars"} and <key>.tokenizer.json
-_JOB: dict = {}  # "job": (tokenizer JSON, thread, [fastokens' tokenizer or its exception]); "loaded": a JSON
+_JOB: dict = {}  # "job": (tokenizer JSON, thread, [fastokens' tokenizer or its exception]); "begun": the JSON the
+# head start loaded; "loaded": the JSON fastokens' backend loaded
 
 
 def cache_root() -> str | None:
@@ -45,15 +46,16 @@ def _paths(spec: str) -> tuple[str, str] | None:
 
 
 def loaded(tokenizer_json: str) -> None:
-    """fastokens loaded ``tokenizer_json`` in this process without a head start: ``remember`` keeps it."""
+    """fastokens' backend loaded ``tokenizer_json`` in this process: ``remember`` keeps it."""
     _JOB["loaded"] = tokenizer_json
 
 
 def remember(spec: str | None) -> None:
     """Keep the JSON fastokens loaded in this build (``loaded``) for the next with ``--tokenizer spec``.
-    Best effort: no error where the folder cannot be written. A head start that was taken wrote nothing."""
+    Best effort: no error where the folder cannot be written. Nothing written where the head start
+    began with that very JSON (the record already holds it)."""
     text = _JOB.pop("loaded", None)
-    paths = _paths(spec) if spec is not None and text is not None else None
+    paths = _paths(spec) if spec is not None and text is not None and text != _JOB.get("begun") else None
     if paths is None:
         return
     try:
@@ -93,6 +95,7 @@ def start(tokenizer_json: str) -> None:
     except Exception:
         return
     _JOB["job"] = load_in_thread(tokenizer_json, "packer-head-start")
+    _JOB["begun"] = tokenizer_json
 
 
 def load_in_thread(tokenizer_json: str, name: str) -> tuple:

@@ -138,14 +138,13 @@ def preload(tokenizer_json: str) -> None:
     if job is not None and job[0] == tokenizer_json:
         return
     settle()
-    _PRELOAD.update(job=head_start.load_in_thread(tokenizer_json, "packer-fastokens-load"), head=False)
+    _PRELOAD["job"] = head_start.load_in_thread(tokenizer_json, "packer-fastokens-load")
 
 
 def settle() -> None:
     """Wait for a ``preload`` still running and drop what it loaded, if nothing took it."""
     _adopt()
     job = _PRELOAD.pop("job", None)
-    _PRELOAD.pop("head", None)
     if job is not None:
         job[1].join()
 
@@ -153,9 +152,8 @@ def settle() -> None:
 def _load(tokenizer_json: str):
     """fastokens' tokenizer of ``tokenizer_json``: ``preload``'s, where it loaded that JSON, else loaded now."""
     _adopt()
-    job, head = _PRELOAD.pop("job", None), _PRELOAD.pop("head", False)
-    if not (head and job[0] == tokenizer_json):
-        head_start.loaded(tokenizer_json)  # for the next build's head start
+    job = _PRELOAD.pop("job", None)
+    head_start.loaded(tokenizer_json)  # for the next build's head start
     if job is not None:
         job[1].join()
         if job[0] == tokenizer_json:
@@ -167,7 +165,7 @@ def _load(tokenizer_json: str):
     return fastokens.Tokenizer.from_json_str(tokenizer_json)
 
 
-_PRELOAD: dict = {}  # "job": (tokenizer JSON, thread, [the tokenizer or its exception]); "head": it is the head start
+_PRELOAD: dict = {}  # "job": (tokenizer JSON, thread, [the tokenizer or its exception])
 
 
 def _adopt() -> None:
@@ -179,7 +177,7 @@ def _adopt() -> None:
     if "job" in _PRELOAD:  # (not expected: a head start is taken by the first preload, settle or load)
         job[1].join()
         return
-    _PRELOAD.update(job=job, head=True)
+    _PRELOAD["job"] = job
 
 
 def with_around(ids: np.ndarray, lengths: np.ndarray, pre: tuple, post: tuple) -> tuple[np.ndarray, np.ndarray]:
