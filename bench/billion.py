@@ -3,11 +3,11 @@ of the whole process tree, and kill -9 half way then --resume, byte-identical to
 
     python bench/billion.py SOURCE.jsonl[.zst] --tokenizer gpt2.json --tokens 1e9 --workers 16 --work /tmp/bb
 
-Input: SOURCE's documents written again in seeded orders (~128 MB .jsonl files) up to ``--tokens``.
-Ceiling: ``--workers`` pinned processes encoding the same texts from memory (encode_scaling.py's weak
-scaling). The build is sampled every 0.5 s (tokens in unit records, PSS of the process tree); steady
-state is 20% to 80% of the tokens. Then the same build is SIGKILLed at half its units and resumed:
-units redone, and every file against the first build's. ``--json`` appends the figures.
+Input: SOURCE's documents written again in seeded orders (~128 MB .jsonl files) up to ``--tokens``. Ceilings:
+``--workers`` pinned processes encoding the same texts from memory (encode_scaling.py's weak scaling), and the
+same parsing them from JSON lines first (its ``jsonl``: what any build of JSON must also do). The build is sampled
+every 0.5 s (tokens in unit records, PSS of the process tree); steady state is 20% to 80% of the tokens. Then the
+same build is SIGKILLed at half its units and resumed: units redone, every file against the first build's.
 
 ``--workers 16 8``: each count in turn on one input (kill and resume at the first only), then their speed-up.
 An input already in ``--work`` for the same source and ``--tokens`` is used again (two trees, one input).
@@ -60,8 +60,7 @@ def run_build(args, workers, inp, out, extra=(), kill_at=None) -> dict:
     """One `packer build` at ``workers``, sampled; ``kill_at``: SIGKILL its group once that many unit records exist."""
     cmd = [sys.executable, "-m", "packer.cli", "build", inp, out, "--seq-len", str(args.seq_len), "--tokenizer",
            args.tokenizer, "--workers", str(workers), "-q", "--summary-json", out + ".summary.json", *extra]
-    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
+    c0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     p = subprocess.Popen(cmd, start_new_session=True)
     seen, samples, peak = {}, [], 0.0
     while p.poll() is None:
@@ -86,30 +85,22 @@ def run_build(args, workers, inp, out, extra=(), kill_at=None) -> dict:
 
 def steady(samples, total: int) -> float:
     """Tokens/s between 20% and 80% of ``total`` tokens written."""
-    a = next((s for s in samples if s[1] >= 0.2 * total), None)
-    b = next((s for s in samples if s[1] >= 0.8 * total), None)
+    a, b = (next((s for s in samples if s[1] >= f * total), None) for f in (0.2, 0.8))
     return (b[1] - a[1]) / (b[0] - a[0]) if a and b and b[0] > a[0] else float("nan")
 
 
 def files(out: str) -> dict[str, str]:
-    import xxhash
+    """Every file under ``out`` (relative path) -> its xxh3-128."""
+    from packer.shards import file_checksum
 
-    got = {}
-    for root, _, names in os.walk(out):
-        for n in names:
-            p = os.path.join(root, n)
-            h = xxhash.xxh3_128()
-            with open(p, "rb") as f:
-                while b := f.read(1 << 24):
-                    h.update(b)
-            got[os.path.relpath(p, out)] = h.hexdigest()
-    return got
+    return {os.path.relpath(os.path.join(top, n), out): file_checksum(os.path.join(top, n))
+            for top, _, names in os.walk(out) for n in names}
 
 
-def ceiling(args, workers, texts) -> float:
-    """Tokens/s of ``workers`` pinned processes encoding the same texts from memory at once (best of 2)."""
+def ceiling(args, workers, texts, mode: str = "shared") -> float:
+    """Tokens/s of ``workers`` pinned processes encoding the same texts from memory at once (best of 2); "jsonl": parsed first."""
     ES.prepare(args.tokenizer, texts, args.ceiling_mb, workers, backend="auto")
-    return max(workers * r["tokens"] / r["wall_max"] for r in (ES.run("shared", workers) for _ in range(2)))
+    return max(workers * r["tokens"] / r["wall_max"] for r in (ES.run(mode, workers) for _ in range(2)))
 
 
 def main(argv=None) -> None:
@@ -146,15 +137,16 @@ def main(argv=None) -> None:
 def one_count(args, workers, texts, inp, kill: bool) -> tuple[float, float]:
     """The ceiling and the build at ``workers`` (and the kill -9 and resume if ``kill``): (wall s, steady tok/s)."""
     subprocess.run(["rm", "-rf", os.path.join(args.work, "full"), os.path.join(args.work, "killed")], check=True)
-    ceil = ceiling(args, workers, texts)  # (the summary's phases are in the build's own --summary-json)
-    print(f"ceiling: {ceil / 1e6:.1f} M tok/s ({workers} processes, encode only)", flush=True)
+    ceil, parsed = ceiling(args, workers, texts), ceiling(args, workers, texts, "jsonl")
+    print(f"ceiling: {ceil / 1e6:.1f} M tok/s ({workers} processes, encode only); parse + encode {parsed / 1e6:.1f} M tok/s "
+          f"= {parsed / ceil:.3f} of it", flush=True)
     full = run_build(args, workers, inp, os.path.join(args.work, "full"))
     totals = full["summary"].get("totals", {})
-    rate = steady(full["samples"], totals.get("tokens", 0))
+    tokens, rate = totals.get("tokens", 0), steady(full["samples"], totals.get("tokens", 0))
     units = len(glob.glob(os.path.join(args.work, "full", "units", "*.json")))
-    print(f"build x{workers}: rc {full['rc']}, {totals.get('tokens', 0) / 1e9:.3f} B tokens, {units} units, wall {full['wall']:.1f} s, "
-          f"CPU {full['cpu']:.0f} s, peak PSS {full['peak_pss_mb']:.0f} MiB; steady {rate / 1e6:.1f} M tok/s = "
-          f"{rate / ceil:.3f} of the ceiling; whole build {totals.get('tokens', 0) / full['wall'] / 1e6:.1f} M tok/s", flush=True)
+    print(f"build x{workers}: rc {full['rc']}, {tokens / 1e9:.3f} B tokens, {units} units, wall {full['wall']:.1f} s, CPU "
+          f"{full['cpu']:.0f} s, peak PSS {full['peak_pss_mb']:.0f} MiB; steady {rate / 1e6:.1f} M tok/s = {rate / ceil:.3f} of the "
+          f"ceiling, {rate / parsed:.3f} of parse + encode; whole build {tokens / full['wall'] / 1e6:.1f} M tok/s", flush=True)
     killed, redone, same = {}, None, None
     if kill:
         killed = run_build(args, workers, inp, os.path.join(args.work, "killed"), kill_at=units // 2)
@@ -164,8 +156,8 @@ def one_count(args, workers, texts, inp, kill: bool) -> tuple[float, float]:
         print(f"kill -9 after {killed['killed_after_units']} of {units} units ({killed['wall']:.1f} s), resume: rc {resumed['rc']}, "
               f"{resumed['summary'].get('units_run')} units run ({redone} redone; at most {workers} allowed), "
               f"wall {resumed['wall']:.1f} s, peak PSS {resumed['peak_pss_mb']:.0f} MiB; byte-identical: {same}", flush=True)
-    emit_json({"bench": "billion", "tokenizer": args.tokenizer, "workers": workers, "tokens": totals.get("tokens"),
-               "ceiling_tok_s": ceil, "steady_tok_s": rate, "of_ceiling": rate / ceil, "units": units,
+    emit_json({"bench": "billion", "tokenizer": args.tokenizer, "workers": workers, "tokens": tokens,
+               "ceiling_tok_s": ceil, "parse_encode_tok_s": parsed, "steady_tok_s": rate, "of_ceiling": rate / ceil, "units": units,
                **{k: full[k] for k in ("wall", "cpu", "peak_pss_mb")}, "timeline": full["samples"][::20],
                "killed_after": killed.get("killed_after_units"), "redone": redone, "identical": same}, args.json)
     return full["wall"], rate

@@ -10,16 +10,17 @@ cache and memory bandwidth. Two ways to hold the encoder:
 - ``shared``: built once in the parent and inherited, as packer's workers get it (its tables are the
   parent's pages, one copy in memory for all);
 - ``private``: rebuilt in each child after the fork, from the same conversion (its own tables, in
-  memory that the child itself touched first).
+  memory that the child itself touched first);
+- ``jsonl``: ``shared``, each batch first parsed from JSON lines in memory (orjson, as a build's worker does): the
+  most a build that reads JSON can reach with an encoder that takes Python strings (billion.py's second ceiling).
 
 Beside them, the pure integer loop of ``build_trace.py --clock`` (no memory traffic): its inflation
 is the clock's share. Rounds alternate the orders, so drift in the host's speed falls on both.
 
     python bench/encode_scaling.py bench_out/real/real.jsonl --tokenizer ../shared/data/llama3 --workers 16
 
-Printed per run: each process's CPU seconds (mean, max) and wall, and at N the inflation
-(CPU at N over CPU at 1, same texts) and the efficiency (wall at 1 over the slowest process at N),
-then a JSON line per mode (also appended to ``--json``).
+Printed per run: each process's CPU seconds (mean, max) and wall, and at N the inflation (CPU at N over CPU at 1,
+same texts) and the efficiency (wall at 1 over the slowest process at N), then a JSON line per mode (``--json``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import multiprocessing as mp
 import os
 import sys
 import time
+
+import orjson
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -58,9 +61,9 @@ def _work(args):
         enc._tk = TiktokenEncoder(tk._json, tk.conv, None, tk.split_special)  # new Rust tables, this child's pages
     start_together(start_at)
     t0, c0 = time.monotonic(), time.process_time()
-    tokens = 0
-    for b in _STATE["batches"]:
-        tokens += len(enc.encode_flat(b)[0])
+    tokens, parse = 0, (lambda blob: [orjson.loads(line)["text"] for line in blob.split(b"\n")]) if mode == "jsonl" else None
+    for b in _STATE["jsonl"] if parse else _STATE["batches"]:
+        tokens += len(enc.encode_flat(parse(b) if parse else b)[0])
     return time.process_time() - c0, time.monotonic() - t0, tokens
 
 
@@ -87,8 +90,9 @@ def prepare(tokenizer: str, texts: list[str], mb: float, workers: int, backend: 
         picked.append(t)
         size += len(t)
     info = choose_backend(resolve_tokenizer(tokenizer), backend, lambda: texts[:200])
-    _STATE.update(encoder=Encoder(info), batches=char_batches(picked, 256 << 10), loop_s=loop_s,
-                  cores=[_core_for(i) for i in range(workers)])
+    batches = char_batches(picked, 256 << 10)
+    _STATE.update(encoder=Encoder(info), batches=batches, loop_s=loop_s, cores=[_core_for(i) for i in range(workers)],
+                  jsonl=[b"\n".join(orjson.dumps({"text": t}) for t in b) for b in batches])
     return len(picked), size
 
 
