@@ -45,5 +45,13 @@ def __getattr__(name):
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        try:
+            module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        except ModuleNotFoundError as e:
+            if (e.name or "").partition(".")[0] != "torch":
+                raise
+            # The README's first command installs the build side alone: say what to install, not torch's traceback.
+            raise ImportError(f"packer.{name} is on the training side and needs PyTorch, which is not installed here: "
+                              "pip install torch (building shards, packer stats and packer show need none)") from None
+        return getattr(module, name)
     raise AttributeError(f"module 'packer' has no attribute {name!r}")

@@ -120,6 +120,22 @@ def test_torch_stays_on_the_training_side():
                 assert (node.module or "").split(".")[0] != "torch", f"{name} imports torch"
 
 
+
+def test_without_torch_the_training_side_says_what_to_install():
+    """The README's first command installs no torch: ``from packer import PackedDataset`` there is one ImportError
+    naming what to install, not torch's ModuleNotFoundError from inside packer; the build side still imports."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"  # any import of torch fails, as where it is not installed
+            "import packer; assert callable(packer.build) and callable(packer.hf_dataset)\n"
+            "from packer import PackedDataset")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=os.path.dirname(ROOT))
+    assert r.returncode == 1, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: packer.PackedDataset is on the training side and needs PyTorch"), r.stderr
+    assert "pip install torch" in last and "ModuleNotFoundError" not in r.stderr, r.stderr
+
 # tokenize has three doors (docs/architecture.md): everything outside packer/tokenize/ (the other stages,
 # cli, bench/ and the tests of other stages) imports these packages, never a module file inside them.
 TOKENIZE_DOORS = {"packer.tokenize", "packer.tokenize.backend", "packer.tokenize.chat"}
