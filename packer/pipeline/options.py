@@ -70,8 +70,33 @@ class Option:
     convert: object = None  # convert(given, flag) -> the field's value; None: the value as given
 
     def value(self, given):
-        """The field's value for ``given`` (``--unit-mb 0.5``: 524288); ``PackerError`` if it is no number."""
-        return given if self.convert is None else self.convert(given, self.flag)
+        """The field's value for ``given`` (``--unit-mb 0.5``: 524288); ``PackerError`` in one line naming the
+        option where ``given`` is not of its type (``build(seq_len="2048")``: the CLI's click has converted)."""
+        if self.convert is not None:
+            return self.convert(given, self.flag)
+        if given is None and self.default is None:
+            return None
+        return _typed(given, self.type, self.flag)
+
+
+def _typed(given, typ: type, flag: str):
+    """``given`` as an option of type ``typ`` holds it: an integral number (NumPy's too) as an int, a path as a
+    str; what is not of the type raises ``PackerError``. A bool is no number here (``seq_len=True``)."""
+    import numbers
+    import os
+
+    import numpy as np
+
+    if typ is bool and isinstance(given, (bool, np.bool_)):
+        return bool(given)
+    if typ is int and isinstance(given, numbers.Integral) and not isinstance(given, bool):
+        return int(given)
+    if typ is float and isinstance(given, numbers.Real) and not isinstance(given, bool):
+        return given
+    if typ is str and isinstance(given, (str, os.PathLike)):
+        return os.fspath(given)
+    want = {int: "a whole number", float: "a number", str: "a string", bool: "True or False"}[typ]
+    raise PackerError(f"{flag} must be {want} (got {given!r}: {type(given).__name__})")
 
 
 def options_of(cls, half: str) -> tuple[Option, ...]:

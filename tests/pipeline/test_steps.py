@@ -300,3 +300,32 @@ def test_build_takes_every_option_by_keyword_typed_with_its_default(tmp_path):
     assert params["unit_mb"].annotation is float and params["limit"].annotation == (int | None)
     with pytest.raises(PackerError, match="unknown build option 'seqlen'; options are: .*seq_len"):
         build(str(tmp_path), str(tmp_path / "out"), seqlen=5)
+
+
+@pytest.mark.parametrize("options, said", [
+    (dict(seq_len="2048"), "--seq-len must be a whole number (got '2048': str)"),
+    (dict(seq_len=2048.0), "--seq-len must be a whole number (got 2048.0: float)"),
+    (dict(seq_len=True), "--seq-len must be a whole number (got True: bool)"),
+    (dict(workers="2"), "--workers must be a whole number (got '2': str)"),
+    (dict(overwrite="yes"), "--overwrite must be True or False (got 'yes': str)"),
+    (dict(holdout="0.1"), "--holdout must be a number (got '0.1': str)"),
+    (dict(tokenizer=3), "--tokenizer must be a string (got 3: int)"),
+])
+def test_build_refuses_an_option_of_another_type_in_one_line(tmp_path, options, said):
+    """build(seq_len="2048") said "--seq-len must be at least 2 (got 2048)", and workers="2" was a TypeError from
+    a comparison: the Python API gets no click to convert its values, so each is checked against its option's type."""
+    with pytest.raises(PackerError) as e:
+        build(str(tmp_path), str(tmp_path / "out"), **options)
+    assert str(e.value) == said
+
+
+def test_build_takes_numpy_numbers_and_paths_as_their_options(tmp_path):
+    """What a script computes is often NumPy's (np.int64 is no int): taken as the number it is, recorded as JSON."""
+    import pathlib
+
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(f'{{"text": "document {i} " }}\n' for i in range(50)))
+    r = build(pathlib.Path(src), pathlib.Path(tmp_path / "out"), seq_len=np.int64(64), workers=np.int32(1),
+              holdout=np.float64(0.1), overwrite=np.bool_(True), quiet=True)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["seq_len"] == 64 and type(manifest["seq_len"]) is int and r.units_run == 1
