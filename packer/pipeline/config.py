@@ -177,7 +177,7 @@ class BuildConfig:
         if not self.inputs:
             raise PackerError("no inputs given")
         if not isinstance(o.seq_len, int) or o.seq_len < 2:
-            raise PackerError(f"--seq-len must be at least 2 (got {o.seq_len})")
+            raise PackerError(f"--seq-len must be at least 2 (got {o.seq_len!r})")
         if o.seq_len > MAX_SEQ_LEN:
             raise PackerError(f"--seq-len {o.seq_len:,} is too large: one row of it cannot be allocated "
                               f"(at most {MAX_SEQ_LEN:,} tokens per row)")
@@ -220,5 +220,5 @@ class BuildConfig:
             raise PackerError("--dry-run writes nothing: it takes no --resume or --overwrite")
         if o.chat and (o.holdout or o.limit is not None):
             raise PackerError("--holdout and --limit are not supported with --chat yet: split or cut the conversations first")
-        if r.workers < 0:
-            raise PackerError(f"--workers must be 0 (all cores) or a positive number (got {r.workers})")
+        if isinstance(r.workers, bool) or not isinstance(r.workers, int) or r.workers < 0:
+            raise PackerError(f"--workers must be 0 (all cores) or a positive number (got {r.workers!r})")
