@@ -81,8 +81,10 @@ class Jsonl(Format):
                         continue
                     if line and line[0] in _SPACE and not line.strip():
                         line = _blank_run(s, line)  # a run of blank lines is one item: its cost is the reading
-                except broken:
-                    tail = Skip("truncated", where(sl, line_no, pos))
+                except broken as e:  # at the line after the last one read: named with the decompressor's words
+                    why = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    tail = Skip("truncated", f"{where(sl, None if line_no is None else line_no + 1, pos)} "
+                                             f"(the compressed stream is cut or corrupt: {why})")
                     break
                 if not line:
                     break

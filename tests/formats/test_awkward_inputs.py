@@ -115,11 +115,16 @@ def test_truncated_archives(tmp_path, ext):
     assert skipped(m) == {"truncated": 1}
     assert 0 < len(texts) - 1 < 2000 and texts[-1] == b"next file"
     assert texts[:-1] == [f"record {i} ".encode() * 30 for i in range(len(texts) - 1)]
+    # named at the line the break cut (the one after the last record kept), with the decompressor's words
+    [where] = m["totals"]["skipped_examples"]["truncated"]
+    assert where.startswith(f"{tmp_path / 'in' / f'a.jsonl.{ext}'}:{len(texts)} (the compressed stream is cut or corrupt: ")
 
 
 def test_corrupt_gzip_header(tmp_path):
     texts, m = run(tmp_path, {"a.jsonl.gz": b"this is not gzip at all", "b.txt": b"x"})
     assert texts == [b"x"] and skipped(m) == {"truncated": 1}
+    [where] = m["totals"]["skipped_examples"]["truncated"]
+    assert where.startswith(f"{tmp_path / 'in' / 'a.jsonl.gz'}:1 (the compressed stream is cut or corrupt: "), where
 
 
 # 19: parquet without the text column: every row counted.
