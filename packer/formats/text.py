@@ -32,8 +32,9 @@ class Text(Format):
                 data, limit = data
                 try:
                     data = decompress_all(data, comp, limit)
-                except truncation_errors(comp):
-                    yield Skip("truncated", path)
+                except truncation_errors(comp) as e:
+                    why = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    yield Skip("truncated", f"{path} (the compressed stream is cut or corrupt: {why})")
                     continue
                 if data is None:
                     yield Skip("too_long", f"{path} (over --max-record-mb {limit / (1 << 20):g} decompressed)")
