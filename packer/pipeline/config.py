@@ -102,8 +102,9 @@ class RunSettings:
     resume: bool = option(False, "Continue a killed build in OUT; finished work is kept.")
     quiet: bool = option(False, "No progress or summary; errors only.", short="-q")
     tokenizer_backend: str = option(
-        "auto", "Backend for an HF tokenizer: auto = tiktoken (~4x faster) where exact (checked first), else HF. "
-                "Same shards.", choices=BACKENDS)
+        "auto", "Encoder for an HF tokenizer: auto = the fastest that gives HF's ids, checked first (fastokens, "
+                "else tiktoken, else HF; docs/tokenizers.md); hf or tiktoken to force one. Same shards.",
+        choices=BACKENDS)
     engine: str = option("local", "local: worker processes on this machine. ray: each unit a Ray task, on a cluster "
                                   "(packer[ray]; docs/distributed.md). The output is the same.", choices=ENGINES)
     ray_address: str | None = option(

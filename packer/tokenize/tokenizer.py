@@ -9,8 +9,8 @@ With no ``--tokenizer`` packer uses a built-in byte-level tokenizer (ids
 no files at all.
 
 The backend that encodes an HF tokenizer (``TokenizerInfo.backend``) is HF
-``tokenizers`` or, where it gives the same ids, tiktoken (about 4x faster):
-``choose_backend`` decides, see packer/tokenize/backend/tiktoken_backend.py and docs/tokenizers.md.
+``tokenizers`` or, where it gives the same ids, fastokens or tiktoken (several times faster):
+``choose_backend`` decides, see packer/tokenize/backend/ and docs/tokenizers.md.
 The ids, and so the shards, are the same whichever runs.
 """
 
