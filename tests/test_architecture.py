@@ -26,6 +26,7 @@ ALLOWED = {
     "inspect": {"io", "shards", "tokenize", "formats"},
     "cli": {"io", "formats", "tokenize", "pack", "shards", "pipeline", "inspect"},
     "__init__": {"pipeline", "pack", "train"},
+    "__main__": set(),  # python -m packer: packer_cli's main, the entry point outside the package
 }
 LEAVES = {"errors", "faults", "procs", "head_start"}
 
@@ -47,14 +48,14 @@ def imports(name: str, path: str, known: set[str]) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(open(path).read())):
         if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("packer"))
+            found.update(a.name for a in node.names if a.name == "packer" or a.name.startswith("packer."))
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
-            if not mod.startswith("packer"):
+            if mod != "packer" and not mod.startswith("packer."):  # (packer_cli is outside the package)
                 continue
             for a in node.names:  # "from . import shards" imports a module
                 found.add(f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod)

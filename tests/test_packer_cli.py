@@ -24,3 +24,18 @@ def test_ctrl_c_while_packer_loads_is_one_line(tmp_path, delay):
     # Interrupted while loading: 130; if loading won the race, the command ran (no build here: 2).
     assert p.returncode in (130, 2), (p.returncode, p.stderr)
 
+
+
+def test_python_m_packer_is_the_packer_command(tmp_path):
+    """Where the script is not on PATH, ``python -m packer`` runs the same command (it said "No module named
+    packer.__main__"): its usage names it, and a build through it is a build."""
+    p = subprocess.run([sys.executable, "-m", "packer", "--help"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith("Usage: python -m packer [OPTIONS] COMMAND"), p.stdout + p.stderr
+    src = tmp_path / "a.jsonl"
+    src.write_text('{"text": "one document"}\n{"text": "another"}\n')
+    p = subprocess.run([sys.executable, "-m", "packer", "build", str(src), str(tmp_path / "out"), "--seq-len", "16", "-q"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and (tmp_path / "out" / "manifest.json").exists(), p.stderr
+    p = subprocess.run([sys.executable, "-m", "packer", "stats", str(tmp_path / "nowhere")], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [f"packer: error: no such build folder: {tmp_path / 'nowhere'}"]
