@@ -92,7 +92,7 @@ def _typed(given, typ: type, flag: str):
     if typ is int and isinstance(given, numbers.Integral) and not isinstance(given, bool):
         return int(given)
     if typ is float and isinstance(given, numbers.Real) and not isinstance(given, bool):
-        return given
+        return given if type(given) in (int, float) else float(given)  # np.float32 is no JSON number
     if typ is str and isinstance(given, (str, os.PathLike)):
         return os.fspath(given)
     want = {int: "a whole number", float: "a number", str: "a string", bool: "True or False"}[typ]

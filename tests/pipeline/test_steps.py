@@ -326,6 +326,6 @@ def test_build_takes_numpy_numbers_and_paths_as_their_options(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text("".join(f'{{"text": "document {i} " }}\n' for i in range(50)))
     r = build(pathlib.Path(src), pathlib.Path(tmp_path / "out"), seq_len=np.int64(64), workers=np.int32(1),
-              holdout=np.float64(0.1), overwrite=np.bool_(True), quiet=True)
+              holdout=np.float32(0.1), overwrite=np.bool_(True), quiet=True)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["seq_len"] == 64 and type(manifest["seq_len"]) is int and r.units_run == 1
