@@ -205,7 +205,12 @@ def broken_read(sl: Slice, e: Exception) -> Skip:
     is no longer what was planned (replaced by a rename) as an OSError without errno or ArrowInvalid."""
     if isinstance(e, OSError) and e.errno is not None:
         return unreadable(sl, e)
-    return Skip("truncated", f"{sl.file.path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    return Skip("truncated", f"{sl.file.path}: {first_line(e)}")
+
+
+def first_line(e: BaseException) -> str:
+    """What ``e`` says, in one line (its type's name where it says nothing): for a Skip's where."""
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 def strict_error(skip: Skip) -> InputError:

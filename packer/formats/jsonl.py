@@ -16,7 +16,8 @@ from typing import Iterator
 import orjson
 
 from ..io import COMPRESSION_SUFFIXES, open_stream, storage_for, truncation_errors
-from .base import DEFAULT_MAX_RECORD, Document, Format, InputFile, Part, Record, Skip, Slice, changed, keys_of, unreadable
+from .base import (DEFAULT_MAX_RECORD, Document, Format, InputFile, Part, Record, Skip, Slice, changed, first_line,
+                   keys_of, unreadable)
 from .chat import ChatFields, Conversation, conversation_of, dict_getter, paths
 
 _MISSING = object()
@@ -82,9 +83,8 @@ class Jsonl(Format):
                     if line and line[0] in _SPACE and not line.strip():
                         line = _blank_run(s, line)  # a run of blank lines is one item: its cost is the reading
                 except broken as e:  # at the line after the last one read: named with the decompressor's words
-                    why = str(e).splitlines()[0] if str(e) else type(e).__name__
                     tail = Skip("truncated", f"{where(sl, None if line_no is None else line_no + 1, pos)} "
-                                             f"(the compressed stream is cut or corrupt: {why})")
+                                             f"(the compressed stream is cut or corrupt: {first_line(e)})")
                     break
                 if not line:
                     break

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..io import COMPRESSION_SUFFIXES, decompress_all, open_stream, storage_for, truncation_errors
-from .base import DEFAULT_MAX_RECORD, Document, Format, Part, Record, Skip, Slice, unreadable
+from .base import DEFAULT_MAX_RECORD, Document, Format, Part, Record, Skip, Slice, first_line, unreadable
 
 
 class Text(Format):
@@ -33,8 +33,7 @@ class Text(Format):
                 try:
                     data = decompress_all(data, comp, limit)
                 except truncation_errors(comp) as e:
-                    why = str(e).splitlines()[0] if str(e) else type(e).__name__
-                    yield Skip("truncated", f"{path} (the compressed stream is cut or corrupt: {why})")
+                    yield Skip("truncated", f"{path} (the compressed stream is cut or corrupt: {first_line(e)})")
                     continue
                 if data is None:
                     yield Skip("too_long", f"{path} (over --max-record-mb {limit / (1 << 20):g} decompressed)")
