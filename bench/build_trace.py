@@ -43,6 +43,7 @@ base = importlib.import_module("packer.pipeline.engines.base")
 backend_check = importlib.import_module("packer.pipeline.backend_check")
 reader = importlib.import_module("packer.pipeline.engines.reader")
 unit = importlib.import_module("packer.pipeline.unit")
+packed = importlib.import_module("packer.pipeline.packed")
 shards = importlib.import_module("packer.shards")
 spill = importlib.import_module("packer.pipeline.spill")
 
@@ -105,8 +106,8 @@ def _reader(fn):
 # read = task - parse+encode - spill (a Span's reading and decompressing); parse = parse+encode - encode.
 SPLIT = ((local, "_encode_task", "task"), (local, "_span_task", "task"), (local, "encode_chunk", "parse+encode"),
          (unit, "_encode", "encode"), (spill, "put", "spill"), (spill.SpilledParts, "load", "spill"),
-         (local, "_assemble_task", "unit"), (local, "assemble_unit", "unit"), (unit, "pack", "pack"),
-         (unit, "_gather", "gather"), (shards, "shard_table", "arrow"), (shards, "table_bytes", "arrow"),
+         (local, "_assemble_task", "unit"), (local, "assemble_unit", "unit"), (packed, "pack", "pack"),
+         (packed, "gather", "gather"), (shards, "shard_table", "arrow"), (shards, "table_bytes", "arrow"),
          (shards, "checksum", "checksum"))
 
 

@@ -12,7 +12,7 @@ Training side (imports torch on first use)::
 """
 
 __all__ = [
-    "BuildConfig", "build", "pack", "Layout", "PackerError",
+    "BuildConfig", "build", "repack", "pack", "Layout", "PackerError",
     "PackedDataset", "PackedSampler", "PackedLoader", "collate", "block_mask", "dense_mask",
     "collate_padding_free", "whole_rows_first", "packer_attention", "hf_dataset",
 ]
@@ -28,6 +28,7 @@ from .pack import Layout, pack  # noqa: E402
 _LAZY = {
     "BuildConfig": "pipeline",
     "build": "pipeline",
+    "repack": "repacking",
     "PackedDataset": "train.dataset",
     "PackedSampler": "train.sampler",
     "PackedLoader": "train.sampler",

@@ -186,10 +186,23 @@ def _check_consumed(out: Storage, unit, rec: dict) -> None:
 
 
 def manifest(cfg, tok, job, settings: dict, units, records: dict[int, dict], found) -> dict:
-    """The manifest, assembled from the unit records (key order is part of the bytes).
+    """The build's manifest, assembled from the unit records (key order is part of the bytes)."""
+    special = getattr(found, "special", ())
+    inputs = {"input_files": len(found.files), "input_bytes": sum(f.size for f in found.files),
+              "ignored_files": len(found.ignored)}
+    head = {"pad_id": tok.pad_id, "eos_id": tok.eos_id, "vocab_size": tok.vocab_size, "tokenizer": tok.manifest()}
+    return manifest_of(cfg.output.seq_len, job.dtype, head, settings, [records[u.index] for u in units],
+                       job.chat is not None, inputs, {"not_regular": (len(special), list(special))} if special else {})
+
+
+def manifest_of(seq_len: int, dtype: str, head: dict, settings: dict, recs: list[dict], chat: bool, inputs: dict,
+                more_skipped: dict | None = None) -> dict:
+    """A manifest from unit records ``recs`` in unit order (a build's, or a repack's: packer/repacking/).
+    ``head``: pad_id, eos_id, vocab_size, tokenizer; ``inputs``: input_files, input_bytes,
+    ignored_files; ``more_skipped``: reason -> (count, examples) of records skipped outside any unit
+    (FIFOs named as inputs; for a repack, what its sources skipped).
     Longer than 60 lines: the manifest's keys in their order (the order is part of the bytes).
     """
-    recs = [records[u.index] for u in units]
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = {}
     met: dict[str, Counter] = {"special_in_text": Counter(), "added_in_text": Counter()}  # (unit.assemble_unit)
@@ -204,32 +217,30 @@ def manifest(cfg, tok, job, settings: dict, units, records: dict[int, dict], fou
             for k, v in r.get(key + "_examples", {}).items():
                 ex = met_examples[key].setdefault(k, [])
                 ex.extend(v[: MAX_EXAMPLES - len(ex)])
-    special = getattr(found, "special", ())
-    if special:  # FIFOs, devices, sockets named like inputs: counted, never opened
-        skipped["not_regular"] += len(special)
-        examples["not_regular"] = list(special[:MAX_EXAMPLES])
+    for reason, (n, where) in (more_skipped or {}).items():  # FIFOs, devices, sockets named like inputs: never opened
+        skipped[reason] += n
+        ex = examples.setdefault(reason, [])
+        ex.extend(where[: MAX_EXAMPLES - len(ex)])
     rows = sum(r["rows"] for r in recs)
     padding = sum(r["padding"] for r in recs)
     totals = {
         "documents": sum(r["documents"] for r in recs),
         "tokens": sum(r["tokens"] for r in recs),
         "rows": rows,
-        "slots": rows * cfg.output.seq_len,
+        "slots": rows * seq_len,
         "padding": padding,
-        "padding_pct": round(100.0 * padding / max(1, rows * cfg.output.seq_len), 4),
+        "padding_pct": round(100.0 * padding / max(1, rows * seq_len), 4),
         "pieces": sum(r["pieces"] for r in recs),
         "documents_split": sum(r["documents_split"] for r in recs),
         "skipped": dict(sorted(skipped.items())),
         "skipped_examples": {k: examples[k] for k in sorted(examples)},
-        "input_files": len(found.files),
-        "input_bytes": sum(f.size for f in found.files),
-        "ignored_files": len(found.ignored),
+        **inputs,
     }
     for key, counts in met.items():  # documents whose text held a special (or plain added) token's string, as its id
         if counts:
             totals[key] = dict(sorted(counts.items()))
             totals[key + "_examples"] = {k: met_examples[key][k] for k in sorted(met_examples[key])}
-    if job.chat is not None:  # only chat builds: other manifests keep their bytes
+    if chat:  # only chat builds: other manifests keep their bytes
         totals["trained_tokens"] = sum(r["trained_tokens"] for r in recs)
         totals["trained_pct"] = round(100.0 * totals["trained_tokens"] / max(1, totals["tokens"]), 4)
         # (0 where absent: a unit with no rows, whose record 0a283c5 wrote without it, truncated nothing)
@@ -238,18 +249,18 @@ def manifest(cfg, tok, job, settings: dict, units, records: dict[int, dict], fou
     m = {
         "format": S.FORMAT_NAME,
         "format_version": S.FORMAT_VERSION,
-        "seq_len": cfg.output.seq_len,
-        "dtype": job.dtype,
-        "pad_id": tok.pad_id,
-        "eos_id": tok.eos_id,
-        "vocab_size": tok.vocab_size,
+        "seq_len": seq_len,
+        "dtype": dtype,
+        "pad_id": head["pad_id"],
+        "eos_id": head["eos_id"],
+        "vocab_size": head["vocab_size"],
         "checksum": S.CHECKSUM,
-        "tokenizer": tok.manifest(),
+        "tokenizer": head["tokenizer"],
         "settings": settings,
         "totals": totals,
         "shards": [{k: r[k] for k in shard_keys} for r in recs],
     }
-    if job.chat is not None:
+    if chat:
         m["columns"] = [S.LOSS_MASK]  # optional shard columns this build wrote
         for s, r in zip(m["shards"], recs):
             s["trained_tokens"] = r["trained_tokens"]

@@ -22,10 +22,10 @@ from .. import shards as S
 from ..formats import consumed_digest
 from ..formats import Document, Part, Skip, parse_part, strict_error, where_of_document
 from ..io import storage_for
-from ..pack import pack
 from ..tokenize import Encoder, TokenizerInfo
 from .chat_unit import encode_chat_chunk
 from .config import OutputSettings, RunSettings
+from .packed import pack_shard, shard_path
 from .plan import ChunkResult, Unit
 
 MAX_EXAMPLES = 5  # file:line examples kept per skip reason
@@ -222,49 +222,22 @@ def _write_unit(job: Job, root: str, unit: Unit, chunks: list[ChunkResult], skip
                 extra: dict) -> dict:
     """Pack ``chunks`` (a unit's documents, in order), write shard and record under ``root``; return the record.
     ``extra``: record keys after the usual ones (present only when they say something, so bytes stay)."""
-    # Per document: its length, its chunk, where it starts in that chunk's
-    # tokens. (The chunks are not concatenated: that would be one more copy
-    # of the unit's tokens in memory.)
-    lengths = np.concatenate([c.lengths for c in chunks]) if chunks else np.zeros(0, np.int64)
-    doc_chunk = np.repeat(np.arange(len(chunks)), [len(c.lengths) for c in chunks])
-    doc_start = np.concatenate([np.cumsum(c.lengths) - c.lengths for c in chunks]) if chunks else lengths
-
     # (Documents that encode to nothing are already out: encode_chunk counts them as no_tokens.)
-
-    layout = pack(lengths, job.seq_len, job.pack)
-    faults.point("pack")
-    out = _gather([c.tokens for c in chunks], doc_chunk, doc_start, layout, job)
-    mask = None
-    if job.chat is not None:  # the loss mask moves with its tokens, slot for slot; padding is not trained
-        mask = _gather([c.mask for c in chunks], doc_chunk, doc_start, layout, job, fill=0, dtype="uint8")
-    table = S.shard_table(out, job.seq_len, layout.row, layout.length, layout.doc, layout.offset, layout.num_rows,
-                          loss_mask=mask)
-    data = S.table_bytes(table)
-    del out, table
-    name = f"{S.SHARD_DIR}/{unit.index:06d}.arrow"
+    shard = pack_shard([c.tokens for c in chunks], [c.lengths for c in chunks], job.seq_len, job.pack,
+                       job.tokenizer.pad_id, job.dtype, [c.mask for c in chunks] if job.chat is not None else None)
+    name = shard_path(unit.index)
     out_store = storage_for(root)
-    out_store.put(name, data)
+    out_store.put(name, shard.data)
     faults.point("write")
 
-    pieces_per_doc = np.bincount(layout.doc, minlength=len(lengths)) if len(lengths) else np.zeros(0)
-    record = {
-        "unit": unit.index,
-        "path": name,
-        "rows": layout.num_rows,
-        "tokens": int(lengths.sum()),
-        "pieces": int(len(layout.length)),
-        "documents": int(len(lengths)),
-        "documents_split": int((pieces_per_doc > 1).sum()),
-        "padding": int(layout.padding),
-        "bytes": len(data),
-        S.CHECKSUM: S.checksum(data),
+    record = shard.record(unit.index, name) | {
         "skipped": dict(sorted(skipped.items())),
         "skipped_examples": {k: examples[k] for k in sorted(examples)},
         "sources": unit_sources(unit),
     }
     if job.chat is not None:  # (only chat builds: the records of other builds keep their bytes)
-        record["trained_tokens"] = int(mask.sum(dtype=np.int64))
-    rows_at = S.layout.to_record(S.layout.shard_layout(data, layout.num_rows, job.seq_len, job.dtype, job.chat is not None))
+        record["trained_tokens"] = shard.trained
+    rows_at = shard.rows_at
     if rows_at is not None:  # where the rows lie in the shard: an object store's index.arrow is made of these
         record["layout"] = rows_at
     if rows_at is not None or job.chat is not None:  # (after "layout": the key order of 0a283c5's records, whose
@@ -289,28 +262,3 @@ def _source(sl) -> dict:
     if sl.max_items is not None:
         src["max_items"] = sl.max_items  # --limit cut this slice short
     return src
-
-
-def _gather(tokens: list[np.ndarray], doc_chunk: np.ndarray, doc_start: np.ndarray, layout, job: Job,
-            fill: int | None = None, dtype: str | None = None) -> np.ndarray:
-    """Copy every piece's tokens to its slots; returns (rows * seq_len,) of the shard dtype.
-
-    ``fill``/``dtype`` (default: pad_id, the shard dtype) gather a per-token
-    column other than the ids the same way (the loss mask).
-
-    ``tokens`` holds each chunk's tokens; document d starts at
-    ``doc_start[d]`` in ``tokens[doc_chunk[d]]``. One slice copy per piece:
-    pieces are runs of hundreds of tokens on real text, so this moves memory
-    at memcpy speed, where per-token fancy indexing built three int64 index
-    arrays the size of the unit.
-    """
-    seq_len = job.seq_len
-    out = np.full(layout.num_rows * seq_len, job.tokenizer.pad_id if fill is None else fill, dtype=dtype or job.dtype)
-    if not len(layout.doc):
-        return out
-    chunk = doc_chunk[layout.doc].tolist()
-    src = (doc_start[layout.doc] + layout.offset).tolist()
-    dst = (layout.row * seq_len + layout.slot).tolist()
-    for c, s, d, n in zip(chunk, src, dst, layout.length.tolist()):
-        out[d : d + n] = tokens[c][s : s + n]
-    return out

@@ -18,7 +18,7 @@ The columns of a shard are listed in schema.py and docs/format.md.
 
 from .index import INDEX, ShardIndex, damaged_index, index_table, open_index, reindex, write_manifest
 from .checks import boundary_problem, head_schema, row_used, schema_problems_of, shard_fd
-from .manifest import read_manifest
+from .manifest import parse_manifest, read_manifest, read_manifest_bytes
 from .manifest_stream import ManifestStream
 from .mapped import Mapped, check_layout, map_shard
 from .reader import file_reader, open_shard, open_shard_buffer, stream_reader
@@ -28,7 +28,7 @@ from .schema import (BUILD_JSON, CHECKSUM, FORMAT_NAME, FORMAT_VERSION, LOSS_MAS
                      shard_table, table_bytes)
 
 __all__ = [
-    "read_manifest", "write_manifest", "open_index", "index_table", "ShardIndex", "INDEX", "damaged_index", "open_shard", "open_shard_buffer", "stream_reader", "file_reader", "BUILD_JSON", "CHECKSUM", "LOSS_MASK", "FORMAT_NAME", "FORMAT_VERSION",
+    "read_manifest", "read_manifest_bytes", "parse_manifest", "write_manifest", "open_index", "index_table", "ShardIndex", "INDEX", "damaged_index", "open_shard", "open_shard_buffer", "stream_reader", "file_reader", "BUILD_JSON", "CHECKSUM", "LOSS_MASK", "FORMAT_NAME", "FORMAT_VERSION",
     "MANIFEST", "REQUIRED", "SHARD_DIR", "UNIT_DIR", "checksum", "dtype_for_vocab", "file_checksum", "ipc_problems",
     "loss_mask_type", "schema",
     "schema_problems", "shard_table", "table_bytes", "boundary_problem", "head_schema", "row_used", "schema_problems_of",

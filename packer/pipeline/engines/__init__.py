@@ -9,7 +9,7 @@ from __future__ import annotations
 from .base import Engine, FirstTask, Progress
 from .local import LocalEngine
 
-__all__ = ["Engine", "FirstTask", "Progress", "LocalEngine", "engine_for"]
+__all__ = ["Engine", "FirstTask", "Progress", "LocalEngine", "engine_for", "ray_engine"]
 
 
 def engine_for(run) -> Engine:
@@ -19,3 +19,10 @@ def engine_for(run) -> Engine:
 
         return RayEngine(run.workers, run.ray_address, run.quiet)
     return LocalEngine(run.workers)
+
+
+def ray_engine(workers: int = 0, address: str | None = None, quiet: bool = False, task=None) -> Engine:
+    """A ``RayEngine`` running ``task(job, unit, cwd)`` per unit (default: a build's unit): ``packer repack``'s."""
+    from .ray import RayEngine
+
+    return RayEngine(workers, address, quiet, task)

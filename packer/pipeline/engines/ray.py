@@ -107,8 +107,11 @@ class RayEngine:
 
     name = "ray"
 
-    def __init__(self, workers: int = 0, address: str | None = None, quiet: bool = False):
+    def __init__(self, workers: int = 0, address: str | None = None, quiet: bool = False, task=None):
         self.workers, self.address, self.quiet = workers, address, quiet
+        # ``task(job, unit, cwd)``: what a Ray worker runs for one unit, yielding None per step and then the
+        # unit's record (``packer_unit``; ``packer repack`` gives its own: packer/repacking/run.py)
+        self.task = task or packer_unit
         self.notes: list[str] = []
 
     def run(self, todo: list[Unit], job: Job, progress: Progress,
@@ -127,7 +130,7 @@ class RayEngine:
         try:
             cpus = int(ray.cluster_resources().get("CPU", 1))
             in_flight = max(1, min(self.workers or cpus, len(todo)))
-            yield from _run_tasks(todo, job, progress, in_flight, stall)
+            yield from _run_tasks(todo, job, progress, in_flight, stall, self.task)
             nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
             self.notes.append(f"engine ray: {len(todo)} unit(s) as tasks on {cpus} CPU(s), {nodes} node(s), "
                               f"at most {in_flight} at once")
@@ -171,7 +174,7 @@ def _connect(address: str | None, workers: int, quiet: bool, watchdog) -> bool:
 
 
 def _run_tasks(todo: list[Unit], job: Job, progress: Progress, in_flight: int,
-               stall: float) -> Iterator[tuple[Unit, dict]]:
+               stall: float, unit_task=packer_unit) -> Iterator[tuple[Unit, dict]]:
     """The ``todo`` units as Ray tasks, at most ``in_flight`` at once; yield (unit, record) as each ends.
     A task streams a step per chunk (``packer_unit``); one with no step for ``stall`` s fails the build."""
     import ray
@@ -180,7 +183,7 @@ def _run_tasks(todo: list[Unit], job: Job, progress: Progress, in_flight: int,
     opts = dict(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False, num_returns="streaming")
     if env:
         opts["runtime_env"] = {"env_vars": env}
-    task = ray.remote(**opts)(packer_unit)
+    task = ray.remote(**opts)(unit_task)
     job_ref = ray.put(job)  # the Job holds the tokenizer JSON (MBs): stored once, not per task
     cwd = os.getcwd()
     pending = list(reversed(todo))  # popped from the end: unit order

@@ -1,0 +1,94 @@
+"""The packing half of a work unit: documents (tokens back to back, and their lengths) to one finished
+shard's bytes. What ``unit.assemble_unit`` writes for a build, and what ``packer repack`` writes from
+the documents of a finished build (packer/repacking/): one function, so a repack to N gives the bytes a
+fresh build at N gives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import faults
+from .. import shards as S
+from ..pack import Layout, pack
+
+
+@dataclass(frozen=True)
+class PackedShard:
+    """One shard, packed and laid out as Arrow IPC bytes (not yet written)."""
+
+    data: object  # pa.Buffer: the whole file
+    layout: Layout  # where every piece lies (rows, slots)
+    lengths: np.ndarray  # (documents,) int64: token count of each document packed
+    trained: int | None  # chat builds: slots trained on (sum of the loss mask); else None
+    rows_at: dict | None  # the shard's row layout as a unit record holds it (shards.layout.to_record)
+
+    def record(self, unit: int, path: str) -> dict:
+        """The counts a unit record (and a manifest's shard entry) starts with, in their order."""
+        lay = self.layout
+        per_doc = np.bincount(lay.doc, minlength=len(self.lengths)) if len(self.lengths) else np.zeros(0)
+        return {
+            "unit": unit,
+            "path": path,
+            "rows": lay.num_rows,
+            "tokens": int(self.lengths.sum()),
+            "pieces": int(len(lay.length)),
+            "documents": int(len(self.lengths)),
+            "documents_split": int((per_doc > 1).sum()),
+            "padding": int(lay.padding),
+            "bytes": len(self.data),
+            S.CHECKSUM: S.checksum(self.data),
+        }
+
+
+def shard_path(unit: int) -> str:
+    """A unit's shard, relative to its build folder."""
+    return f"{S.SHARD_DIR}/{unit:06d}.arrow"
+
+
+def pack_shard(tokens: list[np.ndarray], lengths: list[np.ndarray], seq_len: int, mode: str, pad_id: int,
+               dtype: str, masks: list[np.ndarray] | None = None) -> PackedShard:
+    """Pack documents into rows of ``seq_len`` and lay the shard out.
+
+    ``tokens[c]`` holds chunk c's documents back to back (the shard dtype), ``lengths[c]`` their token
+    counts (each >= 1), in document order: a shard's documents are numbered in that order
+    (``doc_index``). ``masks`` (chat builds): per chunk, the loss mask of each token (uint8), moved
+    with its token, slot for slot; padding is not trained on.
+    """
+    all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    doc_chunk = np.repeat(np.arange(len(lengths)), [len(x) for x in lengths])
+    doc_start = np.concatenate([np.cumsum(x) - x for x in lengths]) if lengths else all_lengths
+    layout = pack(all_lengths, seq_len, mode)
+    faults.point("pack")
+    out = gather(tokens, doc_chunk, doc_start, layout, pad_id, dtype)
+    mask = None if masks is None else gather(masks, doc_chunk, doc_start, layout, 0, "uint8")
+    table = S.shard_table(out, seq_len, layout.row, layout.length, layout.doc, layout.offset, layout.num_rows,
+                          loss_mask=mask)
+    data = S.table_bytes(table)
+    del out, table
+    rows_at = S.layout.to_record(S.layout.shard_layout(data, layout.num_rows, seq_len, dtype, masks is not None))
+    trained = None if mask is None else int(mask.sum(dtype=np.int64))
+    return PackedShard(data, layout, all_lengths, trained, rows_at)
+
+
+def gather(tokens: list[np.ndarray], doc_chunk: np.ndarray, doc_start: np.ndarray, layout: Layout, fill: int,
+           dtype: str) -> np.ndarray:
+    """Copy every piece's tokens to its slots; returns (rows * seq_len,) of ``dtype``, ``fill`` elsewhere.
+
+    ``tokens`` holds each chunk's tokens; document d starts at ``doc_start[d]`` in
+    ``tokens[doc_chunk[d]]``. One slice copy per piece: pieces are runs of hundreds of tokens on real
+    text, so this moves memory at memcpy speed, where per-token fancy indexing built three int64 index
+    arrays the size of the unit.
+    """
+    seq_len = layout.seq_len
+    out = np.full(layout.num_rows * seq_len, fill, dtype=dtype)
+    if not len(layout.doc):
+        return out
+    chunk = doc_chunk[layout.doc].tolist()
+    src = (doc_start[layout.doc] + layout.offset).tolist()
+    dst = (layout.row * seq_len + layout.slot).tolist()
+    for c, s, d, n in zip(chunk, src, dst, layout.length.tolist()):
+        out[d : d + n] = tokens[c][s : s + n]
+    return out
