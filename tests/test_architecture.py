@@ -313,6 +313,7 @@ def test_the_ipc_rule_sees_each_spelling():
 # Where code outside packer/io/ still reads Storage.local, and why (docs/architecture.md says the same):
 LOCAL_READERS = {
     "packer.pipeline.engines.ray": "a Ray worker runs in the driver's folder when a path (not a URI) is relative",
+    "packer.repacking.run": "a repack's Ray task runs in the driver's folder when a path (not a URI) is relative",
     "packer.shards.manifest_stream": "a local manifest is read in blocks from a file it opened, an object in one GET",
     "packer.shards.index": "a local manifest is stat'ed and hashed in blocks; an object store's not-found comes as "
                            "another OSError, and its size comes from the bytes hashed",

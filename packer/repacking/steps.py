@@ -23,7 +23,7 @@ from .. import shards as S
 from ..errors import PackerError
 from ..io import Storage, storage_for
 from ..pack import MODES
-from ..pipeline import Progress, holdout_settings, manifest_of, prepare_holdout, prepare_out
+from ..pipeline import Progress, holdout_settings, manifest_of, prepare_holdout, prepare_out, write_summary
 from .run import run_units
 from .source import Source, open_source
 from .unit import RepackJob, RepackUnit, check_unit_record
@@ -53,8 +53,6 @@ def repack(inputs, out: str, *, seq_len: int, pack: str | None = None, workers: 
     mode (default: the sources'). ``progress``: called as the build's is, progress(done_bytes, docs, tokens,
     units_done, units, total_bytes). Raises ``PackerError`` (one line) for a user mistake or a damaged source.
     """
-    from ..pipeline.report import write_summary
-
     try:
         result = _repack(inputs, out, seq_len, pack, workers, engine, ray_address, resume, overwrite, dry_run,
                          quiet, progress)
