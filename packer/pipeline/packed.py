@@ -16,6 +16,19 @@ from ..pack import Layout, pack
 
 
 @dataclass(frozen=True)
+class Scattered:
+    """Documents whose tokens lie in runs across several arrays, as a finished shard's pieces do
+    (packer/repacking/source.py): run k is ``flat[chunk[k]][start[k] : start[k] + length[k]]``; the runs,
+    in order, hold the documents back to back. ``pack_shard`` copies each new piece straight from its
+    runs, with no copy of the documents in between."""
+
+    flat: list  # (n,) arrays: the sources' tokens (or loss masks)
+    chunk: np.ndarray  # (runs,) int64
+    start: np.ndarray  # (runs,) int64
+    length: np.ndarray  # (runs,) int64
+
+
+@dataclass(frozen=True)
 class PackedShard:
     """One shard, packed and laid out as Arrow IPC bytes (not yet written)."""
 
@@ -48,22 +61,27 @@ def shard_path(unit: int) -> str:
     return f"{S.SHARD_DIR}/{unit:06d}.arrow"
 
 
-def pack_shard(tokens: list[np.ndarray], lengths: list[np.ndarray], seq_len: int, mode: str, pad_id: int,
-               dtype: str, masks: list[np.ndarray] | None = None) -> PackedShard:
+def pack_shard(tokens: "list[np.ndarray] | Scattered", lengths: list[np.ndarray], seq_len: int, mode: str,
+               pad_id: int, dtype: str, masks: "list[np.ndarray] | Scattered | None" = None) -> PackedShard:
     """Pack documents into rows of ``seq_len`` and lay the shard out.
 
     ``tokens[c]`` holds chunk c's documents back to back (the shard dtype), ``lengths[c]`` their token
     counts (each >= 1), in document order: a shard's documents are numbered in that order
-    (``doc_index``). ``masks`` (chat builds): per chunk, the loss mask of each token (uint8), moved
-    with its token, slot for slot; padding is not trained on.
+    (``doc_index``). Or ``tokens`` is a ``Scattered`` holding all of them (``lengths``: one array).
+    ``masks`` (chat builds): per chunk, the loss mask of each token (uint8), moved with its token,
+    slot for slot; padding is not trained on.
     """
     all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
     doc_chunk = np.repeat(np.arange(len(lengths)), [len(x) for x in lengths])
     doc_start = np.concatenate([np.cumsum(x) - x for x in lengths]) if lengths else all_lengths
     layout = pack(all_lengths, seq_len, mode)
     faults.point("pack")
-    out = gather(tokens, doc_chunk, doc_start, layout, pad_id, dtype)
-    mask = None if masks is None else gather(masks, doc_chunk, doc_start, layout, 0, "uint8")
+    if isinstance(tokens, Scattered):
+        out = gather_scattered(tokens, doc_start, layout, pad_id, dtype)
+        mask = None if masks is None else gather_scattered(masks, doc_start, layout, 0, "uint8")
+    else:
+        out = gather(tokens, doc_chunk, doc_start, layout, pad_id, dtype)
+        mask = None if masks is None else gather(masks, doc_chunk, doc_start, layout, 0, "uint8")
     table = S.shard_table(out, seq_len, layout.row, layout.length, layout.doc, layout.offset, layout.num_rows,
                           loss_mask=mask)
     data = S.table_bytes(table)
@@ -91,4 +109,29 @@ def gather(tokens: list[np.ndarray], doc_chunk: np.ndarray, doc_start: np.ndarra
     dst = (layout.row * seq_len + layout.slot).tolist()
     for c, s, d, n in zip(chunk, src, dst, layout.length.tolist()):
         out[d : d + n] = tokens[c][s : s + n]
+    return out
+
+
+def gather_scattered(src: Scattered, doc_start: np.ndarray, layout: Layout, fill: int, dtype: str) -> np.ndarray:
+    """``gather`` from a ``Scattered``: each new piece cut where the runs it spans meet (one slice copy
+    per part; a piece within one run, the common case, is one copy)."""
+    L = layout.seq_len
+    out = np.full(layout.num_rows * L, fill, dtype=dtype)
+    if not len(layout.doc):
+        return out
+    run_end = np.cumsum(src.length)
+    run_at = run_end - src.length  # where each run starts among the documents laid back to back
+    a = doc_start[layout.doc] + layout.offset  # each new piece's span there
+    b = a + layout.length
+    first = np.searchsorted(run_end, a, side="right")
+    last = np.searchsorted(run_at, b, side="left")  # runs first..last-1 overlap the piece
+    parts = last - first
+    piece = np.repeat(np.arange(len(a)), parts)
+    run = np.repeat(first, parts) + (np.arange(int(parts.sum())) - np.repeat(np.cumsum(parts) - parts, parts))
+    lo = np.maximum(a[piece], run_at[run])
+    hi = np.minimum(b[piece], run_end[run])
+    dst = (layout.row * L + layout.slot)[piece] + (lo - a[piece])
+    srcs = src.start[run] + (lo - run_at[run])
+    for c, s, d, n in zip(src.chunk[run].tolist(), srcs.tolist(), dst.tolist(), (hi - lo).tolist()):
+        out[d : d + n] = src.flat[c][s : s + n]
     return out

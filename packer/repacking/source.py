@@ -17,6 +17,7 @@ import numpy as np
 from .. import shards as S
 from ..errors import PackerError, ShardError
 from ..io import Storage, first_line, storage_for
+from ..pipeline import Scattered
 
 
 @dataclass(frozen=True)
@@ -74,9 +75,24 @@ class Documents:
     mask: np.ndarray | None  # chat builds: (sum(lengths),) uint8, 1 = trained on; else None
 
 
+@dataclass(frozen=True)
+class Pieces:
+    """The documents of one shard as they lie in it: runs of the mapped file, in document order."""
+
+    lengths: np.ndarray  # (documents,) int64, each >= 1
+    tokens: Scattered  # the runs of tokens that hold the documents back to back
+    mask: Scattered | None  # chat builds: the loss mask's runs, the same geometry
+
+
 def shard_documents(store: Storage, entry: dict, seq_len: int, dtype: str, chat: bool) -> Documents:
     """Read one shard of a finished build (checked against its manifest ``entry``: size, checksum, counts)
-    and join each document's pieces again."""
+    and join each document's pieces again, tokens back to back."""
+    p = shard_pieces(store, entry, seq_len, dtype, chat)
+    return Documents(_copy(p.tokens), p.lengths, _copy(p.mask) if chat else None)
+
+
+def shard_pieces(store: Storage, entry: dict, seq_len: int, dtype: str, chat: bool) -> Pieces:
+    """``shard_documents`` without the copy: where each document's pieces lie in the (mapped) shard."""
     path = entry["path"]
     where = store.path(path)
     try:
@@ -92,8 +108,8 @@ def shard_documents(store: Storage, entry: dict, seq_len: int, dtype: str, chat:
     return _join(table, where, seq_len, chat, entry)
 
 
-def _join(table, where: str, L: int, chat: bool, entry: dict) -> Documents:
-    """Pieces sorted by (document, offset) and copied back to back; checked to join up exactly."""
+def _join(table, where: str, L: int, chat: bool, entry: dict) -> Pieces:
+    """Pieces sorted by (document, offset); checked to join up exactly."""
     ids, masks, parts = [], [], []  # per record batch: flat token (and mask) views; piece arrays
     for b, batch in enumerate(table.to_batches()):
         ids.append(batch.column("input_ids").flatten().to_numpy())
@@ -109,7 +125,9 @@ def _join(table, where: str, L: int, chat: bool, entry: dict) -> Documents:
         parts.append((np.full(len(ln), b), row * L + slot, ln, batch.column("doc_index").flatten().to_numpy(),
                       batch.column("doc_offset").flatten().to_numpy()))
     if not parts:
-        return Documents(np.zeros(0, np.uint16), np.zeros(0, np.int64), np.zeros(0, np.uint8) if chat else None)
+        none = np.zeros(0, np.int64)
+        return Pieces(none, Scattered([np.zeros(0, np.uint16)], none, none, none),
+                      Scattered([np.zeros(0, np.uint8)], none, none, none) if chat else None)
     bat, src, ln, doc, off = (np.concatenate(x) for x in zip(*parts))
     doc, off = doc.astype(np.int64), off.astype(np.int64)
     order = np.lexsort((off, doc))
@@ -123,16 +141,14 @@ def _join(table, where: str, L: int, chat: bool, entry: dict) -> Documents:
             or int(lengths.sum()) != entry["tokens"]):
         raise ShardError(f"{where}: its document pieces do not join up (doc_index / doc_offset / doc_lens disagree "
                          "with each other or with the manifest): shard is corrupt")
-    tokens = _copy(ids, bat, src, ln)
-    mask = _copy(masks, bat, src, ln) if chat else None
-    return Documents(tokens, lengths, mask)
+    return Pieces(lengths, Scattered(ids, bat, src, ln), Scattered(masks, bat, src, ln) if chat else None)
 
 
-def _copy(flat: list[np.ndarray], bat: np.ndarray, src: np.ndarray, ln: np.ndarray) -> np.ndarray:
-    """Pieces (record batch, start, length) copied back to back: one slice copy per piece."""
-    out = np.empty(int(ln.sum()), dtype=flat[0].dtype)
+def _copy(runs: Scattered) -> np.ndarray:
+    """The runs copied back to back: one slice copy per run."""
+    out = np.empty(int(runs.length.sum()), dtype=runs.flat[0].dtype)
     at = 0
-    for b, s, n in zip(bat.tolist(), src.tolist(), ln.tolist()):
-        out[at:at + n] = flat[b][s:s + n]
+    for b, s, n in zip(runs.chunk.tolist(), runs.start.tolist(), runs.length.tolist()):
+        out[at:at + n] = runs.flat[b][s:s + n]
         at += n
     return out

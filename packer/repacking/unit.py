@@ -16,7 +16,7 @@ from .. import faults
 from .. import shards as S
 from ..io import storage_for
 from ..pipeline import pack_shard, shard_path
-from .source import Documents, shard_documents
+from .source import Documents, shard_documents, shard_pieces
 
 MAX_EXAMPLES = 5  # examples kept per skip reason
 
@@ -57,11 +57,17 @@ def repack_unit(job: RepackJob, unit: RepackUnit) -> dict:
     """Read one source shard, pack its documents at ``job.seq_len``, write the shard and its record under
     ``job.out``; return the record (also on disk, written last: a unit with a record is finished)."""
     with faults.in_unit(unit.index):
-        docs = shard_documents(storage_for(unit.source), unit.entry, unit.source_seq_len, job.dtype, job.chat)
+        store = storage_for(unit.source)
+        skipped, truncated = [], 0
+        if job.chat:  # conversations over the new length are dropped or cut: the documents are copied out
+            docs = shard_documents(store, unit.entry, unit.source_seq_len, job.dtype, True)
+            docs, skipped, truncated = fit_conversations(job, unit, docs)
+            lengths, tokens, masks = docs.lengths, [docs.tokens], [docs.mask]
+        else:  # each new piece copied straight from the source's pieces
+            p = shard_pieces(store, unit.entry, unit.source_seq_len, job.dtype, False)
+            lengths, tokens, masks = p.lengths, p.tokens, None
         faults.point("read")
-        docs, skipped, truncated = fit_conversations(job, unit, docs)
-        shard = pack_shard([docs.tokens], [docs.lengths], job.seq_len, job.pack, job.pad_id, job.dtype,
-                           [docs.mask] if job.chat else None)
+        shard = pack_shard(tokens, [lengths], job.seq_len, job.pack, job.pad_id, job.dtype, masks)
         name = shard_path(unit.index)
         out = storage_for(job.out)
         out.put(name, shard.data)

@@ -46,3 +46,21 @@ def test_a_chat_shard_moves_each_mask_value_with_its_token():
     m = t.column("loss_mask").combine_chunks().flatten().to_numpy()
     assert (m[ids == 99] == 0).all() and (m[ids != 99] == (ids[ids != 99] % 3 == 0)).all()
     assert s.trained == int(mask.sum())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_documents_in_scattered_runs_give_the_bytes_of_documents_back_to_back(seed):
+    from packer.pipeline import Scattered
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 700, 150)
+    tokens = rng.integers(0, 60000, int(lengths.sum())).astype(np.uint16)
+    cuts = np.unique(rng.integers(1, len(tokens), 400))  # runs that split documents anywhere
+    bounds = np.concatenate([[0], cuts, [len(tokens)]])
+    flat = [np.zeros(5, np.uint16), np.zeros(len(tokens) + 7, np.uint16)]  # two arrays, the runs placed apart
+    flat[1][7:] = tokens
+    runs = Scattered(flat, np.ones(len(bounds) - 1, np.int64), bounds[:-1] + 7, np.diff(bounds))
+    for mode in ("bfd", "concat"):
+        want = pack_shard([tokens], [lengths], 256, mode, 65535, "uint16")
+        got = pack_shard(runs, [lengths], 256, mode, 65535, "uint16")
+        assert bytes(got.data) == bytes(want.data)
