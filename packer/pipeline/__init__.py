@@ -16,19 +16,30 @@ deterministically (unit.py). Everything else follows from that:
 The build itself reads top to bottom in steps.py. This module only re-exports.
 """
 
-from .config import DEFAULT_UNIT_BYTES, OPTIONS, BuildConfig, OutputSettings, RunSettings
-from .engines import Progress, ray_engine
-from .output import holdout_settings, manifest_of, prepare_holdout, prepare_out
-from .packed import PackedShard, Scattered, pack_shard, shard_path
-from .plan import Unit, plan_units
-from .report import plan_lines, plural, write_summary
-from .steps import BuildResult, build
-from .unit import Job, assemble_unit, encode_chunk
+# Each name and the module it lives in, imported on first use: a repack (packer/repacking/) takes the packing
+# half and the manifest without importing the readers, the tokenizers and the engines a build needs.
+_LAZY = {
+    "build": "steps", "BuildResult": "steps",
+    "BuildConfig": "config", "OutputSettings": "config", "RunSettings": "config", "OPTIONS": "config",
+    "DEFAULT_UNIT_BYTES": "config",
+    "Unit": "plan", "plan_units": "plan",
+    "Job": "unit", "encode_chunk": "unit", "assemble_unit": "unit",
+    "plan_lines": "report", "plural": "report", "write_summary": "report",
+    # what packer repack reuses: the packing half of a unit, the manifest, OUT's rules, progress, the Ray engine
+    "pack_shard": "packed", "PackedShard": "packed", "Scattered": "packed", "shard_path": "packed",
+    "manifest_of": "output", "prepare_out": "output", "prepare_holdout": "output", "holdout_settings": "output",
+    "Progress": "progress", "ray_engine": "engines",
+}
+__all__ = list(_LAZY)
 
-__all__ = [
-    "build", "BuildConfig", "OutputSettings", "RunSettings", "BuildResult", "Unit", "Job", "plan_units",
-    "encode_chunk", "assemble_unit", "DEFAULT_UNIT_BYTES",
-    # what packer repack reuses (packer/repacking/): the packing half of a unit, the manifest, OUT's rules, engines
-    "pack_shard", "PackedShard", "Scattered", "shard_path", "manifest_of", "Progress", "ray_engine", "prepare_out", "prepare_holdout",
-    "holdout_settings", "OPTIONS", "plan_lines", "plural", "write_summary",
-]
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'packer.pipeline' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

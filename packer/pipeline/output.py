@@ -12,10 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .. import shards as S
 from ..errors import PackerError
-from ..formats import consumed_digest
 from ..io import Storage
 from ..io import LOCK_NAME
-from .unit import HOLDOUT_DIR, MAX_EXAMPLES, unit_sources
+from .packed import HOLDOUT_DIR, MAX_EXAMPLES
 
 LIST_THREADS = 32  # unit records read at once when resuming (small GETs on an object store)
 
@@ -154,6 +153,8 @@ def finished_records(out: Storage, units) -> dict[int, dict]:
     naming the file (its finished units would mix with units read from the
     new version).
     """
+    from .unit import unit_sources  # (here: a repack, which imports this module, needs neither formats nor tokenize)
+
     objects = out.list()
     want = {u.index: u for u in units if f"{S.UNIT_DIR}/{u.index:06d}.json" in objects}
 
@@ -175,6 +176,8 @@ def finished_records(out: Storage, units) -> dict[int, dict]:
 def _check_consumed(out: Storage, unit, rec: dict) -> None:
     """Refuse the resume if an input a finished unit read is not the bytes it read (a record without
     ``consumed``, from before 41.8, is taken as it is)."""
+    from ..formats import consumed_digest
+
     had = rec.get("consumed")
     if not isinstance(had, list) or len(had) != len(unit.slices):
         return

@@ -15,6 +15,10 @@ from .. import shards as S
 from ..pack import Layout, pack
 
 
+MAX_EXAMPLES = 5  # file:line examples kept per skip reason (unit records, manifests)
+HOLDOUT_DIR = "holdout"  # a build's holdout build, inside it
+
+
 @dataclass(frozen=True)
 class Scattered:
     """Documents whose tokens lie in runs across several arrays, as a finished shard's pieces do

@@ -25,10 +25,9 @@ from ..io import storage_for
 from ..tokenize import Encoder, TokenizerInfo
 from .chat_unit import encode_chat_chunk
 from .config import OutputSettings, RunSettings
-from .packed import pack_shard, shard_path
+from .packed import HOLDOUT_DIR, MAX_EXAMPLES, pack_shard, shard_path  # noqa: F401 (HOLDOUT_DIR: unit.HOLDOUT_DIR)
 from .plan import ChunkResult, Unit
 
-MAX_EXAMPLES = 5  # file:line examples kept per skip reason
 
 
 @dataclass(frozen=True)
@@ -161,9 +160,6 @@ def holdout_split(texts: list[str], fraction: float) -> list[bool]:
     cut = int(fraction * 2**64)
     h = xxhash.xxh3_64_intdigest
     return [h(t.encode("utf-8", "surrogatepass")) >= cut for t in texts]
-
-
-HOLDOUT_DIR = "holdout"
 
 
 def holdout_out(out: str) -> str:

@@ -23,7 +23,7 @@ from .. import shards as S
 from ..errors import PackerError
 from ..io import Storage, storage_for
 from ..pack import MODES
-from ..pipeline import Progress, holdout_settings, manifest_of, prepare_holdout, prepare_out, write_summary
+from ..pipeline import Progress, holdout_settings, manifest_of, prepare_holdout, prepare_out
 from .run import run_units
 from .source import Source, open_source
 from .unit import RepackJob, RepackUnit, check_unit_record
@@ -53,6 +53,8 @@ def repack(inputs, out: str, *, seq_len: int, pack: str | None = None, workers: 
     mode (default: the sources'). ``progress``: called as the build's is, progress(done_bytes, docs, tokens,
     units_done, units, total_bytes). Raises ``PackerError`` (one line) for a user mistake or a damaged source.
     """
+    if summary_json:
+        from ..pipeline import write_summary  # (here: it imports the input formats, which a repack needs not)
     try:
         result = _repack(inputs, out, seq_len, pack, workers, engine, ray_address, resume, overwrite, dry_run,
                          quiet, progress)
