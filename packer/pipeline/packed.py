@@ -62,6 +62,15 @@ def pack_shard(tokens: list[np.ndarray], lengths: list[np.ndarray], seq_len: int
     doc_start = np.concatenate([np.cumsum(x) - x for x in lengths]) if lengths else all_lengths
     layout = pack(all_lengths, seq_len, mode)
     faults.point("pack")
+    return lay_out(tokens, doc_chunk, doc_start, all_lengths, layout, pad_id, dtype, masks)
+
+
+def lay_out(tokens: list[np.ndarray], doc_chunk: np.ndarray, doc_start: np.ndarray, lengths: np.ndarray,
+            layout: Layout, pad_id: int, dtype: str, masks: list[np.ndarray] | None = None) -> PackedShard:
+    """A shard's bytes from a ``layout`` made already: document d (of ``lengths[d]`` tokens) starts at
+    ``doc_start[d]`` in ``tokens[doc_chunk[d]]`` (as ``gather`` reads them). ``pack_shard``'s second half;
+    ``packer repack --buckets`` lays out its power-of-two pieces with it."""
+    seq_len = layout.seq_len
     out = gather(tokens, doc_chunk, doc_start, layout, pad_id, dtype)
     mask = None if masks is None else gather(masks, doc_chunk, doc_start, layout, 0, "uint8")
     table = S.shard_table(out, seq_len, layout.row, layout.length, layout.doc, layout.offset, layout.num_rows,
@@ -70,7 +79,7 @@ def pack_shard(tokens: list[np.ndarray], lengths: list[np.ndarray], seq_len: int
     del out, table
     rows_at = S.layout.to_record(S.layout.shard_layout(data, layout.num_rows, seq_len, dtype, masks is not None))
     trained = None if mask is None else int(mask.sum(dtype=np.int64))
-    return PackedShard(data, layout, all_lengths, trained, rows_at)
+    return PackedShard(data, layout, lengths, trained, rows_at)
 
 
 def gather(tokens: list[np.ndarray], doc_chunk: np.ndarray, doc_start: np.ndarray, layout: Layout, fill: int,
