@@ -21,11 +21,11 @@ from .engines import Progress, ray_engine
 from .output import holdout_settings, manifest_of, prepare_holdout, prepare_out
 from .packed import PackedShard, lay_out, pack_shard, shard_path
 from .plan import Unit, plan_units
-from .report import plan_lines, plural
+from .report import plan_lines, plural, write_summary
 from .steps import BuildResult, build
 from .unit import Job, assemble_unit, encode_chunk
 
 __all__ = [
     "build", "BuildConfig", "OutputSettings", "RunSettings", "BuildResult", "Unit", "Job", "plan_units",
-    "encode_chunk", "assemble_unit", "pack_shard", "lay_out", "PackedShard", "shard_path", "manifest_of", "Progress", "ray_engine", "prepare_out", "prepare_holdout", "holdout_settings", "DEFAULT_UNIT_BYTES", "OPTIONS", "plan_lines", "plural",
+    "encode_chunk", "assemble_unit", "pack_shard", "lay_out", "PackedShard", "shard_path", "manifest_of", "Progress", "ray_engine", "prepare_out", "prepare_holdout", "holdout_settings", "DEFAULT_UNIT_BYTES", "OPTIONS", "plan_lines", "plural", "write_summary",
 ]

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from .. import shards as S
 from ..errors import PackerError
 from ..io import LOCK_NAME, storage_for
-from ..pipeline import Progress, holdout_settings, manifest_of, prepare_out
+from ..pipeline import Progress, holdout_settings, manifest_of, prepare_out, write_summary
 from . import steps
 from .bucket_unit import BucketJob, bucket_name, finished_bucket_unit
 from .buckets import merge_dropped, parse_buckets
@@ -43,8 +43,6 @@ def repack(inputs, out: str, *, seq_len: int | None = None, buckets=None, **opti
         raise PackerError("--buckets makes rows of each bucket's length: give it without --seq-len or --pack")
     summary_json = options.pop("summary_json", None)
     options.pop("pack", None)
-    from ..pipeline.report import write_summary
-
     try:
         result = _repack_buckets(inputs, str(out), parse_buckets(buckets), **options)
     except PackerError as e:

@@ -49,3 +49,21 @@ def test_cli_buckets(sample_build, tmp_path):
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
     assert s["ok"] and [b["length"] for b in s["buckets"]] == [512, 1024] and s["dropped"]["tail_under_min"]["tokens"] > 0
+
+
+def test_holdout_is_bucketed_too(tmp_path):
+    from packer import BuildConfig, build
+
+    from ..conftest import SAMPLE
+
+    src, out = str(tmp_path / "src"), str(tmp_path / "b")
+    build(BuildConfig.of(inputs=(os.path.join(SAMPLE, "corpus.jsonl"),), out=src, seq_len=256, workers=1,
+                         unit_bytes=1 << 19, holdout=0.1, quiet=True))
+    info = repack(src, out, buckets="256:4096", workers=1, quiet=True).manifest
+    held = json.load(open(os.path.join(src, "holdout", "manifest.json")))["totals"]
+    h = info["holdout"]
+    assert h["tokens"] == held["tokens"] and h["kept_tokens"] + sum(d["tokens"] for d in h["dropped"].values()) == h["tokens"]
+    for b in h["buckets"]:
+        m = json.load(open(os.path.join(out, "holdout", b["path"], "manifest.json")))
+        assert m["settings"]["split"] == "holdout" and m["totals"]["rows"] == b["rows"]
+        assert invoke("stats", os.path.join(out, "holdout", b["path"])).exit_code == 0
