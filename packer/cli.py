@@ -167,7 +167,10 @@ def build(inputs, **options):
 
 @main.command(context_settings={"max_content_width": 100})
 @click.argument("paths", nargs=-1, required=True, metavar="BUILD... OUT")
-@click.option("--seq-len", type=int, required=True, metavar="N", help="Tokens per row of the new build.")
+@click.option("--seq-len", type=int, default=None, metavar="N", help="Tokens per row of the new build.")
+@click.option("--buckets", default=None, metavar="MIN:MAX",
+              help="Instead of --seq-len: power-of-two length buckets MIN..MAX (dataset decomposition), "
+                   "OUT/len-NNNNN/ each a build (docs/packing.md).")
 @click.option("--pack", type=click.Choice(["bfd", "concat"]), default=None,
               help="Packing mode of the new build (default: the source's).")
 @click.option("--workers", type=click.IntRange(0, 1024), default=0, show_default=True,
@@ -181,7 +184,7 @@ def build(inputs, **options):
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary; errors and warnings only.")
 @click.option("--summary-json", default=None, metavar="FILE", help="The end-of-repack summary as JSON ('-': stdout).")
 @_user_errors
-def repack(paths, seq_len, pack, workers, engine, ray_address, resume, overwrite, dry_run, quiet, summary_json):
+def repack(paths, seq_len, buckets, pack, workers, engine, ray_address, resume, overwrite, dry_run, quiet, summary_json):
     """Pack the documents of finished build(s) BUILD... again at another --seq-len, into OUT.
 
     No tokenizer is loaded and no raw text is read: every document is joined again from its
@@ -197,6 +200,7 @@ def repack(paths, seq_len, pack, workers, engine, ray_address, resume, overwrite
     From Python:
       from packer import repack
       repack("out2048/", "out8192/", seq_len=8192)
+      repack("out2048/", "outb/", buckets=(256, 8192))   # --buckets 256:8192
     """
     from .inspect import BuildBar, summary_lines
     from .pipeline import plural
@@ -207,7 +211,7 @@ def repack(paths, seq_len, pack, workers, engine, ray_address, resume, overwrite
     *ins, out = paths
     bar = None if quiet or dry_run else BuildBar()
     try:
-        result = run_repack(ins, out, seq_len=seq_len, pack=pack, workers=workers, engine=engine,
+        result = run_repack(ins, out, seq_len=seq_len, buckets=buckets, pack=pack, workers=workers, engine=engine,
                             ray_address=ray_address, resume=resume, overwrite=overwrite, dry_run=dry_run,
                             quiet=quiet, summary_json=summary_json, progress=bar.update if bar else None)
     except KeyboardInterrupt:
@@ -217,6 +221,8 @@ def repack(paths, seq_len, pack, workers, engine, ray_address, resume, overwrite
     finally:
         if bar:
             bar.close()
+    if buckets is not None:
+        return _buckets_report(result, out, quiet, summary_json)
     if result.plan is not None:
         p = result.plan
         for s in p["sources"]:
@@ -235,6 +241,25 @@ def repack(paths, seq_len, pack, workers, engine, ray_address, resume, overwrite
                f"{result.units_skipped:,} already done)", err=True)
     for line in summary_lines(result.manifest):
         click.echo(line, err=True)
+
+
+def _buckets_report(result, out: str, quiet: bool, summary_json) -> None:
+    """What ``packer repack --buckets`` says when done (or, with --dry-run, would do)."""
+    to_err = summary_json == "-"
+    if result.plan is not None:
+        p = result.plan
+        click.echo(f"would write buckets {', '.join(map(str, p['buckets']))} from {p['units']:,} shard(s) "
+                   f"(+{p['holdout_units']:,} holdout) to {out}, reading {p['bytes'] / 1e6:,.1f} MB", err=to_err)
+        return
+    if quiet:
+        return
+    for n in result.notes:
+        click.echo(f"note: {n}", err=True)
+    m = result.manifest
+    click.echo(f"repacked into {out} in {result.seconds:.1f}s: {m['kept_tokens']:,} of {m['tokens']:,} tokens in "
+               f"buckets ({m['dropped_pct']}% dropped below {m['min']:,}), padding 0", err=True)
+    for b in m["buckets"]:
+        click.echo(f"  {b['path']}  {b['rows']:>10,} rows  {b['tokens']:>14,} tokens", err=True)
 
 
 @main.command()

@@ -80,6 +80,17 @@ def pack_shard(tokens: "list[np.ndarray] | Scattered", lengths: list[np.ndarray]
     doc_start = np.concatenate([np.cumsum(x) - x for x in lengths]) if lengths else all_lengths
     layout = pack(all_lengths, seq_len, mode)
     faults.point("pack")
+    return lay_out(tokens, doc_chunk, doc_start, all_lengths, layout, pad_id, dtype, masks)
+
+
+def lay_out(tokens: "list[np.ndarray] | Scattered", doc_chunk: np.ndarray, doc_start: np.ndarray,
+            lengths: np.ndarray, layout: Layout, pad_id: int, dtype: str,
+            masks: "list[np.ndarray] | Scattered | None" = None) -> PackedShard:
+    """A shard's bytes from a ``layout`` made already: document d (of ``lengths[d]`` tokens) starts at
+    ``doc_start[d]`` in ``tokens[doc_chunk[d]]`` (as ``gather`` reads them), or at ``doc_start[d]`` among the
+    documents a ``Scattered`` holds back to back. ``pack_shard``'s second half; ``packer repack --buckets``
+    lays out its power-of-two pieces with it."""
+    seq_len = layout.seq_len
     if isinstance(tokens, Scattered):
         out = gather_scattered(tokens, doc_start, layout, pad_id, dtype)
         mask = None if masks is None else gather_scattered(masks, doc_start, layout, 0, "uint8")
@@ -92,7 +103,7 @@ def pack_shard(tokens: "list[np.ndarray] | Scattered", lengths: list[np.ndarray]
     del out, table
     rows_at = S.layout.to_record(S.layout.shard_layout(data, layout.num_rows, seq_len, dtype, masks is not None))
     trained = None if mask is None else int(mask.sum(dtype=np.int64))
-    return PackedShard(data, layout, all_lengths, trained, rows_at)
+    return PackedShard(data, layout, lengths, trained, rows_at)
 
 
 def gather(tokens: list[np.ndarray], doc_chunk: np.ndarray, doc_start: np.ndarray, layout: Layout, fill: int,

@@ -2,10 +2,13 @@
 
 A stage over shards/: ``source`` opens a finished build and joins each shard's documents again,
 ``unit`` packs one source shard at the new length with the build's own packing (``pipeline.pack_shard``),
-``run`` runs units on workers or Ray, ``steps`` is ``repack()`` top to bottom.
+``run`` runs units on workers or Ray, ``steps`` is ``repack()`` top to bottom. With ``--buckets``,
+``buckets`` (the decomposition), ``bucket_unit`` and ``bucket_steps`` write power-of-two length buckets.
 """
 
-from .steps import RepackResult, repack
+from .bucket_steps import repack
+from .steps import RepackResult
+from .buckets import decompose, parse_buckets
 from .source import Documents, Source, open_source, shard_documents
 
-__all__ = ["repack", "RepackResult", "Source", "open_source", "Documents", "shard_documents"]
+__all__ = ["repack", "decompose", "parse_buckets", "RepackResult", "Source", "open_source", "Documents", "shard_documents"]

@@ -17,10 +17,11 @@ from typing import Iterator
 from .. import procs
 from ..errors import PackerError
 from ..io import cpu_limit, storage_for
+from .bucket_unit import BucketJob, bucket_unit
 from .unit import RepackJob, RepackUnit, repack_unit
 
 
-def run_units(todo: list[RepackUnit], job: RepackJob, workers: int, engine: str, ray_address: str | None,
+def run_units(todo: list[RepackUnit], job: RepackJob | BucketJob, workers: int, engine: str, ray_address: str | None,
               quiet: bool, progress) -> Iterator[tuple[RepackUnit, dict]]:
     """Repack the ``todo`` units; yield (unit, record) as each is written (in any order)."""
     if not todo:
@@ -33,12 +34,17 @@ def run_units(todo: list[RepackUnit], job: RepackJob, workers: int, engine: str,
     n = max(1, min(workers or cpu_limit().count, len(todo)))
     if n == 1:
         for u in todo:
-            rec = repack_unit(job, u)
+            rec = do_unit(job, u)
             progress.unit_done(u, rec["documents"], rec["tokens"])
             yield u, rec
         return
     forks = all(storage_for(p).fork_safe for p in {job.out, *(u.source for u in todo)}) and procs.can_fork()
     yield from _pooled(todo, job, n, forks, progress)
+
+
+def do_unit(job: RepackJob | BucketJob, unit: RepackUnit) -> dict:
+    """One unit: packed again at a new length, or decomposed into buckets (``--buckets``)."""
+    return (bucket_unit if isinstance(job, BucketJob) else repack_unit)(job, unit)
 
 
 def _pooled(todo, job, n: int, forks: bool, progress) -> Iterator[tuple[RepackUnit, dict]]:
@@ -60,7 +66,7 @@ def _pooled(todo, job, n: int, forks: bool, progress) -> Iterator[tuple[RepackUn
         while pending or running:
             while pending and len(running) < 2 * n:
                 u = pending.pop()
-                running[pool.submit(repack_unit, job, u)] = u
+                running[pool.submit(do_unit, job, u)] = u
             done, _ = wait(list(running), timeout=procs.QUIET_S, return_when=FIRST_COMPLETED)
             if not done and forks:
                 watch.look(pool)
@@ -86,7 +92,7 @@ def _pooled(todo, job, n: int, forks: bool, progress) -> Iterator[tuple[RepackUn
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def repack_task(job: RepackJob, unit: RepackUnit, cwd: str):
+def repack_task(job: RepackJob | BucketJob, unit: RepackUnit, cwd: str):
     """What a Ray worker runs for one unit: its record, streamed as the build's task streams its steps.
     Relative local paths mean what they meant to the driver."""
     local = [p for p in (job.out, unit.source) if storage_for(p).local]
@@ -96,4 +102,4 @@ def repack_task(job: RepackJob, unit: RepackUnit, cwd: str):
         except OSError:
             raise PackerError(f"relative paths need the folder {cwd} on every Ray node; give absolute paths "
                               "on a shared filesystem, or URIs") from None
-    yield repack_unit(job, unit)
+    yield do_unit(job, unit)

@@ -15,7 +15,7 @@ import numpy as np
 from .. import faults
 from .. import shards as S
 from ..io import storage_for
-from ..pipeline import pack_shard, shard_path
+from ..pipeline import PackedShard, pack_shard, shard_path
 from .source import Documents, shard_documents, shard_pieces
 
 MAX_EXAMPLES = 5  # examples kept per skip reason
@@ -72,20 +72,27 @@ def repack_unit(job: RepackJob, unit: RepackUnit) -> dict:
         out = storage_for(job.out)
         out.put(name, shard.data)
         faults.point("write")
-        record = shard.record(unit.index, name) | {
-            "skipped": {"too_long": len(skipped)} if skipped else {},
-            "skipped_examples": {"too_long": skipped[:MAX_EXAMPLES]} if skipped else {},
-            "sources": unit.sources(),
-        }
-        if job.chat:
-            record["trained_tokens"] = shard.trained
-        if shard.rows_at is not None:
-            record["layout"] = shard.rows_at
-        if shard.rows_at is not None or job.chat:  # (the key order of a build's records)
-            record["truncated"] = truncated
+        record = record_of(shard, unit, name, job.chat, skipped, truncated)
         out.put_json(f"{S.UNIT_DIR}/{unit.index:06d}.json", record)
         faults.point("kill-worker")
         return record
+
+
+def record_of(shard: PackedShard, unit: RepackUnit, name: str, chat: bool, skipped: list[str] = (),
+              truncated: int = 0) -> dict:
+    """The unit record of ``shard`` (written as ``name``), as a build's unit writes it, key for key."""
+    record = shard.record(unit.index, name) | {
+        "skipped": {"too_long": len(skipped)} if skipped else {},
+        "skipped_examples": {"too_long": list(skipped[:MAX_EXAMPLES])} if skipped else {},
+        "sources": unit.sources(),
+    }
+    if chat:
+        record["trained_tokens"] = shard.trained
+    if shard.rows_at is not None:
+        record["layout"] = shard.rows_at
+    if shard.rows_at is not None or chat:  # (the key order of a build's records)
+        record["truncated"] = truncated
+    return record
 
 
 def fit_conversations(job: RepackJob, unit: RepackUnit, docs: Documents) -> tuple[Documents, list[str], int]:
