@@ -14,7 +14,7 @@ Training side (imports torch on first use)::
 __all__ = [
     "BuildConfig", "build", "repack", "pack", "Layout", "PackerError",
     "PackedDataset", "PackedSampler", "PackedLoader", "collate", "block_mask", "dense_mask",
-    "collate_padding_free", "whole_rows_first", "packer_attention", "hf_dataset",
+    "collate_padding_free", "whole_rows_first", "packer_attention", "hf_dataset", "source_of",
 ]
 __version__ = "0.1.0"
 
@@ -39,6 +39,7 @@ _LAZY = {
     "whole_rows_first": "train.batching",
     "packer_attention": "train.hf",
     "hf_dataset": "shards.hf_datasets",
+    "source_of": "inspect",
 }
 
 
