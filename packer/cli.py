@@ -296,8 +296,10 @@ def stats(out, as_json, no_verify, plot_path, quiet, workers):
 @click.argument("row", type=int)
 @click.option("--tokenizer", default=None, metavar="T", help="Decode with this tokenizer instead of the one the manifest names.")
 @click.option("--ids", is_flag=True, help="Print token ids instead of text.")
+@click.option("--source", is_flag=True, help="Then where each piece's document came from: input file and line "
+                                             "(JSON Lines), row (Parquet, Arrow) or byte (text); re-reads its inputs.")
 @_user_errors
-def show(out, row, tokenizer, ids):
+def show(out, row, tokenizer, ids, source):
     """Decode packed ROW of OUT (0-based, over the whole build) back to text.
 
     Each document piece is preceded by a marker
@@ -312,6 +314,11 @@ def show(out, row, tokenizer, ids):
     decoder = None if ids else Decoder(open_index(store).head, tokenizer)
     for line in render(view, decoder, ids=ids):
         click.echo(line)
+    if source:
+        from .inspect import source_of
+
+        for where in source_of(out, row):
+            click.echo(f"[source: {where}]")
 
 
 @main.command("index")
