@@ -130,3 +130,15 @@ def test_moved_input_is_one_line(tmp_path):
         f.write(open(src / "moved.jsonl.gz", "rb").read()[:100])
     with pytest.raises(PackerError, match="changed or is gone|documents now"):
         packer.source_of(out, 0)
+
+
+def test_chat_build_is_refused_in_one_line(built, tmp_path):
+    _, out = built
+    copy = str(tmp_path / "chat")
+    shutil.copytree(out, copy)
+    path = os.path.join(copy, "manifest.json")
+    m = json.load(open(path))
+    m["settings"]["chat"] = {"fields": ["messages", "prompt", "completion"]}  # as a chat build records it
+    json.dump(m, open(path, "w"))
+    with pytest.raises(PackerError, match="--source does not support chat builds"):
+        packer.source_of(copy, 0)
