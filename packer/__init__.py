@@ -15,6 +15,7 @@ __all__ = [
     "BuildConfig", "build", "repack", "pack", "Layout", "PackerError",
     "PackedDataset", "PackedSampler", "PackedLoader", "collate", "block_mask", "dense_mask",
     "collate_padding_free", "whole_rows_first", "packer_attention", "hf_dataset", "BucketDataset", "BucketSampler",
+    "source_of",
 ]
 __version__ = "0.1.0"
 
@@ -41,6 +42,7 @@ _LAZY = {
     "hf_dataset": "shards.hf_datasets",
     "BucketDataset": "train.curriculum",
     "BucketSampler": "train.curriculum",
+    "source_of": "inspect",
 }
 
 

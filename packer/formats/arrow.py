@@ -43,6 +43,11 @@ class Arrow(Format):
         with open_stream(sl.file.path, None) as s:
             return list(pa.ipc.open_stream(s).schema.names)
 
+    location_kind = "row"
+
+    def locations(self, part: Part) -> list[int]:
+        return list(range(len(part.items)))  # a record per row
+
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         return iter(part.items)  # parsed as read: Arrow decodes the column
 

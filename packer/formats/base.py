@@ -135,6 +135,19 @@ class Format:
         that is cheaper than reading a record (else None)."""
         return None
 
+    # What ``locations`` gives: "line" (1-based line of the file), "row" (0-based row, counted from the
+    # part's first record: the caller adds the rows before it, ``first_row``) or "byte" (offset in the file).
+    location_kind = "byte"
+
+    def locations(self, part: Part) -> list[int]:
+        """Where each record of ``part`` (as ``parse`` gives them, Skips too) starts, as ``location_kind``
+        says; for ``packer show --source``, which re-reads a unit's input. A whole-file format: [0]."""
+        return [0]
+
+    def first_row(self, sl: Slice) -> int:
+        """Rows of the file before ``sl`` (a "row" format whose slices start mid-file)."""
+        return 0
+
     def where_of(self, part: Part, record: int) -> str:
         """"path:line" (or the closest this format knows) of record number
         ``record`` (0-based, Documents and Skips alike) of ``part``. Called

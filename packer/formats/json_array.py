@@ -83,6 +83,11 @@ class Json(Format):
         return json_keys((raw for part in self.parts(sl, "", None, 64 << 10) for _, raw in part.items
                           if type(raw) is not Skip), records)
 
+    location_kind = "line"
+
+    def locations(self, part: Part) -> list[int]:
+        return [line for line, _ in part.items]  # (each element's first line, as its Skips name it)
+
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         path = part.sl.file.path
         for line, raw in part.items:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+from dataclasses import replace
 from typing import Iterator
 
 import orjson
@@ -117,6 +118,14 @@ class Jsonl(Format):
                 tail = changed(sl, storage_for(f.path).stamp())
         if lines or tail is not None:
             yield Part(sl, lines, line0, pos0, tail, n_bytes)
+
+    location_kind = "line"
+
+    def locations(self, part: Part) -> list[int]:
+        # parse() makes one record of every line that is not blank, in order.
+        if part.line0 is None:  # a slice from mid-file: its line numbers counted once, from the part's first byte
+            part = replace(part, line0=_count_lines_before(part.sl.file.path, part.pos0))
+        return [line_no for line, line_no, _ in lines_of(part) if line.strip()]
 
     def where_of(self, part: Part, record: int) -> str:
         # parse() makes one record of every line that is not blank, in order.

@@ -52,8 +52,17 @@ class Parquet(Format):
 
         return list(pq.ParquetFile(storage_for(sl.file.path).arrow_file()).schema_arrow.names)
 
+    location_kind = "row"
+
+    def locations(self, part: Part) -> list[int]:
+        return list(range(len(part.items)))  # a record per row
+
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         return iter(part.items)  # parsed as read: Arrow decodes the column
+
+    def first_row(self, sl: Slice) -> int:
+        meta = _open(sl).metadata
+        return sum(meta.row_group(i).num_rows for i in range(sl.start))
 
 
 class _Replaced(Exception):

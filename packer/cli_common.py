@@ -1,0 +1,63 @@
+"""What every ``packer`` command shares: one line for a user's mistake, Ctrl-C and SIGTERM as exit codes."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import sys
+
+import click
+
+from .errors import PackerError
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (kill PID, docker stop, systemd, Slurm preemption) or SIGHUP (the terminal closed),
+    handled as Ctrl-C is: workers stopped, finished units kept, the resume command printed."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(signum)
+        self.signum = int(signum)
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated(signum)
+
+
+def _user_errors(fn):
+    """Turn PackerError into one line on stderr and its exit code; Ctrl-C into 130;
+    a closed stdout (``| head``) into a quiet exit 0."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except PackerError as e:
+            click.echo(f"packer: error: {e}", err=True)
+            sys.exit(e.exit_code)
+        except BrokenPipeError:
+            # The reader of stdout went away: what it wanted, it has. Point stdout
+            # at /dev/null so the interpreter's last flush does not fail again.
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
+        except MemoryError:
+            click.echo("packer: error: out of memory; lower --workers, --unit-mb or --seq-len", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt as e:
+            click.echo(f"\npacker: {'terminated' if isinstance(e, Terminated) else 'interrupted'}", err=True)
+            sys.exit(128 + e.signum if isinstance(e, Terminated) else 130)
+
+    return wrapper
+
+
+def _build_at(out: str):
+    """The storage of build OUT; one line (``PackerError``) when it is a local path that is not a folder."""
+    from .io import storage_for
+
+    store = storage_for(out)
+    if store.missing_folder():
+        raise PackerError(f"no such build folder: {out}")
+    return store

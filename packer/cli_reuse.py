@@ -1,0 +1,108 @@
+"""The commands over finished builds (no tokenizer, no raw text): ``packer repack``."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+
+from .cli_common import _user_errors
+from .errors import PackerError
+
+
+@click.command(context_settings={"max_content_width": 100})
+@click.argument("paths", nargs=-1, required=True, metavar="BUILD... OUT")
+@click.option("--seq-len", type=int, default=None, metavar="N", help="Tokens per row of the new build.")
+@click.option("--buckets", default=None, metavar="MIN:MAX",
+              help="Instead of --seq-len: power-of-two length buckets MIN..MAX (dataset decomposition), "
+                   "OUT/len-NNNNN/ each a build (docs/packing.md).")
+@click.option("--pack", type=click.Choice(["bfd", "concat"]), default=None,
+              help="Packing mode of the new build (default: the source's).")
+@click.option("--workers", type=click.IntRange(0, 1024), default=0, show_default=True,
+              help="Shards repacked at once (processes); 0: one per CPU.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: worker processes here; ray: a Ray task per shard (docs/distributed.md).")
+@click.option("--ray-address", default=None, metavar="ADDR", help="The Ray cluster (default: RAY_ADDRESS, else a local one).")
+@click.option("--resume", is_flag=True, help="Continue an interrupted repack into OUT (same sources and options).")
+@click.option("--overwrite", is_flag=True, help="Replace what OUT holds (only a packer build).")
+@click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary; errors and warnings only.")
+@click.option("--summary-json", default=None, metavar="FILE", help="The end-of-repack summary as JSON ('-': stdout).")
+@_user_errors
+def repack(paths, seq_len, buckets, pack, workers, engine, ray_address, resume, overwrite, dry_run, quiet, summary_json):
+    """Pack the documents of finished build(s) BUILD... again at another --seq-len, into OUT.
+
+    No tokenizer is loaded and no raw text is read: every document is joined again from its
+    pieces and packed exactly as `packer build` would at N (the same best-fit, units and order),
+    so the shards equal, byte for byte, those of a fresh build at N. Several builds of one
+    tokenizer are repacked into one, in the order given; a holdout stays a holdout.
+
+    \b
+    Examples:
+      packer repack out2048/ out8192/ --seq-len 8192     long-context training from one tokenization
+      packer repack a/ b/ ab1024/ --seq-len 1024         two builds as one, at 1024
+    \b
+    From Python:
+      from packer import repack
+      repack("out2048/", "out8192/", seq_len=8192)
+      repack("out2048/", "outb/", buckets=(256, 8192))   # --buckets 256:8192
+    """
+    from .inspect import BuildBar, summary_lines
+    from .pipeline import plural
+    from .repacking import repack as run_repack
+
+    if len(paths) < 2:
+        raise PackerError("give at least one finished BUILD and then OUT")
+    *ins, out = paths
+    bar = None if quiet or dry_run else BuildBar()
+    try:
+        result = run_repack(ins, out, seq_len=seq_len, buckets=buckets, pack=pack, workers=workers, engine=engine,
+                            ray_address=ray_address, resume=resume, overwrite=overwrite, dry_run=dry_run,
+                            quiet=quiet, summary_json=summary_json, progress=bar.update if bar else None)
+    except KeyboardInterrupt:
+        argv = " ".join(shlex.quote(a) for a in sys.argv[1:] if a not in ("--overwrite", "--resume"))
+        click.echo(f"\npacker: interrupted; finished units are kept. Resume with:\n  packer {argv} --resume", err=True)
+        sys.exit(130)
+    finally:
+        if bar:
+            bar.close()
+    if buckets is not None:
+        return _buckets_report(result, out, quiet, summary_json)
+    if result.plan is not None:
+        p = result.plan
+        for s in p["sources"]:
+            click.echo(f"source  {s['build']}: seq_len {s['seq_len']:,}, {s['shards']:,} shard(s), "
+                       f"{s['documents']:,} documents, {s['tokens']:,} tokens", err=summary_json == "-")
+        click.echo(f"would write {plural(p['units'], 'shard')} at seq_len {p['settings']['seq_len']:,} to {out}"
+                   f" (+{p['holdout_units']:,} holdout), reading {p['bytes'] / 1e6:,.1f} MB", err=summary_json == "-")
+        for n in result.notes:
+            click.echo(f"note: {n}", err=True)
+        return
+    if quiet:
+        return
+    for n in result.notes:
+        click.echo(f"note: {n}", err=True)
+    click.echo(f"repacked into {out} in {result.seconds:.1f}s ({plural(result.units_run, 'unit')} run, "
+               f"{result.units_skipped:,} already done)", err=True)
+    for line in summary_lines(result.manifest):
+        click.echo(line, err=True)
+
+
+def _buckets_report(result, out: str, quiet: bool, summary_json) -> None:
+    """What ``packer repack --buckets`` says when done (or, with --dry-run, would do)."""
+    to_err = summary_json == "-"
+    if result.plan is not None:
+        p = result.plan
+        click.echo(f"would write buckets {', '.join(map(str, p['buckets']))} from {p['units']:,} shard(s) "
+                   f"(+{p['holdout_units']:,} holdout) to {out}, reading {p['bytes'] / 1e6:,.1f} MB", err=to_err)
+        return
+    if quiet:
+        return
+    for n in result.notes:
+        click.echo(f"note: {n}", err=True)
+    m = result.manifest
+    click.echo(f"repacked into {out} in {result.seconds:.1f}s: {m['kept_tokens']:,} of {m['tokens']:,} tokens in "
+               f"buckets ({m['dropped_pct']}% dropped below {m['min']:,}), padding 0", err=True)
+    for b in m["buckets"]:
+        click.echo(f"  {b['path']}  {b['rows']:>10,} rows  {b['tokens']:>14,} tokens", err=True)
