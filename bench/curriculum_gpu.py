@@ -123,6 +123,8 @@ def main(argv=None):
         return 0
     from packer import BucketDataset, BucketSampler, PackedDataset, PackedSampler, collate, packer_attention
 
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+
     fixed, bds = PackedDataset(a.build), BucketDataset(a.buckets)
     p = plan(a, fixed.seq_len, bds.lengths)
     a.model = SimpleNamespace(vocab=fixed.vocab_size, seq=fixed.seq_len, tiny=False)
