@@ -207,6 +207,7 @@ def manifest_of(seq_len: int, dtype: str, head: dict, settings: dict, recs: list
     examples: dict[str, list[str]] = {}
     met: dict[str, Counter] = {"special_in_text": Counter(), "added_in_text": Counter()}  # (unit.assemble_unit)
     met_examples: dict[str, dict[str, list[str]]] = {k: {} for k in met}
+    met_docs = {k: 0 for k in met}
     for r in recs:
         skipped.update(r["skipped"])
         for k, v in r["skipped_examples"].items():
@@ -214,6 +215,7 @@ def manifest_of(seq_len: int, dtype: str, head: dict, settings: dict, recs: list
             ex.extend(v[: MAX_EXAMPLES - len(ex)])
         for key, counts in met.items():
             counts.update(r.get(key, {}))
+            met_docs[key] += r.get(key + "_documents", sum(r.get(key, {}).values()))  # (older records: per token)
             for k, v in r.get(key + "_examples", {}).items():
                 ex = met_examples[key].setdefault(k, [])
                 ex.extend(v[: MAX_EXAMPLES - len(ex)])
@@ -240,6 +242,7 @@ def manifest_of(seq_len: int, dtype: str, head: dict, settings: dict, recs: list
         if counts:
             totals[key] = dict(sorted(counts.items()))
             totals[key + "_examples"] = {k: met_examples[key][k] for k in sorted(met_examples[key])}
+            totals[key + "_documents"] = met_docs[key]
     if chat:  # only chat builds: other manifests keep their bytes
         totals["trained_tokens"] = sum(r["trained_tokens"] for r in recs)
         totals["trained_pct"] = round(100.0 * totals["trained_tokens"] / max(1, totals["tokens"]), 4)
