@@ -20,7 +20,8 @@ from .unit import HOLDOUT_DIR, MAX_EXAMPLES, unit_sources
 LIST_THREADS = 32  # unit records read at once when resuming (small GETs on an object store)
 
 
-def out_action(out: str, tops: list[str], cfg, settings: dict, old_build, stamps: tuple = (None, None, None)) -> str:
+def out_action(out: str, tops: list[str], cfg, settings: dict, old_build, stamps: tuple = (None, None, None),
+               why=None) -> str:
     """What a build does with output location ``out``, whose top-level names are ``tops``.
 
     The rules of ``--resume`` and ``--overwrite``. Returns
@@ -30,8 +31,10 @@ def out_action(out: str, tops: list[str], cfg, settings: dict, old_build, stamps
     reads the old build.json, only when needed. ``stamps``: the inputs' stamp now
     (plan.input_stamp), the one the killed build's lock file holds (None: no lock
     file, e.g. an OUT copied without its dotfiles), and the content-only stamp now
-    (compared with build.json's ``inputs`` when the lock holds none).
+    (compared with build.json's ``inputs`` when the lock holds none). ``why()``: which input changed
+    and how, for the refusal (None where it cannot be told).
     """
+    said = (lambda: (why() if why is not None else None))  # asked only on a refusal
     ours = {S.MANIFEST, S.INDEX, S.BUILD_JSON, S.SHARD_DIR, S.UNIT_DIR, HOLDOUT_DIR}
     if cfg.run.resume and "build.json" not in tops and all(t in ours or t.startswith(".tmp-") for t in tops):
         return "fresh"  # killed before build.json was written: nothing to keep, start afresh
@@ -45,7 +48,9 @@ def out_action(out: str, tops: list[str], cfg, settings: dict, old_build, stamps
         diff = [k for k in {**old, **settings} if old.get(k) != settings.get(k)]
         if diff:
             k = diff[0]
-            what = "input files changed" if k == "input_plan" else f"{k} was {old.get(k)!r}, now {settings.get(k)!r}"
+            what = f"{k} was {old.get(k)!r}, now {settings.get(k)!r}"
+            if k == "input_plan":
+                what = "input files changed" + (f": {w}" if (w := said()) else "")
             raise PackerError(f"cannot resume {out}: it was built with other settings ({what}); use --overwrite or another folder")
         if S.MANIFEST not in tops:
             now, before, content = stamps
@@ -54,8 +59,9 @@ def out_action(out: str, tops: list[str], cfg, settings: dict, old_build, stamps
             if before is not None and now != before:
                 # Same sizes (the input plan matched), other content, times or inodes:
                 # an edit since the kill would mix old and new text in one build.
+                how = said() or "their content, modification time or inode"
                 raise PackerError(f"cannot resume {out}: input files changed since the build was interrupted "
-                                  "(their content, modification time or inode); use --overwrite or another folder")
+                                  f"({how}); use --overwrite or another folder")
         return "done" if S.MANIFEST in tops else "continue"
     if cfg.run.overwrite:
         foreign = [t for t in tops if t not in ours]
@@ -80,14 +86,14 @@ def holdout_settings(settings: dict) -> dict:
 
 
 def prepare_out(out: Storage, cfg, settings: dict, stamp: str | None = None, previous: dict | None = None,
-                content: str | None = None) -> bool:
+                content: str | None = None, why=None) -> bool:
     """Make ``out`` ready for the build; return True if it already holds a finished, matching build.
 
     --overwrite deletes the manifest first, so no reader sees a manifest
     without its shards; temp files of a killed build are removed.
     ``stamp``: the inputs' stamp now (plan.input_stamp); ``previous``: what
     the lock file of a killed build holds (its ``inputs`` stamp is compared);
-    ``content``: the content-only stamp, recorded in build.json (``inputs``).
+    ``content``: the content-only stamp, recorded in build.json (``inputs``); ``why``: see ``out_action``.
     """
     tops = [t for t in out.tops() if t != LOCK_NAME]
 
@@ -101,7 +107,7 @@ def prepare_out(out: Storage, cfg, settings: dict, stamp: str | None = None, pre
         return {**old, "settings": old.get("settings", {})}
 
     before = previous.get("inputs") if isinstance(previous, dict) else None
-    action = out_action(out.root, tops, cfg, settings, old_build, (stamp, before, content))
+    action = out_action(out.root, tops, cfg, settings, old_build, (stamp, before, content), why)
     if action == "done":
         _remove_temp_files(out)  # a kill during a last write may have left one (format.md: --resume cleans them)
         return True

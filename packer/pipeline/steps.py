@@ -23,14 +23,14 @@ from .. import faults, head_start
 from .. import shards as S
 from ..errors import PackerError
 from ..formats import discover, no_inputs_error, plan_slices
-from ..io import Storage, storage_for
+from ..io import Storage, stamp_listing, storage_for
 from ..tokenize import TokenizerInfo, resolve_tokenizer
 from . import backend_check
 from .config import OPTIONS, BuildConfig, OutputSettings
 from .engines import Progress, engine_for
 from .options import signature
 from .output import finished_records, holdout_settings, manifest, out_action, prepare_holdout, prepare_out
-from .plan import Unit, input_stamp, limit_slices, plan_units, recorded_settings
+from .plan import Unit, content_change, input_change, input_stamp, limit_slices, plan_units, recorded_settings
 from .report import no_documents_error, no_fast_engine_note, plan_dict, skipped_warning, summary_dict, write_summary
 from .unit import HOLDOUT_DIR, Job, holdout_out
 
@@ -154,12 +154,15 @@ def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
     lock = out.lock()  # one build at a time in OUT; says who holds it
     finished = False
     try:
-        stamp = input_stamp(plan.found.files)
-        already = prepare_out(out, cfg, settings, stamp, lock.previous, input_stamp(plan.found.files, content_only=True))
-        lock.record(stamp)
+        stamp, content = input_stamp(plan.found.files), input_stamp(plan.found.files, content_only=True)
+        already = prepare_out(out, cfg, settings, stamp, lock.previous, content,
+                              lambda: input_change(lock.previous, plan.found.files, lambda: _old_sources(out)))
+        lock.record(stamp, stamp_listing(plan.found.files))
         if already:
+            changed = _changed_since(out, plan.units, content)
             result = BuildResult(S.read_manifest(out), phase.seconds(), 0, len(plan.units),
-                                 _notes(tok, plan.found) + ["build was already complete: nothing to do"], tok.added)
+                                 _notes(tok, plan.found) + ["build was already complete: nothing to do"], tok.added,
+                                 warnings=[changed] if changed else [])
         else:
             records, held = prepare(cfg, out, settings, plan.units)
             phase("prepare output")
@@ -254,6 +257,36 @@ def finish(cfg: BuildConfig, job: Job, settings: dict, plan: Plan, records: dict
     lock.check()  # an object-store lease taken over meanwhile (a long stall): this build must not finish
     S.write_manifest(out, m)
     return m, warn
+
+
+def _old_sources(out: Storage) -> list | None:
+    """Every shard's ``sources`` in a finished build's manifest (None: no such manifest)."""
+    try:
+        return [src for sh in json.loads(out.read(S.MANIFEST))["shards"] for src in sh["sources"]]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+
+
+def _changed_since(out: Storage, units: list[Unit], content: str) -> str | None:
+    """For a resume of a finished build: what says that its inputs changed since, at the same sizes
+    (build.json's content stamp differs), so its shards hold the old content; None if they did not."""
+    try:
+        before = json.loads(out.read(S.BUILD_JSON)).get("inputs")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+    if before is None or before == content:
+        return None
+
+    def record(i: int) -> dict:
+        try:
+            return json.loads(out.read(f"{S.UNIT_DIR}/{i:06d}.json"))
+        except (OSError, ValueError, RecursionError):
+            return {}
+
+    path = content_change(units, record)
+    what = f"{path} changed" if path else "input files changed"
+    return (f"{what} since {out.root} was built (content, at the same size): its shards hold the old content; "
+            "rebuild with --overwrite to use the new")
 
 
 def _notes(tok: TokenizerInfo, found) -> list[str]:
