@@ -286,8 +286,8 @@ def stats(out, as_json, no_verify, plot_path, quiet, workers):
             click.echo(f"packer: problem: {p}", err=True)
         click.echo(f"packer: {len(rep.problems)} problem(s) found in {out}", err=True)
         sys.exit(1)
-    what = f"verified {len(rep.shards)} shard(s), {rep.bytes_read / 1e6:,.1f} MB: OK" if not no_verify else \
-        f"read the piece columns of {len(rep.shards)} shard(s); not verified (--no-verify)"
+    what = f"verified {rep.checked_shards} shard(s), {rep.bytes_read / 1e6:,.1f} MB: OK" if not no_verify else \
+        f"read the piece columns of {rep.checked_shards} shard(s); not verified (--no-verify)"
     click.echo(what, err=as_json)
 
 
