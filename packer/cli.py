@@ -16,7 +16,7 @@ if __name__ == "__main__":  # python -m packer.cli: as packer_cli's entry point,
 
 import click  # noqa: E402
 
-from .errors import PackerError  # noqa: E402
+from .errors import PackerError, flag_spelling  # noqa: E402
 from .formats import SKIP_REASONS  # noqa: E402
 from .pipeline import OPTIONS  # noqa: E402
 
@@ -128,8 +128,10 @@ def build(inputs, **options):
     except ValueError:  # not the main thread (an embedding caller): leave signals alone
         old_term = None
     try:
-        result = run_build(ins, out, progress=bar.update if bar else None, on_sized=bar.sized if bar else None,
-                           on_note=None if quiet else lambda n: said.append(n) or click.echo(f"note: {n}", err=True), **options)
+        with flag_spelling():  # its errors name --resume, not resume=True
+            result = run_build(ins, out, progress=bar.update if bar else None, on_sized=bar.sized if bar else None,
+                               on_note=None if quiet else lambda n: said.append(n) or click.echo(f"note: {n}", err=True),
+                               **options)
     except KeyboardInterrupt as e:
         if bar:
             bar.close()

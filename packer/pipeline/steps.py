@@ -28,7 +28,7 @@ from ..tokenize import TokenizerInfo, resolve_tokenizer
 from . import backend_check
 from .config import OPTIONS, BuildConfig, OutputSettings
 from .engines import Progress, engine_for
-from .options import signature
+from .options import in_python_terms, signature
 from .output import finished_records, holdout_settings, manifest, out_action, prepare_holdout, prepare_out
 from .plan import Unit, content_change, input_change, input_stamp, limit_slices, plan_units, recorded_settings
 from .report import no_documents_error, no_fast_engine_note, plan_dict, skipped_warning, summary_dict, write_summary
@@ -63,12 +63,17 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, on_no
     input is read (a model folder whose tokenizer.json and transformers disagree);
     they stay in ``notes`` as well.
     """
-    cfg = _config(inputs, out, options)
+    try:
+        cfg = _config(inputs, out, options)
+    except PackerError as e:
+        in_python_terms(e, OPTIONS)  # resume=True, not --resume, for a caller in Python (the CLI keeps flags)
+        raise
     try:
         result = _build(cfg, progress, on_sized, on_note)
     except PackerError as e:
         if cfg.run.summary_json:
             write_summary(cfg.run.summary_json, {"ok": False, "out": cfg.out, "error": str(e)})
+        in_python_terms(e, OPTIONS)
         raise
     if cfg.run.summary_json:
         write_summary(cfg.run.summary_json, result.plan if result.plan is not None else summary_dict(result, cfg.out))
