@@ -190,7 +190,7 @@ def test_api_takes_the_cli_names_and_a_config_with_one_path(corpus, tmp_path):
     (dict(limit=0), "--limit"),
     (dict(holdout=1.0), "--holdout"),
     (dict(holdout=-0.1), "--holdout"),
-    (dict(dry_run=True, overwrite=True), "--dry-run"),
+    (dict(dry_run=True, overwrite=True), "dry_run=True"),
     (dict(text_field="a..b"), "--text-field"),
 ])
 def test_contradictions_are_refused_in_one_line(opts, match):
