@@ -148,7 +148,7 @@ def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
     if cfg.run.dry_run:
         settings = recorded_settings(cfg, tok, plan.units, chat)
         state = _out_state(out, cfg, settings)
-        return BuildResult({}, phase.seconds(), 0, 0, list(tok.notes), plan=plan_dict(cfg, plan.found, plan.units,
+        return BuildResult({}, phase.seconds(), 0, 0, _tokenizer_notes(cfg, tok), plan=plan_dict(cfg, plan.found, plan.units,
                                                                                        settings, tok, state))
     tok, check = backend_check.decide(cfg, tok, plan.units, chat)
     head_start.settle()  # a head start the backend did not take: joined, dropped (the engine forks its workers)
@@ -166,7 +166,7 @@ def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
         if already:
             changed = _changed_since(out, plan.units, content)
             result = BuildResult(S.read_manifest(out), phase.seconds(), 0, len(plan.units),
-                                 _notes(tok, plan.found) + ["build was already complete: nothing to do"], tok.added,
+                                 _notes(cfg, tok, plan.found) + ["build was already complete: nothing to do"], tok.added,
                                  warnings=[changed] if changed else [])
         else:
             records, held = prepare(cfg, out, settings, plan.units)
@@ -177,7 +177,7 @@ def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
             m, warn = finish(cfg, job, settings, plan, records, out, held, lock)
             phase("manifest")
             result = BuildResult(m, phase.seconds(), len(todo), len(plan.units) - len(todo),
-                                 _notes(job.tokenizer, plan.found) + notes
+                                 _notes(cfg, job.tokenizer, plan.found) + notes
                                  + no_fast_engine_note(job.tokenizer.backend, cfg.run.tokenizer_backend),
                                  job.tokenizer.added, phase.phases,
                                  [warn] if warn else [])
@@ -294,8 +294,18 @@ def _changed_since(out: Storage, units: list[Unit], content: str) -> str | None:
             "rebuild with --overwrite to use the new")
 
 
-def _notes(tok: TokenizerInfo, found) -> list[str]:
-    notes = list(tok.notes)
+BYTES_NOTE = ("no --tokenizer: tokenizing to bytes (the built-in byte tokenizer: 256 byte ids + EOS); for a model's "
+              "tokens pass --tokenizer with a tokenizer.json, a model folder or a hub model name")
+
+
+def _tokenizer_notes(cfg: BuildConfig, tok: TokenizerInfo) -> list[str]:
+    """The tokenizer's notes, after the one saying that no tokenizer was chosen (bytes, then: said with the
+    build's other notes at its end, so a build that fails says its error alone)."""
+    return ([BYTES_NOTE] if cfg.output.tokenizer is None else []) + list(tok.notes)
+
+
+def _notes(cfg: BuildConfig, tok: TokenizerInfo, found) -> list[str]:
+    notes = _tokenizer_notes(cfg, tok)
     if found.ignored:
         notes += [f"ignored {line}" for line in found.ignored_lines()]
     if found.duplicates:
