@@ -137,12 +137,19 @@ def python_spelling(message: str, options: tuple[Option, ...]) -> str:
     CLI's), and a command quoted in backticks (`packer repack ...`) keeps its flags."""
     by_flag = {o.flag: o for o in options if o.type is bool}
 
-    def name(m: re.Match) -> str:
-        o = by_flag.get(m.group(0))
-        return m.group(0) if o is None else f"{o.name}=True"
+    def spelled(part: str) -> str:
+        def name(m: re.Match) -> str:
+            o = by_flag.get(m.group(0))
+            if o is None:
+                return m.group(0)
+            # "--overwrite must be True or False": about the option, not the switch passed: named as validation
+            # names every option by its type (--seq-len must be a whole number)
+            return m.group(0) if part[m.end():].startswith(" must ") else f"{o.name}=True"
+
+        return _FLAG.sub(name, part)
 
     parts = message.split("`")
-    return "`".join(_FLAG.sub(name, p) if i % 2 == 0 else p for i, p in enumerate(parts))
+    return "`".join(spelled(p) if i % 2 == 0 else p for i, p in enumerate(parts))
 
 
 def in_python_terms(e: Exception, options: tuple[Option, ...]) -> None:
