@@ -60,3 +60,8 @@ def __getattr__(name):
                               "pip install torch (building shards, packer stats and packer show need none)") from None
         return getattr(module, name)
     raise AttributeError(f"module 'packer' has no attribute {name!r}")
+
+
+def __dir__():
+    """The lazy names too (build, PackedDataset, ...): what completion and dir(packer) list."""
+    return sorted(set(globals()) | set(__all__))

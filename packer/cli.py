@@ -17,7 +17,7 @@ import click  # noqa: E402
 
 from .cli_common import Terminated, _build_at, _on_sigterm, _user_errors  # noqa: E402
 from .cli_reuse import repack  # noqa: E402
-from .errors import PackerError  # noqa: E402
+from .errors import PackerError, flag_spelling  # noqa: E402
 from .formats import SKIP_REASONS  # noqa: E402
 from .pipeline import OPTIONS  # noqa: E402
 
@@ -91,8 +91,10 @@ def build(inputs, **options):
     except ValueError:  # not the main thread (an embedding caller): leave signals alone
         old_term = None
     try:
-        result = run_build(ins, out, progress=bar.update if bar else None, on_sized=bar.sized if bar else None,
-                           on_note=None if quiet else lambda n: said.append(n) or click.echo(f"note: {n}", err=True), **options)
+        with flag_spelling():  # its errors name --resume, not resume=True
+            result = run_build(ins, out, progress=bar.update if bar else None, on_sized=bar.sized if bar else None,
+                               on_note=None if quiet else lambda n: said.append(n) or click.echo(f"note: {n}", err=True),
+                               **options)
     except KeyboardInterrupt as e:
         if bar:
             bar.close()
@@ -177,8 +179,8 @@ def stats(out, as_json, no_verify, plot_path, quiet, workers):
             click.echo(f"packer: problem: {p}", err=True)
         click.echo(f"packer: {len(rep.problems)} problem(s) found in {out}", err=True)
         sys.exit(1)
-    what = f"verified {len(rep.shards)} shard(s), {rep.bytes_read / 1e6:,.1f} MB: OK" if not no_verify else \
-        f"read the piece columns of {len(rep.shards)} shard(s); not verified (--no-verify)"
+    what = f"verified {rep.checked_shards} shard(s), {rep.bytes_read / 1e6:,.1f} MB: OK" if not no_verify else \
+        f"read the piece columns of {rep.checked_shards} shard(s); not verified (--no-verify)"
     click.echo(what, err=as_json)
 
 

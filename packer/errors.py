@@ -3,7 +3,31 @@
 Raise ``PackerError`` for anything the user can fix (a missing input, a bad
 flag, a damaged shard): the CLI prints its message on one line with no
 traceback and exits with ``exit_code``.
+
+A message names an option by its flag (``--resume``); ``build()`` called from
+Python names it by its keyword instead (``resume=True``), unless the CLI is the
+caller (``flag_spelling``).
 """
+
+import contextlib
+import contextvars
+
+_FLAGS = contextvars.ContextVar("packer_flag_spelling", default=False)
+
+
+@contextlib.contextmanager
+def flag_spelling():
+    """Within it, errors keep the CLI's flag names (the CLI calls ``build()`` inside it)."""
+    token = _FLAGS.set(True)
+    try:
+        yield
+    finally:
+        _FLAGS.reset(token)
+
+
+def says_flags() -> bool:
+    """Whether the caller reads options as flags (the CLI) rather than keywords (Python)."""
+    return _FLAGS.get()
 
 
 class PackerError(Exception):

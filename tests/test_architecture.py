@@ -140,6 +140,20 @@ def test_without_torch_the_training_side_says_what_to_install():
     assert last.startswith("ImportError: packer.PackedDataset is on the training side and needs PyTorch"), r.stderr
     assert "pip install torch" in last and "ModuleNotFoundError" not in r.stderr, r.stderr
 
+
+def test_dir_of_packer_lists_the_lazy_names():
+    """Issue 55.8: dir(packer) (tab completion) lists build, PackedDataset and the other lazy exports, before
+    any of them is imported; listing them imports nothing (torch stays out)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, packer; names = dir(packer)\n"
+            "assert set(packer.__all__) <= set(names), sorted(set(packer.__all__) - set(names))\n"
+            "assert 'build' in names and 'PackedDataset' in names and '__version__' in names\n"
+            "assert 'torch' not in sys.modules and 'packer.pipeline' not in sys.modules")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=os.path.dirname(ROOT))
+    assert r.returncode == 0, r.stderr
+
 # tokenize has three doors (docs/architecture.md): everything outside packer/tokenize/ (the other stages,
 # cli, bench/ and the tests of other stages) imports these packages, never a module file inside them.
 TOKENIZE_DOORS = {"packer.tokenize", "packer.tokenize.backend", "packer.tokenize.chat"}

@@ -201,3 +201,20 @@ def test_all_skipped_cli_exit_code(tmp_path):
     assert r.exit_code == 2 and "body" in r.output
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["ok"] is False and "body" in s["error"]
+
+
+def test_a_build_without_tokenizer_says_once_that_it_tokenizes_to_bytes(tmp_path, gpt2_path):
+    """Issue 55.3: no --tokenizer is the byte tokenizer, said in one note line (how to choose one); not with -q,
+    not when a tokenizer is given; the Python API has it in its notes."""
+    src = tmp_path / "a.jsonl"
+    src.write_bytes(jl({"text": "one"}, {"text": "two"}))
+    r = run_cli("build", str(src), str(tmp_path / "o"), "--seq-len", "64", "--workers", "1")
+    assert r.exit_code == 0, r.output
+    said = [ln for ln in r.output.splitlines() if "no --tokenizer" in ln]
+    assert len(said) == 1 and said[0].startswith("note: no --tokenizer: tokenizing to bytes") and "pass --tokenizer" in said[0]
+    r = run_cli("build", str(src), str(tmp_path / "q"), "--seq-len", "64", "--workers", "1", "-q")
+    assert r.exit_code == 0 and "no --tokenizer" not in r.output
+    r = run_cli("build", str(src), str(tmp_path / "t"), "--seq-len", "64", "--workers", "1", "--tokenizer", gpt2_path)
+    assert r.exit_code == 0 and "no --tokenizer" not in r.output
+    res = build([str(src)], str(tmp_path / "p"), seq_len=64, workers=1, quiet=True)
+    assert sum("tokenizing to bytes" in n for n in res.notes) == 1

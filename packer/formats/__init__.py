@@ -13,6 +13,7 @@ Each input format is one module here, listed in ``REGISTRY``: adding one
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from ..io import find, io_thread
 from . import arrow, json_array, jsonl, parquet, text
 from .base import (DEFAULT_MAX_RECORD, PART_BYTES, SKIP_REASONS, Document, Format, InputFile, Part, Record, Skip, Slice,
                    strict_error)
-from .layouts import ignored_reasons, metadata_files
+from .layouts import ignored_reasons, metadata_files, packer_build
 from .chat import ChatFields, Conversation
 from .consumed import digest as consumed_digest
 
@@ -109,6 +110,21 @@ def no_inputs_error(inputs, found: Discovery) -> PackerError:
     return PackerError(f"no input files found in {where}: ignored {'; '.join(found.ignored_lines())}; {supported}")
 
 
+def packer_build_error(built: tuple[str, str], inputs) -> PackerError:
+    """The error for an input that is (or holds) a packer build: its shards are tokens, not text."""
+    folder, name = built
+    norm = {p: p.rstrip("/" + os.sep).replace(os.sep, "/") for p in inputs}
+    given = next((p for p, n in norm.items() if n == folder), None)
+    holder = next((p for p, n in norm.items() if folder.startswith(n + "/")), None)
+    where = given or folder
+    inside = f" (inside input {holder})" if holder and not given else ""
+    if name == "build.json":
+        return PackerError(f"{where} is an unfinished packer build ({name}){inside}: its shards are tokens, not text; "
+                           "leave it out of the inputs")
+    return PackerError(f"{where} is a packer build ({name}){inside}: to pack it at another length use "
+                       f"`packer repack {where} OUT --seq-len N`; or leave it out of the inputs")
+
+
 def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Discovery:
     """Expand folders (recursively, sorted), files, globs and URIs into input files.
 
@@ -122,6 +138,9 @@ def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Dis
 
     found = find(list(paths), lambda p: detect_format(p) is not None, unknown, exclude, on_sized)
     files = [InputFile(p, *detect_format(p), size, stamp) for (p, size), stamp in zip(found.files, found.stamps)]
+    built = packer_build([f.path for f in files])
+    if built is not None:
+        raise packer_build_error(built, paths)
     meta = metadata_files([f.path for f in files], [f.format for f in files])
     if meta:
         files = [f for f in files if f.path not in meta]

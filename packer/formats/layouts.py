@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import os
 
+# A folder packer built: its manifest (build.json before the build finished) beside shards/, units/ or index.arrow.
+PACKER_BUILD_NAMES = ("manifest.json", "build.json")
+_PACKER_BUILD_PARTS = ("shards/", "units/", "index.arrow")
 HF_SAVED = "HF datasets save_to_disk metadata"
 HF_CARD = "the dataset card of an HF hub dataset snapshot"
 HF_CACHE = "HF hub cache internals (the files are read through snapshots/)"
@@ -58,3 +61,26 @@ def metadata_files(paths: list[str], formats: list[str]) -> dict[str, str]:
                                                   for q in paths if q not in out and q != p):
             out[p] = HF_CARD
     return out
+
+
+def packer_build(paths: list[str]) -> tuple[str, str] | None:
+    """(folder, "manifest.json" or "build.json") of the outermost packer build among ``paths`` (a build's
+    own files, found in an input folder), or None. A build is a folder holding one of PACKER_BUILD_NAMES
+    beside shards/, units/ or index.arrow."""
+    names: dict[str, set[str]] = {}  # folder, "/"-separated -> the build's names directly in it
+    for p in paths:
+        folder, name = _split(p)
+        if name in PACKER_BUILD_NAMES:
+            names.setdefault(folder.replace(os.sep, "/"), set()).add(name)
+    builds = set()
+    for p in paths if names else ():
+        parts = p.replace(os.sep, "/").split("/")
+        for k in range(len(parts) - 1, -1, -1):  # each folder above p that holds a manifest
+            folder, rest = "/".join(parts[:k]), "/".join(parts[k:])
+            if folder in names and rest.startswith(_PACKER_BUILD_PARTS):
+                builds.add(folder)
+    if not builds:
+        return None
+    folder = min(builds, key=lambda f: (f.count("/"), f))
+    held = names[folder]
+    return folder, "manifest.json" if "manifest.json" in held else "build.json"

@@ -212,7 +212,7 @@ def summary_lines(m: dict) -> list[str]:
     for key, head in _MET:  # not skipped: encoded, but one token's id in the middle of a document
         met = t.get(key, {})
         if met:
-            lines.append(head.format(n=sum(met.values())))
+            lines.append(head.format(n=t.get(key + "_documents", sum(met.values()))))  # (older builds: per token)
             for token, n in met.items():
                 ex = ", ".join(t.get(key + "_examples", {}).get(token, [])[:3])
                 lines.append(f"  {token:<14}{n:>8,}   e.g. {ex}")

@@ -175,6 +175,12 @@ class Report:
     row_tokens: np.ndarray | None = None  # row_tokens[k] = rows holding k tokens, k = 0..(the fullest row)
     pieces_per_row: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     bytes_read: int = 0
+    holdout_shards: int = 0  # shards of the holdout build inside this one, checked with it
+
+    @property
+    def checked_shards(self) -> int:
+        """Every shard checked: this build's and its holdout's."""
+        return len(self.shards) + self.holdout_shards
 
     @property
     def ok(self) -> bool:

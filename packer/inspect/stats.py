@@ -129,6 +129,7 @@ def check(out: str, deep: bool = True, progress=None, workers: int = 1) -> Repor
             hrep = check(out.rstrip("/") + "/" + sub, deep, progress, workers)
             rep.problems.extend(Problem(f"{sub}/{p.path}" if p.path else sub, p.kind, p.message) for p in hrep.problems)
             rep.bytes_read += hrep.bytes_read
+            rep.holdout_shards += hrep.checked_shards
         except ShardError as e:
             rep.problems.append(Problem(sub, "missing", f"holdout build: {e}"))
     rep.problems.extend(listing.extra_files(store, objects, known, skip=sub))

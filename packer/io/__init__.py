@@ -10,7 +10,7 @@ from .cache import ShardCache
 from .cpus import CpuLimit, cpu_limit
 from .lock import LOCK_NAME, OutLock, describe_holder
 from .memory import memory_limit
-from .stamp import digest as stamp_digest
+from .stamp import digest as stamp_digest, first_change, listing as stamp_listing
 from .object_lock import LEASE_THREAD
 from .compression import SUFFIXES as COMPRESSION_SUFFIXES, decompress_all, truncation_errors
 from .discover import Found, find
@@ -26,5 +26,5 @@ __all__ = [
     "Storage", "LocalStorage", "ObjectStorage", "RangedFile", "storage_for", "atomic_write", "json_bytes", "write_json",
     "find", "Found", "ReadAhead", "open_stream", "io_thread", "READ_BLOCK", "READ_DEPTH", "truncation_errors", "decompress_all", "COMPRESSION_SUFFIXES",
     "ShardCache", "is_uri", "redact", "check_uri", "open_regular", "first_line", "CpuLimit", "cpu_limit", "memory_limit",
-    "LOCK_NAME", "OutLock", "describe_holder", "LEASE_THREAD", "stamp_digest",
+    "LOCK_NAME", "OutLock", "describe_holder", "LEASE_THREAD", "stamp_digest", "first_change", "stamp_listing",
 ]

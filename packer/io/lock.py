@@ -44,7 +44,7 @@ class NoLock:
 
     previous = None
 
-    def record(self, inputs: str) -> None:
+    def record(self, inputs: str, listing: dict | None = None) -> None:
         pass
 
     def release(self, finished: bool) -> None:
@@ -95,11 +95,12 @@ class OutLock:
                 return self
             os.close(fd)
 
-    def record(self, inputs: str) -> None:
-        """Write who holds the lock, and the stamp of the inputs (``inputs``: a hex digest)."""
+    def record(self, inputs: str, listing: dict | None = None) -> None:
+        """Write who holds the lock, and the stamp of the inputs (``inputs``: a hex digest; ``listing``:
+        ``stamp.listing``, the first inputs' stamps, so a resume can name the one that changed)."""
         info = {"pid": os.getpid(), "host": socket.gethostname(),
                 "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "inputs": inputs}
+                "inputs": inputs, **({"listing": listing} if listing is not None else {})}
         data = json.dumps(info).encode()
         with contextlib.suppress(OSError):
             os.ftruncate(self.fd, 0)
@@ -120,9 +121,12 @@ class OutLock:
         self.fd = None
 
 
+READ_BYTES = 4 << 20  # the most of a lock file read back (its listing of inputs: about 150 bytes a file)
+
+
 def _read(fd: int) -> dict | None:
     try:
-        data = os.pread(fd, 1 << 16, 0)
+        data = os.pread(fd, READ_BYTES, 0)
         info = json.loads(data) if data else None
         return info if isinstance(info, dict) else None
     except (OSError, ValueError):

@@ -123,6 +123,8 @@ class ObjectLock:
                                   f"runs {left} s more unless renewed); wait for it to finish, or write to another "
                                   "folder") from None
             self.info["inputs"] = info.get("inputs") if info else None  # kept for --resume until we record ours
+            if info and "listing" in info:
+                self.info["listing"] = info["listing"]
             try:
                 self.etag = self.store.replace(self.uri, self._body(), cur.etag)
                 self.previous = info
@@ -131,11 +133,13 @@ class ObjectLock:
                 continue  # another build took it over first: look again
         raise PackerError(f"cannot take the lock {self.uri}: other builds keep taking it; try again")
 
-    def record(self, inputs: str) -> None:
-        """Write the stamp of the inputs (a hex digest) into the lock."""
+    def record(self, inputs: str, listing: dict | None = None) -> None:
+        """Write the stamp of the inputs (a hex digest) into the lock, and ``listing`` (``stamp.listing``)."""
         with self._mutex:
             self.check()
             self.info["inputs"] = inputs
+            if listing is not None:
+                self.info["listing"] = listing
             self._write()
         self.recorded = True
 

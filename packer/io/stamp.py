@@ -67,3 +67,43 @@ def digest(files, content_only: bool = False) -> str:
         parts = (f.path, f.size, st[2]) if content_only else (f.path, f.size, *st)
         h.update(("\0".join(map(str, parts)) + "\n").encode("utf-8", "surrogateescape"))
     return h.hexdigest()
+
+
+LISTED = 1000  # inputs whose stamps a lock lists (in input order), so --resume can name the one that changed
+
+
+def listing(files, limit: int = LISTED) -> dict:
+    """The stamps of the first ``limit`` of ``files`` by name, for the lock (``first_change`` reads it):
+    {"files": [[path, size, mtime_ns, inode, content], ...], "complete": whether that is all of them}."""
+    rows = []
+    for f in files[:limit]:
+        st = tuple(f.stamp) + ("",) * (3 - len(f.stamp))
+        rows.append([f.path, f.size, *st[:3]])
+    return {"files": rows, "complete": len(files) <= limit}
+
+
+def first_change(before, files) -> str | None:
+    """How the inputs ``files`` differ from ``before`` (a ``listing``), said of the first that does:
+    "a.jsonl: its size was 10 bytes, now 12", "... its content changed at the same size", "... is new",
+    "... is gone"; None where ``before`` is not a listing or no listed file differs."""
+    if not isinstance(before, dict) or not isinstance(before.get("files"), list):
+        return None
+    old = {e[0]: e for e in before["files"] if isinstance(e, list) and len(e) == 5}
+    for f in files:
+        e = old.pop(f.path, None)
+        if e is None:
+            if before.get("complete"):
+                return f"{f.path} is new"
+            continue
+        st = tuple(f.stamp) + ("",) * (3 - len(f.stamp))
+        if e[1] != f.size:
+            return f"{f.path}: its size was {e[1]:,} bytes, now {f.size:,}"
+        if e[4] != st[2]:
+            return f"{f.path}: its content changed at the same size"
+        if e[2] != st[0]:
+            return f"{f.path}: its modification time changed (same size)"
+        if e[3] != st[1]:
+            return f"{f.path}: it is another file now (other inode, same size)"
+    if old:
+        return f"{next(iter(old))} is gone"
+    return None

@@ -17,7 +17,7 @@ from ..formats import DEFAULT_MAX_RECORD
 from ..pack import MODES
 from ..tokenize import BACKENDS, FOLLOWS, check_backend, check_follows
 from ..tokenize.chat import TRAIN_ON
-from .options import mb_option, off_option, option, options_of
+from .options import in_python_terms, mb_option, off_option, option, options_of
 
 DEFAULT_UNIT_BYTES = 64 << 20
 # The longest row: 2**31 - 1 keeps every offset in an Arrow list and every
@@ -143,7 +143,16 @@ class BuildConfig:
 
     @classmethod
     def of(cls, inputs, out, **options) -> "BuildConfig":
-        """A config from the CLI's option names; unknown names and bad values raise ``PackerError``."""
+        """A config from the CLI's option names; unknown names and bad values raise ``PackerError``
+        (naming options by keyword: ``resume=True``, unless the CLI called)."""
+        try:
+            return cls._of(inputs, out, options)
+        except PackerError as e:
+            in_python_terms(e, OPTIONS)
+            raise
+
+    @classmethod
+    def _of(cls, inputs, out, options: dict) -> "BuildConfig":
         if isinstance(inputs, (str, os.PathLike)):
             inputs = (inputs,)
         given: dict[str, dict] = {"output": {}, "run": {}}

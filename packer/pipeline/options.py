@@ -10,9 +10,10 @@ its use (docs/architecture.md, "Adding an option").
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass, field, fields
 
-from ..errors import PackerError
+from ..errors import PackerError, says_flags
 
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 
@@ -124,3 +125,34 @@ def signature(fn, options: tuple[Option, ...]) -> inspect.Signature:
         ann = o.type if o.default is not None else o.type | None
         params.append(inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default, annotation=ann))
     return inspect.Signature(params, return_annotation=inspect.signature(fn).return_annotation)
+
+
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def python_spelling(message: str, options: tuple[Option, ...]) -> str:
+    """``message`` as a caller of ``build()`` passes the switches: a flag that takes no value as its
+    keyword set to True (``--resume``: ``resume=True``, ``--no-eos``: ``no_eos=True``). An option with a
+    value keeps its flag, as validation names it (``--seq-len must be at least 2``: the same words as the
+    CLI's), and a command quoted in backticks (`packer repack ...`) keeps its flags."""
+    by_flag = {o.flag: o for o in options if o.type is bool}
+
+    def spelled(part: str) -> str:
+        def name(m: re.Match) -> str:
+            o = by_flag.get(m.group(0))
+            if o is None:
+                return m.group(0)
+            # "--overwrite must be True or False": about the option, not the switch passed: named as validation
+            # names every option by its type (--seq-len must be a whole number)
+            return m.group(0) if part[m.end():].startswith(" must ") else f"{o.name}=True"
+
+        return _FLAG.sub(name, part)
+
+    parts = message.split("`")
+    return "`".join(spelled(p) if i % 2 == 0 else p for i, p in enumerate(parts))
+
+
+def in_python_terms(e: Exception, options: tuple[Option, ...]) -> None:
+    """Reword the error ``e`` (a PackerError) in place for a Python caller (nothing when the CLI called)."""
+    if not says_flags() and e.args and isinstance(e.args[0], str):
+        e.args = (python_spelling(e.args[0], options),) + e.args[1:]

@@ -19,7 +19,8 @@ from .packed import HOLDOUT_DIR, MAX_EXAMPLES
 LIST_THREADS = 32  # unit records read at once when resuming (small GETs on an object store)
 
 
-def out_action(out: str, tops: list[str], cfg, settings: dict, old_build, stamps: tuple = (None, None, None)) -> str:
+def out_action(out: str, tops: list[str], cfg, settings: dict, old_build, stamps: tuple = (None, None, None),
+               why=None) -> str:
     """What a build does with output location ``out``, whose top-level names are ``tops``.
 
     The rules of ``--resume`` and ``--overwrite``. Returns
@@ -29,8 +30,10 @@ def out_action(out: str, tops: list[str], cfg, settings: dict, old_build, stamps
     reads the old build.json, only when needed. ``stamps``: the inputs' stamp now
     (plan.input_stamp), the one the killed build's lock file holds (None: no lock
     file, e.g. an OUT copied without its dotfiles), and the content-only stamp now
-    (compared with build.json's ``inputs`` when the lock holds none).
+    (compared with build.json's ``inputs`` when the lock holds none). ``why()``: which input changed
+    and how, for the refusal (None where it cannot be told).
     """
+    said = (lambda: (why() if why is not None else None))  # asked only on a refusal
     ours = {S.MANIFEST, S.INDEX, S.BUILD_JSON, S.SHARD_DIR, S.UNIT_DIR, HOLDOUT_DIR}
     if cfg.run.resume and "build.json" not in tops and all(t in ours or t.startswith(".tmp-") for t in tops):
         return "fresh"  # killed before build.json was written: nothing to keep, start afresh
@@ -44,7 +47,9 @@ def out_action(out: str, tops: list[str], cfg, settings: dict, old_build, stamps
         diff = [k for k in {**old, **settings} if old.get(k) != settings.get(k)]
         if diff:
             k = diff[0]
-            what = "input files changed" if k == "input_plan" else f"{k} was {old.get(k)!r}, now {settings.get(k)!r}"
+            what = f"{k} was {old.get(k)!r}, now {settings.get(k)!r}"
+            if k == "input_plan":
+                what = "input files changed" + (f": {w}" if (w := said()) else "")
             raise PackerError(f"cannot resume {out}: it was built with other settings ({what}); use --overwrite or another folder")
         if S.MANIFEST not in tops:
             now, before, content = stamps
@@ -53,8 +58,9 @@ def out_action(out: str, tops: list[str], cfg, settings: dict, old_build, stamps
             if before is not None and now != before:
                 # Same sizes (the input plan matched), other content, times or inodes:
                 # an edit since the kill would mix old and new text in one build.
+                how = said() or "their content, modification time or inode"
                 raise PackerError(f"cannot resume {out}: input files changed since the build was interrupted "
-                                  "(their content, modification time or inode); use --overwrite or another folder")
+                                  f"({how}); use --overwrite or another folder")
         return "done" if S.MANIFEST in tops else "continue"
     if cfg.run.overwrite:
         foreign = [t for t in tops if t not in ours]
@@ -79,14 +85,14 @@ def holdout_settings(settings: dict) -> dict:
 
 
 def prepare_out(out: Storage, cfg, settings: dict, stamp: str | None = None, previous: dict | None = None,
-                content: str | None = None) -> bool:
+                content: str | None = None, why=None) -> bool:
     """Make ``out`` ready for the build; return True if it already holds a finished, matching build.
 
     --overwrite deletes the manifest first, so no reader sees a manifest
     without its shards; temp files of a killed build are removed.
     ``stamp``: the inputs' stamp now (plan.input_stamp); ``previous``: what
     the lock file of a killed build holds (its ``inputs`` stamp is compared);
-    ``content``: the content-only stamp, recorded in build.json (``inputs``).
+    ``content``: the content-only stamp, recorded in build.json (``inputs``); ``why``: see ``out_action``.
     """
     tops = [t for t in out.tops() if t != LOCK_NAME]
 
@@ -100,7 +106,7 @@ def prepare_out(out: Storage, cfg, settings: dict, stamp: str | None = None, pre
         return {**old, "settings": old.get("settings", {})}
 
     before = previous.get("inputs") if isinstance(previous, dict) else None
-    action = out_action(out.root, tops, cfg, settings, old_build, (stamp, before, content))
+    action = out_action(out.root, tops, cfg, settings, old_build, (stamp, before, content), why)
     if action == "done":
         _remove_temp_files(out)  # a kill during a last write may have left one (format.md: --resume cleans them)
         return True
@@ -210,6 +216,7 @@ def manifest_of(seq_len: int, dtype: str, head: dict, settings: dict, recs: list
     examples: dict[str, list[str]] = {}
     met: dict[str, Counter] = {"special_in_text": Counter(), "added_in_text": Counter()}  # (unit.assemble_unit)
     met_examples: dict[str, dict[str, list[str]]] = {k: {} for k in met}
+    met_docs = {k: 0 for k in met}
     for r in recs:
         skipped.update(r["skipped"])
         for k, v in r["skipped_examples"].items():
@@ -217,6 +224,7 @@ def manifest_of(seq_len: int, dtype: str, head: dict, settings: dict, recs: list
             ex.extend(v[: MAX_EXAMPLES - len(ex)])
         for key, counts in met.items():
             counts.update(r.get(key, {}))
+            met_docs[key] += r.get(key + "_documents", sum(r.get(key, {}).values()))  # (older records: per token)
             for k, v in r.get(key + "_examples", {}).items():
                 ex = met_examples[key].setdefault(k, [])
                 ex.extend(v[: MAX_EXAMPLES - len(ex)])
@@ -243,6 +251,7 @@ def manifest_of(seq_len: int, dtype: str, head: dict, settings: dict, recs: list
         if counts:
             totals[key] = dict(sorted(counts.items()))
             totals[key + "_examples"] = {k: met_examples[key][k] for k in sorted(met_examples[key])}
+            totals[key + "_documents"] = met_docs[key]
     if chat:  # only chat builds: other manifests keep their bytes
         totals["trained_tokens"] = sum(r["trained_tokens"] for r in recs)
         totals["trained_pct"] = round(100.0 * totals["trained_tokens"] / max(1, totals["tokens"]), 4)

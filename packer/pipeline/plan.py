@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..io import stamp_digest
-from ..formats import DEFAULT_MAX_RECORD, Document, Skip, Slice, iter_parts, parse_part
+from ..io import first_change, stamp_digest
+from ..formats import DEFAULT_MAX_RECORD, Document, Skip, Slice, consumed_digest, iter_parts, parse_part
 from ..tokenize import TokenizerInfo
 from .config import BuildConfig
 
@@ -105,6 +105,54 @@ def input_stamp(files, content_only: bool = False) -> str:
     file. ``content_only``: path, size and content alone, the same for a copy of the corpus (build.json
     records it, for a resume without the lock)."""
     return stamp_digest(files, content_only)
+
+
+def input_change(previous, files, old_sources=None) -> str | None:
+    """Which input changed, and how, for ``--resume``'s refusal: from the killed build's lock record
+    (``previous``: its ``listing`` of input stamps), else from ``old_sources`` (a finished build's
+    manifest: each shard's ``sources``; what a file's size was where its slices are byte ranges).
+    None where it cannot be told."""
+    said = first_change(previous.get("listing") if isinstance(previous, dict) else None, files)
+    if said is not None:
+        return said
+    old_sources = old_sources() if callable(old_sources) else old_sources
+    if not isinstance(old_sources, list):
+        return None
+    ends: dict[str, int] = {}
+    for src in old_sources:
+        if isinstance(src, dict) and isinstance(src.get("path"), str):
+            ends[src["path"]] = max(ends.get(src["path"], 0), int(src.get("end", 0) or 0))
+    for f in files:
+        if f.path not in ends:
+            return f"{f.path} is new"
+        end = ends.pop(f.path)
+        if f.format != "parquet" and end != f.size:  # (parquet slices are row groups, not bytes)
+            return f"{f.path}: its size was {end:,} bytes, now {f.size:,}"
+    return f"{next(iter(ends))} is gone" if ends else None
+
+
+CHANGE_CHECK_BYTES = 256 << 20  # input read again, at most, to name the file a finished build's stamp says changed
+
+
+def content_change(units: list[Unit], record) -> str | None:
+    """The first input whose bytes differ from those a finished unit read (``record(unit index)``: its
+    record, whose ``consumed`` hashes them), reading at most CHANGE_CHECK_BYTES of them again; None where
+    none is found within it."""
+    left = CHANGE_CHECK_BYTES
+    for u in units:
+        rec = record(u.index)
+        had = rec.get("consumed") if isinstance(rec, dict) else None
+        if not isinstance(had, list) or len(had) != len(u.slices):
+            continue
+        for sl, before in zip(u.slices, had):
+            if before is None:
+                continue
+            left -= sl.file.size if sl.file.format != "jsonl" or sl.file.compression else sl.end - sl.start
+            if left < 0:
+                return None
+            if consumed_digest(sl) != before:
+                return sl.file.path
+    return None
 
 
 def limit_slices(slices: list[tuple[Slice, int]], limit: int, text_field: str) -> list[tuple[Slice, int]]:

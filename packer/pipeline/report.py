@@ -112,11 +112,15 @@ def plan_lines(plan: dict, max_files: int = 20) -> list[str]:
     files = plan["files"]
     lines = [f"dry run: nothing written; {plan['out']}: {plan['out_state']}",
              f"inputs          {plural(len(files), 'file')}, {plan['input_bytes']:,} bytes"]
-    for name, g in plan["formats"].items():
-        lines.append(f"  {name:<20}{plural(g['files'], 'file'):>14}  {g['bytes']:>16,} bytes")
-    for f in files[:max_files]:
-        comp = f" ({f['compression']})" if f["compression"] else ""
-        lines.append(f"  {f['path']}  {f['format']}{comp}  {f['bytes']:,} bytes")
+    groups = [(name, f"{g['files']:,}", "file" if g["files"] == 1 else "files", f"{g['bytes']:,}")
+              for name, g in plan["formats"].items()]
+    shown = [(f["path"], f["format"] + (f" ({f['compression']})" if f["compression"] else ""), f"{f['bytes']:,}")
+             for f in files[:max_files]]
+    # aligned columns: each as wide as its widest cell (numbers right-aligned)
+    w = [max((len(r[k]) for r in groups), default=0) for k in range(4)]
+    lines += [f"  {a:<{w[0]}}  {n:>{w[1]}} {u:<{w[2]}}  {b:>{w[3]}} bytes" for a, n, u, b in groups]
+    w = [max((len(r[k]) for r in shown), default=0) for k in range(3)]
+    lines += [f"  {a:<{w[0]}}  {n:<{w[1]}}  {b:>{w[2]}} bytes" for a, n, b in shown]
     if len(files) > max_files:
         lines.append(f"  ... and {len(files) - max_files:,} more")
     for line in plan["ignored"]:

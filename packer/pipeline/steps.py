@@ -23,14 +23,14 @@ from .. import faults, head_start
 from .. import shards as S
 from ..errors import PackerError
 from ..formats import discover, no_inputs_error, plan_slices
-from ..io import Storage, storage_for
+from ..io import Storage, stamp_listing, storage_for
 from ..tokenize import TokenizerInfo, resolve_tokenizer
 from . import backend_check
 from .config import OPTIONS, BuildConfig, OutputSettings
 from .engines import Progress, engine_for
-from .options import signature
+from .options import in_python_terms, signature
 from .output import finished_records, holdout_settings, manifest, out_action, prepare_holdout, prepare_out
-from .plan import Unit, input_stamp, limit_slices, plan_units, recorded_settings
+from .plan import Unit, content_change, input_change, input_stamp, limit_slices, plan_units, recorded_settings
 from .report import no_documents_error, no_fast_engine_note, plan_dict, skipped_warning, summary_dict, write_summary
 from .unit import HOLDOUT_DIR, Job, holdout_out
 
@@ -63,12 +63,17 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, on_no
     input is read (a model folder whose tokenizer.json and transformers disagree);
     they stay in ``notes`` as well.
     """
-    cfg = _config(inputs, out, options)
+    try:
+        cfg = _config(inputs, out, options)
+    except PackerError as e:
+        in_python_terms(e, OPTIONS)  # resume=True, not --resume, for a caller in Python (the CLI keeps flags)
+        raise
     try:
         result = _build(cfg, progress, on_sized, on_note)
     except PackerError as e:
         if cfg.run.summary_json:
             write_summary(cfg.run.summary_json, {"ok": False, "out": cfg.out, "error": str(e)})
+        in_python_terms(e, OPTIONS)
         raise
     if cfg.run.summary_json:
         write_summary(cfg.run.summary_json, result.plan if result.plan is not None else summary_dict(result, cfg.out))
@@ -143,7 +148,7 @@ def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
     if cfg.run.dry_run:
         settings = recorded_settings(cfg, tok, plan.units, chat)
         state = _out_state(out, cfg, settings)
-        return BuildResult({}, phase.seconds(), 0, 0, list(tok.notes), plan=plan_dict(cfg, plan.found, plan.units,
+        return BuildResult({}, phase.seconds(), 0, 0, _tokenizer_notes(cfg, tok), plan=plan_dict(cfg, plan.found, plan.units,
                                                                                        settings, tok, state))
     tok, check = backend_check.decide(cfg, tok, plan.units, chat)
     head_start.settle()  # a head start the backend did not take: joined, dropped (the engine forks its workers)
@@ -154,12 +159,15 @@ def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
     lock = out.lock()  # one build at a time in OUT; says who holds it
     finished = False
     try:
-        stamp = input_stamp(plan.found.files)
-        already = prepare_out(out, cfg, settings, stamp, lock.previous, input_stamp(plan.found.files, content_only=True))
-        lock.record(stamp)
+        stamp, content = input_stamp(plan.found.files), input_stamp(plan.found.files, content_only=True)
+        already = prepare_out(out, cfg, settings, stamp, lock.previous, content,
+                              lambda: input_change(lock.previous, plan.found.files, lambda: _old_sources(out)))
+        lock.record(stamp, stamp_listing(plan.found.files))
         if already:
+            changed = _changed_since(out, plan.units, content)
             result = BuildResult(S.read_manifest(out), phase.seconds(), 0, len(plan.units),
-                                 _notes(tok, plan.found) + ["build was already complete: nothing to do"], tok.added)
+                                 _notes(cfg, tok, plan.found) + ["build was already complete: nothing to do"], tok.added,
+                                 warnings=[changed] if changed else [])
         else:
             records, held = prepare(cfg, out, settings, plan.units)
             phase("prepare output")
@@ -169,7 +177,7 @@ def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
             m, warn = finish(cfg, job, settings, plan, records, out, held, lock)
             phase("manifest")
             result = BuildResult(m, phase.seconds(), len(todo), len(plan.units) - len(todo),
-                                 _notes(job.tokenizer, plan.found) + notes
+                                 _notes(cfg, job.tokenizer, plan.found) + notes
                                  + no_fast_engine_note(job.tokenizer.backend, cfg.run.tokenizer_backend),
                                  job.tokenizer.added, phase.phases,
                                  [warn] if warn else [])
@@ -256,8 +264,48 @@ def finish(cfg: BuildConfig, job: Job, settings: dict, plan: Plan, records: dict
     return m, warn
 
 
-def _notes(tok: TokenizerInfo, found) -> list[str]:
-    notes = list(tok.notes)
+def _old_sources(out: Storage) -> list | None:
+    """Every shard's ``sources`` in a finished build's manifest (None: no such manifest)."""
+    try:
+        return [src for sh in json.loads(out.read(S.MANIFEST))["shards"] for src in sh["sources"]]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+
+
+def _changed_since(out: Storage, units: list[Unit], content: str) -> str | None:
+    """For a resume of a finished build: what says that its inputs changed since, at the same sizes
+    (build.json's content stamp differs), so its shards hold the old content; None if they did not."""
+    try:
+        before = json.loads(out.read(S.BUILD_JSON)).get("inputs")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+    if before is None or before == content:
+        return None
+
+    def record(i: int) -> dict:
+        try:
+            return json.loads(out.read(f"{S.UNIT_DIR}/{i:06d}.json"))
+        except (OSError, ValueError, RecursionError):
+            return {}
+
+    path = content_change(units, record)
+    what = f"{path} changed" if path else "input files changed"
+    return (f"{what} since {out.root} was built (content, at the same size): its shards hold the old content; "
+            "rebuild with --overwrite to use the new")
+
+
+BYTES_NOTE = ("no --tokenizer: tokenizing to bytes (the built-in byte tokenizer: 256 byte ids + EOS); for a model's "
+              "tokens pass --tokenizer with a tokenizer.json, a model folder or a hub model name")
+
+
+def _tokenizer_notes(cfg: BuildConfig, tok: TokenizerInfo) -> list[str]:
+    """The tokenizer's notes, after the one saying that no tokenizer was chosen (bytes, then: said with the
+    build's other notes at its end, so a build that fails says its error alone)."""
+    return ([BYTES_NOTE] if cfg.output.tokenizer is None else []) + list(tok.notes)
+
+
+def _notes(cfg: BuildConfig, tok: TokenizerInfo, found) -> list[str]:
+    notes = _tokenizer_notes(cfg, tok)
     if found.ignored:
         notes += [f"ignored {line}" for line in found.ignored_lines()]
     if found.duplicates:

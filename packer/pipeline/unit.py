@@ -195,12 +195,14 @@ def _assemble_unit(job: Job, unit: Unit, chunks: list[ChunkResult]) -> dict:
     plain = {s for _, s in job.tokenizer.plain_added}
     met: dict[str, Counter] = {"special_in_text": Counter(), "added_in_text": Counter()}
     met_examples: dict[str, dict[str, list[str]]] = {k: {} for k in met}
-    for c in chunks:
+    met_docs: dict[str, set] = {k: set() for k in met}  # the documents (by chunk and file:line), each once
+    for i, c in enumerate(chunks):
         for rec in c.skipped:
             skip(rec)
         for tok, where in c.specials:
             key = "added_in_text" if tok in plain else "special_in_text"
             met[key][tok] += 1
+            met_docs[key].add((i, where))
             ex = met_examples[key].setdefault(tok, [])
             if len(ex) < MAX_EXAMPLES:
                 ex.append(where)
@@ -209,6 +211,7 @@ def _assemble_unit(job: Job, unit: Unit, chunks: list[ChunkResult]) -> dict:
         if counts:
             extra[key] = dict(sorted(counts.items()))
             extra[key + "_examples"] = {k: met_examples[key][k] for k in sorted(met_examples[key])}
+            extra[key + "_documents"] = len(met_docs[key])  # a document holding two strings counts once
     if job.holdout:
         _write_unit(job, holdout_out(job.out), unit, [c.held for c in chunks], Counter(), {}, {})
     return _write_unit(job, job.out, unit, chunks, skipped, examples, extra)

@@ -664,3 +664,18 @@ def test_a_stopped_checker_is_one_line_not_a_hang(sixteen_shards):
     assert f"checker process {victim} is stopped" in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert not _gone(kids)
+
+
+def test_stats_of_a_build_with_a_holdout_counts_every_shard_it_verified(tmp_path):
+    """Issue 55.8: the holdout's shards are verified too, and counted in "verified N shard(s)"."""
+    from packer import build
+
+    out = str(tmp_path / "o")
+    m = build(["sample_data"], out, seq_len=256, unit_mb=0.5, holdout=0.2, workers=1, quiet=True).manifest
+    held = manifest(os.path.join(out, "holdout"))
+    n = len(m["shards"]) + len(held["shards"])
+    assert len(held["shards"]) >= 1 and n > len(m["shards"])
+    for args in ([], ["--no-verify"]):
+        res = run("stats", out, *args)
+        assert res.exit_code == 0, res.output
+        assert f"verified {n} shard(s)" in res.output or f"piece columns of {n} shard(s)" in res.output

@@ -107,7 +107,7 @@ def test_the_rules_of_an_output_folder_hold_on_s3(bucket):
     out = f"s3://{bucket}/out"
     cfg = BuildConfig.of(inputs=(SAMPLE,), out=out, workers=1, **SETTINGS)
     build(cfg)
-    with pytest.raises(PackerError, match="is not empty: pass --resume"):
+    with pytest.raises(PackerError, match="is not empty: pass resume=True"):
         build(cfg)
     with pytest.raises(PackerError, match="seq_len was 256, now 128"):
         build(cfg.but(resume=True, seq_len=128))

@@ -190,7 +190,7 @@ def test_api_takes_the_cli_names_and_a_config_with_one_path(corpus, tmp_path):
     (dict(limit=0), "--limit"),
     (dict(holdout=1.0), "--holdout"),
     (dict(holdout=-0.1), "--holdout"),
-    (dict(dry_run=True, overwrite=True), "--dry-run"),
+    (dict(dry_run=True, overwrite=True), "dry_run=True"),
     (dict(text_field="a..b"), "--text-field"),
 ])
 def test_contradictions_are_refused_in_one_line(opts, match):
@@ -238,3 +238,24 @@ def test_seq_len_that_cannot_be_allocated_is_refused_in_one_line(tmp_path, corpu
         assert r.returncode == 2
         one_line(r, "--seq-len", "too large")
 
+
+
+def test_python_api_errors_name_the_keyword_the_caller_passed_and_the_cli_keeps_its_flags(tmp_path):
+    """Issue 55.8: build(resume=True) is told "resume=True", not "--resume"; the CLI's lines say the flags."""
+    src = tmp_path / "a.jsonl"
+    src.write_bytes(jl({"text": "one"}, {"text": "two"}))
+    out = str(tmp_path / "o")
+    with pytest.raises(PackerError) as e:
+        build([str(src)], out, resume=True, overwrite=True)
+    assert str(e.value).startswith("resume=True and overwrite=True contradict each other") and "--" not in str(e.value)
+    with pytest.raises(PackerError, match=r"dry_run=True writes nothing: it takes no resume=True or overwrite=True"):
+        BuildConfig.of([str(src)], out, dry_run=True, resume=True)
+    build([str(src)], out, seq_len=64, workers=1, quiet=True)
+    with pytest.raises(PackerError, match=r"is not empty: pass resume=True to continue a build there, or overwrite=True"):
+        build([str(src)], out, seq_len=64, workers=1)
+    with pytest.raises(PackerError, match="--seq-len must be at least 2"):  # an option with a value: as validation names it
+        build([str(src)], out, seq_len=1)
+    r = cli("build", str(src), out, "--seq-len", "64", "-q")
+    one_line(r, "is not empty: pass --resume to continue a build there, or --overwrite to replace it")
+    r = cli("build", str(src), out, "--resume", "--overwrite")
+    one_line(r, "--resume and --overwrite contradict each other")

@@ -158,3 +158,57 @@ def test_an_edit_only_where_no_unit_finished_resumes_to_the_edited_build(tmp_pat
     clean = str(tmp_path / "clean")
     assert cli("build", src, clean, *args).returncode == 0
     assert folder_files(out) == folder_files(clean)
+
+
+# Issue 53.6: a resume refused because an input changed names the file and how; a finished build whose input
+# changed at the same size says so, and that its shards hold the old content.
+
+def _killed(tmp_path, files: dict) -> tuple[str, str]:
+    root = tmp_path / "in"
+    root.mkdir()
+    for name, texts in files.items():
+        write_jsonl(root / name, texts)
+    out = str(tmp_path / "o")
+    r = cli("build", str(root), out, *ARGS, env={"PACKER_FAULT": "write", "PACKER_FAULT_UNIT": "1"})
+    assert r.returncode != 0 and not os.path.exists(os.path.join(out, "manifest.json"))
+    return str(root), out
+
+
+def _same_size_edit(path):
+    data = bytearray(open(path, "rb").read())
+    at = data.index(b"word")
+    data[at:at + 4] = b"WORD"
+    open(path, "wb").write(data)
+
+
+def test_a_resume_refused_for_changed_inputs_names_the_file_and_how(tmp_path):
+    texts = [f"doc {i} " + "word " * (i % 70 + 1) for i in range(400)]
+    root, out = _killed(tmp_path, {"a.jsonl": texts, "b.jsonl": texts})
+    b = os.path.join(root, "b.jsonl")
+    size = os.path.getsize(b)
+    _same_size_edit(b)
+    r = cli("build", root, out, *ARGS, "--resume")
+    assert r.returncode == 2
+    one_line(r, "cannot resume", f"{b}: its content changed at the same size")
+    with open(b, "a") as fh:
+        fh.write('{"text": "one more"}\n')
+    r = cli("build", root, out, *ARGS, "--resume")
+    assert r.returncode == 2
+    one_line(r, "input files changed", f"{b}: its size was {size:,} bytes, now {os.path.getsize(b):,}")
+
+
+def test_a_finished_build_whose_input_changed_says_so_on_resume(tmp_path, corpus):
+    out = str(tmp_path / "out")
+    build(corpus, out, seq_len=128, **OPTS)
+    size = os.path.getsize(corpus)
+    _same_size_edit(corpus)
+    res = build(corpus, out, seq_len=128, resume=True, **OPTS)
+    assert res.units_run == 0 and "build was already complete: nothing to do" in res.notes
+    assert len(res.warnings) == 1 and f"{corpus} changed since" in res.warnings[0]
+    assert "its shards hold the old content" in res.warnings[0]
+    with open(corpus, "a") as fh:
+        fh.write('{"text": "one more"}\n')
+    with pytest.raises(PackerError, match=f"input files changed: {corpus}: its size was {size:,} bytes, now"):
+        build(corpus, out, seq_len=128, resume=True, **OPTS)
+    res = build(corpus, str(tmp_path / "o2"), seq_len=128, **OPTS)  # and a fresh build: nothing said
+    assert res.warnings == []

@@ -66,3 +66,23 @@ def test_a_build_without_fastokens_says_so_once(tmp_path, monkeypatch, gpt2_path
     if r.manifest["tokenizer"]["backend"] != "tiktoken":
         pytest.skip(f"tiktoken does not encode here ({r.manifest['tokenizer']['backend_reason']})")
     assert sum("fastokens" in n and "not installed" in n for n in r.notes) == 1
+
+
+def test_dry_run_plan_lines_are_aligned_in_columns():
+    """Issue 55.8: the --dry-run tables line up: each column starts (bytes: ends) at one place in every row."""
+    from packer.pipeline import plan_lines
+
+    files = [{"path": "corpus/a.jsonl", "format": "jsonl", "compression": None, "bytes": 2_091_581},
+             {"path": "corpus/longer/name.jsonl.gz", "format": "jsonl", "compression": "gzip", "bytes": 217_776},
+             {"path": "b.txt", "format": "text", "compression": None, "bytes": 7}]
+    plan = {"out": "out", "out_state": "would be created", "files": files, "input_bytes": 2_309_364,
+            "formats": {"jsonl": {"files": 1, "bytes": 2_091_581}, "jsonl (gzip)": {"files": 1, "bytes": 217_776},
+                        "text": {"files": 12, "bytes": 7}},
+            "ignored": [], "units": [{"slices": 3}], "settings": {}}
+    lines = plan_lines(plan)
+    groups, rows = lines[2:5], lines[5:8]
+    for table in (groups, rows):
+        assert len({len(line) for line in table}) == 1, table  # bytes right-aligned: every row ends in one place
+    for line, f in zip(rows, files):
+        assert line.rindex("  " + f["format"]) == rows[0].rindex("  jsonl"), rows  # the format column starts in one place
+    assert len({line.index(" file") for line in groups}) == 1, groups  # the counts right-aligned, "file(s)" after

@@ -261,6 +261,26 @@ def test_out_inside_input_is_not_read(tmp_path):
     assert len(got) == len(texts)
 
 
+def test_a_packer_build_among_the_inputs_is_refused_pointing_at_repack(tmp_path):
+    """Issue 53.5: a finished build as input (or in an input folder) is one line naming it and
+    `packer repack`, exit 2, not a build of its shards' missing_field skips; OUT inside the input stays skipped."""
+    corpus = tmp_path / "c"
+    make_corpus(corpus, n=5)
+    out = str(corpus / "out")
+    build([str(corpus)], out, seq_len=64, workers=1, holdout=0.2)
+    r = packer_cli("build", out, str(tmp_path / "o2"), "--seq-len", "128", "-q")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"{out} is a packer build (manifest.json)" in r.stderr
+    assert f"packer repack {out} OUT --seq-len N" in r.stderr
+    assert not os.path.exists(tmp_path / "o2" / "manifest.json")
+    with pytest.raises(PackerError, match=rf"{out} is a packer build \(manifest.json\) \(inside input {corpus}\)"):
+        build([str(corpus)], str(tmp_path / "o3"), seq_len=64, workers=1)
+    os.remove(os.path.join(out, "manifest.json"))  # an unfinished build: build.json beside its shards
+    with pytest.raises(PackerError, match="unfinished packer build \\(build.json\\)"):
+        build([str(corpus)], str(tmp_path / "o4"), seq_len=64, workers=1)
+    build([str(corpus)], out, seq_len=64, workers=1, holdout=0.2, resume=True)  # OUT itself: skipped, as before
+
+
 def test_build_path_does_not_import_torch(tmp_path):
     code = (
         "import sys, packer, packer.cli, packer.pipeline, packer.inspect.stats\n"

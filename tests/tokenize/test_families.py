@@ -153,7 +153,9 @@ def test_special_strings_in_text_are_counted_with_file_line(families, tmp_path):
     assert t["special_in_text_examples"]["[CLS]"] == [f"{src}:2"]
     from packer.inspect.stats import summary_lines
 
-    assert any(line.startswith("special tokens  3 document(s)") for line in summary_lines(res.manifest))
+    # Issue 53.8: line 2 holds [CLS] and [MASK]: 2 documents, not the per-token sum (3)
+    assert t["special_in_text_documents"] == 2
+    assert any(line.startswith("special tokens  2 document(s)") for line in summary_lines(res.manifest))
     # split: encoded as plain text, exact against HF with encode_special_tokens, nothing counted
     out2, res2 = _build(tmp_path, "bert-split", [src], families["bert-wordpiece"], split_special_tokens=True)
     assert "special_in_text" not in res2.manifest["totals"]

@@ -236,7 +236,9 @@ def test_a_build_counts_plain_added_tokens_and_records_follows_only_when_asked(t
     assert t["special_in_text"] == {"<mask>": 1} and t["special_in_text_examples"] == {"<mask>": [f"{src}:3"]}
     assert t["added_in_text"] == {"</think>": 1, "<think>": 2}
     assert t["added_in_text_examples"]["<think>"] == [f"{src}:2", f"{src}:4"]
-    assert any(line.startswith("added tokens    3 document(s)") for line in summary_lines(res.manifest))
+    # Issue 53.8: documents, each once ("a <think>two</think>" holds two strings), not the per-token sum (3)
+    assert t["added_in_text_documents"] == 2 and t["special_in_text_documents"] == 1
+    assert any(line.startswith("added tokens    2 document(s)") for line in summary_lines(res.manifest))
     assert "tokenizer_follows" not in res.manifest["settings"] and "tokenizer_follows" not in res.manifest["tokenizer"]
     plain = write_jsonl(tmp_path / "plain.jsonl", ["plain two", "two"])
     t = build([plain], str(tmp_path / "p"), seq_len=64, tokenizer=folder, workers=1, quiet=True).manifest["totals"]

@@ -174,7 +174,7 @@ def test_a_unit_whose_worker_always_dies_fails_in_one_line_then_resumes(cluster,
     with pytest.raises(PackerError) as e:
         build(cfg)
     msg = str(e.value)
-    assert "\n" not in msg and "a Ray worker died" in msg and "unit 3" in msg and "--resume" in msg
+    assert "\n" not in msg and "a Ray worker died" in msg and "unit 3" in msg and "resume=True" in msg
     assert not os.path.exists(os.path.join(out, "manifest.json"))
     monkeypatch.delenv("PACKER_FAULT")
     r = build(cfg.but(resume=True, engine="local"))
@@ -339,7 +339,7 @@ def test_a_stopped_worker_fails_the_build_in_one_line(cluster, tmp_path, monkeyp
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
     msg = str(e.value)
-    assert stopped and "\n" not in msg and "made no progress for 20 s" in msg and "--resume" in msg, msg
+    assert stopped and "\n" not in msg and "made no progress for 20 s" in msg and "resume=True" in msg, msg
 
 
 @pytest.mark.slow  # starts a Ray of its own

@@ -215,11 +215,11 @@ def test_template_that_rewrites_content_is_built_and_trains_what_it_renders(fold
 
 def test_user_mistakes_are_one_line(folders, tmp_path, gpt2_path):
     src = _write(tmp_path / "c.jsonl", [{"prompt": "p", "completion": "c"}])
-    with pytest.raises(PackerError, match="--chat needs --tokenizer"):
+    with pytest.raises(PackerError, match="chat=True needs --tokenizer"):
         build([src], str(tmp_path / "a"), chat=True)
     with pytest.raises(PackerError, match="no chat template"):
         build([src], str(tmp_path / "b"), chat=True, tokenizer=gpt2_path)
-    with pytest.raises(PackerError, match="add --chat"):
+    with pytest.raises(PackerError, match="add chat=True"):
         build([src], str(tmp_path / "c"), truncate=True)
 
 
