@@ -93,6 +93,13 @@ def shard_documents(store: Storage, entry: dict, seq_len: int, dtype: str, chat:
 
 def shard_pieces(store: Storage, entry: dict, seq_len: int, dtype: str, chat: bool) -> Pieces:
     """``shard_documents`` without the copy: where each document's pieces lie in the (mapped) shard."""
+    return _join(shard_rows(store, entry, seq_len, dtype, chat), store.path(entry["path"]), seq_len, chat, entry)
+
+
+def shard_rows(store: Storage, entry: dict, seq_len: int, dtype: str, chat: bool):
+    """One shard of a finished build as its packed rows (a ``pyarrow.Table``, zero-copy over the shard's
+    bytes), checked against its manifest ``entry`` (size, checksum) and its schema: what ``shard_pieces``
+    joins, and what ``packer export --format mds`` writes row by row."""
     path = entry["path"]
     where = store.path(path)
     try:
@@ -105,7 +112,7 @@ def shard_pieces(store: Storage, entry: dict, seq_len: int, dtype: str, chat: bo
     table = S.open_shard_buffer(data, where, seq_len, dtype)
     if chat and S.LOSS_MASK not in table.column_names:
         raise ShardError(f"{where}: a chat build's shard without its {S.LOSS_MASK} column: shard is corrupt")
-    return _join(table, where, seq_len, chat, entry)
+    return table
 
 
 def _join(table, where: str, L: int, chat: bool, entry: dict) -> Pieces:

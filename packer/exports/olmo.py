@@ -1,0 +1,94 @@
+"""OLMo-core (and dolma-style) token arrays: ``DEST/part-00000.npy`` ..., raw 1-D arrays with no header.
+
+OLMo-core's ``NumpyFSLDataset`` reads each path as ``np.memmap(path, dtype)``-style raw bytes
+(``olmo_core.data.utils.load_array_slice``: byte ranges, ``np.frombuffer``), cuts it into windows of
+``sequence_length`` tokens and drops each file's remainder; documents are told apart by the EOS id, so
+every document must end with it. The dtype is ``NumpyDatasetConfig.get_dtype``'s: the smallest of
+uint8/16/32/64 that holds ``vocab_size - 1``. A chat build also writes its loss mask, one bool byte per
+token (1 = trained on), at ``DEST/label_mask/part-*.npy``: OLMo-core's ``label_mask_paths``, one per
+path. The holdout goes to ``DEST/val/`` in the same layout. A file is closed and the next begun past
+``PART_BYTES``, at a document's end.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import PackerError
+from .target import OutFile
+
+NAME = "olmo"
+PART_BYTES = 1 << 30
+READS_ROWS = False
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    for d in (np.uint8, np.uint16, np.uint32, np.uint64):
+        if vocab_size - 1 <= np.iinfo(d).max:
+            return np.dtype(d)
+    raise PackerError(f"vocab_size {vocab_size} is too large for OLMo-core's dtypes")
+
+
+def check(src) -> list[str]:
+    m = src.manifest
+    if m.get("eos_id") is None or not (src.chat or m["settings"].get("eos", True)):
+        raise PackerError(f"{src.root} was built without an EOS after each document (--no-eos, or a tokenizer "
+                          "with none): OLMo-core finds document boundaries by EOS; rebuild with EOS")
+    if src.chat:
+        return [f"olmo: conversations that do not end with EOS (id {m['eos_id']}) get one, not trained on "
+                "(label mask 0), as OLMo-core finds documents by EOS"]
+    return []
+
+
+def names(base: str, held: bool) -> list[str]:
+    return [base]
+
+
+class Writer:
+    def __init__(self, target, base: str, src, part: str):
+        self.folder = target.path(base) + ("/val" if part == "val" else "")
+        self.dtype = token_dtype(src.manifest["vocab_size"])
+        self.eos = src.manifest["eos_id"]
+        self.chat = src.chat
+        self.parts: list[str] = []
+        self.out = self.mask = None
+        self.tokens = self.documents = self.eos_added = 0
+
+    def _next(self) -> None:
+        self._close_part()
+        name = f"part-{len(self.parts):05d}.npy"
+        self.parts.append(name)
+        self.out = OutFile(f"{self.folder}/{name}")
+        self.mask = OutFile(f"{self.folder}/label_mask/{name}") if self.chat else None
+
+    def add(self, docs) -> None:
+        tokens, mask = docs.tokens, docs.mask
+        if not len(docs.lengths):
+            return
+        if self.chat:
+            ends = np.cumsum(docs.lengths) - 1
+            need = ends[tokens[ends] != self.eos] + 1
+            if len(need):
+                tokens = np.insert(tokens, need, self.eos)
+                mask = np.insert(mask, need, 0)
+                self.eos_added += len(need)
+        if self.out is None or self.out.size >= PART_BYTES:
+            self._next()
+        self.out.append(tokens.astype(self.dtype, copy=False))
+        if self.mask is not None:
+            self.mask.append((mask != 0).view(np.uint8))
+        self.tokens += len(tokens)
+        self.documents += len(docs.lengths)
+
+    def _close_part(self) -> None:
+        for f in (self.out, self.mask):
+            if f is not None:
+                f.close()
+
+    def close(self) -> dict:
+        self._close_part()
+        info = {"documents": self.documents, "tokens": self.tokens, "dtype": self.dtype.name, "paths": self.parts}
+        if self.chat:
+            info["label_mask_paths"] = [f"label_mask/{p}" for p in self.parts]
+            info["eos_added"] = self.eos_added
+        return info
