@@ -28,7 +28,7 @@ SIZE_LIMIT = 1 << 26
 SHAPE_CODES = {np.dtype(np.uint8): 0, np.dtype(np.uint16): 1, np.dtype(np.uint32): 2}
 
 
-def check(src) -> list[str]:
+def check(src, eos_id: int | None = None) -> list[str]:
     return []
 
 
@@ -50,7 +50,7 @@ def _static_size(encoding: str) -> int:
 
 
 class Writer:
-    def __init__(self, target, base: str, src, part: str):
+    def __init__(self, target, base: str, src, part: str, eos_id: int | None = None):
         self.folder = target.path(base) + ("/val" if part == "val" else "")
         m = src.manifest
         self.seq_len, self.chat = m["seq_len"], src.chat

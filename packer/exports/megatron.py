@@ -34,7 +34,7 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size < 65500 else np.int32)
 
 
-def check(src) -> list[str]:
+def check(src, eos_id: int | None = None) -> list[str]:
     if src.chat:
         raise PackerError(f"{src.root} is a chat build: Megatron's indexed dataset has no place for its loss_mask "
                           "(every token would be trained on); export it as --format olmo or mds")
@@ -47,7 +47,7 @@ def names(base: str, held: bool) -> list[str]:
 
 
 class Writer:
-    def __init__(self, target, base: str, src, part: str):
+    def __init__(self, target, base: str, src, part: str, eos_id: int | None = None):
         stem = base + ("_val" if part == "val" else "")
         self.idx_path = target.path(stem + ".idx")
         self.dtype = token_dtype(src.manifest["vocab_size"])

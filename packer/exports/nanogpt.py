@@ -23,7 +23,7 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 
-def check(src) -> list[str]:
+def check(src, eos_id: int | None = None) -> list[str]:
     if src.chat:
         raise PackerError(f"{src.root} is a chat build: nanoGPT's .bin files have no place for its loss_mask "
                           "(every token would be trained on); export it as --format olmo or mds")
@@ -44,7 +44,7 @@ def names(base: str, held: bool) -> list[str]:
 
 
 class Writer:
-    def __init__(self, target, base: str, src, part: str):
+    def __init__(self, target, base: str, src, part: str, eos_id: int | None = None):
         self.dtype = token_dtype(src.manifest["vocab_size"])
         self.out = OutFile(target.path(f"{base}/{part}.bin"))
         self.documents = 0

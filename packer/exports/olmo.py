@@ -3,7 +3,9 @@
 OLMo-core's ``NumpyFSLDataset`` reads each path as ``np.memmap(path, dtype)``-style raw bytes
 (``olmo_core.data.utils.load_array_slice``: byte ranges, ``np.frombuffer``), cuts it into windows of
 ``sequence_length`` tokens and drops each file's remainder; documents are told apart by the EOS id, so
-every document must end with it. The dtype is ``NumpyDatasetConfig.get_dtype``'s: the smallest of
+every document must end with it: where one does not (a chat build's conversation whose template ends it
+otherwise, a ``--no-eos`` build), ``eos_id`` is added after it, not trained on (label mask 0). A chat build
+records no EOS id: ``--eos-id`` names it. The dtype is ``NumpyDatasetConfig.get_dtype``'s: the smallest of
 uint8/16/32/64 that holds ``vocab_size - 1``. A chat build also writes its loss mask, one bool byte per
 token (1 = trained on), at ``DEST/label_mask/part-*.npy``: OLMo-core's ``label_mask_paths``, one per
 path. The holdout goes to ``DEST/val/`` in the same layout. A file is closed and the next begun past
@@ -29,14 +31,15 @@ def token_dtype(vocab_size: int) -> np.dtype:
     raise PackerError(f"vocab_size {vocab_size} is too large for OLMo-core's dtypes")
 
 
-def check(src) -> list[str]:
+def check(src, eos_id: int | None = None) -> list[str]:
     m = src.manifest
-    if m.get("eos_id") is None or not (src.chat or m["settings"].get("eos", True)):
-        raise PackerError(f"{src.root} was built without an EOS after each document (--no-eos, or a tokenizer "
-                          "with none): OLMo-core finds document boundaries by EOS; rebuild with EOS")
-    if src.chat:
-        return [f"olmo: conversations that do not end with EOS (id {m['eos_id']}) get one, not trained on "
-                "(label mask 0), as OLMo-core finds documents by EOS"]
+    eos = m.get("eos_id") if eos_id is None else eos_id
+    if eos is None:
+        what = "a chat build records no EOS id" if src.chat else "it was built with --no-eos"
+        raise PackerError(f"{src.root}: {what}, and OLMo-core finds documents by EOS: pass --eos-id N, the id that "
+                          "ends each document (a chat template's end of turn, e.g. <|im_end|>), to add where missing")
+    if not 0 <= eos < m["vocab_size"]:
+        raise PackerError(f"--eos-id {eos} is not an id of the build's vocabulary (0 to {m['vocab_size'] - 1})")
     return []
 
 
@@ -45,10 +48,10 @@ def names(base: str, held: bool) -> list[str]:
 
 
 class Writer:
-    def __init__(self, target, base: str, src, part: str):
+    def __init__(self, target, base: str, src, part: str, eos_id: int | None = None):
         self.folder = target.path(base) + ("/val" if part == "val" else "")
         self.dtype = token_dtype(src.manifest["vocab_size"])
-        self.eos = src.manifest["eos_id"]
+        self.eos = src.manifest["eos_id"] if eos_id is None else eos_id
         self.chat = src.chat
         self.parts: list[str] = []
         self.out = self.mask = None
@@ -65,13 +68,12 @@ class Writer:
         tokens, mask = docs.tokens, docs.mask
         if not len(docs.lengths):
             return
-        if self.chat:
-            ends = np.cumsum(docs.lengths) - 1
-            need = ends[tokens[ends] != self.eos] + 1
-            if len(need):
-                tokens = np.insert(tokens, need, self.eos)
-                mask = np.insert(mask, need, 0)
-                self.eos_added += len(need)
+        ends = np.cumsum(docs.lengths) - 1
+        need = ends[tokens[ends] != self.eos] + 1
+        if len(need):  # (a chat build, or --no-eos with --eos-id): EOS added, not trained on
+            tokens = np.insert(tokens, need, self.eos)
+            mask = None if mask is None else np.insert(mask, need, 0)
+            self.eos_added += len(need)
         if self.out is None or self.out.size >= PART_BYTES:
             self._next()
         self.out.append(tokens.astype(self.dtype, copy=False))
@@ -90,5 +92,5 @@ class Writer:
         info = {"documents": self.documents, "tokens": self.tokens, "dtype": self.dtype.name, "paths": self.parts}
         if self.chat:
             info["label_mask_paths"] = [f"label_mask/{p}" for p in self.parts]
-            info["eos_added"] = self.eos_added
+        info["eos_id"], info["eos_added"] = self.eos, self.eos_added
         return info

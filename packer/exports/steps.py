@@ -38,14 +38,16 @@ class ExportResult:
     notes: list[str] = field(default_factory=list)
 
 
-def export(build: str, dest: str, *, format: str, overwrite: bool = False, progress=None) -> ExportResult:
+def export(build: str, dest: str, *, format: str, overwrite: bool = False, eos_id: int | None = None,
+           progress=None) -> ExportResult:
     """Write the finished build ``build`` as ``dest`` in a trainer's own format.
 
     ``format``: ``megatron`` (``dest.bin`` + ``dest.idx``, holdout ``dest_val.bin/.idx``), ``olmo``
     (``dest/part-*.npy``, holdout ``dest/val/``), ``nanogpt`` (``dest/train.bin``, holdout ``dest/val.bin``),
     ``mds`` (``dest/index.json`` + shards, holdout ``dest/val/``); docs/export.md says what each keeps.
     ``export("out/", "meg/data", format="megatron")`` is ``packer export out/ meg/data --format megatron``.
-    ``overwrite`` replaces an earlier export at ``dest``. ``progress(done_bytes, total_bytes)`` is called
+    ``overwrite`` replaces an earlier export at ``dest``. ``eos_id`` (olmo only): the id that ends each document,
+    added where one does not end with it (a chat build records none). ``progress(done_bytes, total_bytes)`` is called
     after each shard. Raises ``PackerError`` (one line) for a user mistake or a damaged build.
     """
     t0 = time.perf_counter()
@@ -56,7 +58,9 @@ def export(build: str, dest: str, *, format: str, overwrite: bool = False, progr
     src = open_source(build)
     if os.path.abspath(dest) == os.path.abspath(build):
         raise PackerError(f"DEST {dest} is the build itself: export to another path")
-    notes = fmt.check(src)
+    if eos_id is not None and (format != "olmo" or isinstance(eos_id, bool) or not isinstance(eos_id, int)):
+        raise PackerError(f"--eos-id takes a whole number, for --format olmo only (got {eos_id!r})")
+    notes = fmt.check(src, eos_id)
     base = os.path.basename(dest)
     target = Target(dest, fmt.names(base, src.holdout is not None), overwrite)
     parts = {}
@@ -65,7 +69,7 @@ def export(build: str, dest: str, *, format: str, overwrite: bool = False, progr
         total = sum(e["bytes"] for _, s in todo for e in s.manifest["shards"])
         done = 0
         for part, s in todo:
-            writer = fmt.Writer(target, base, s, part)
+            writer = fmt.Writer(target, base, s, part, eos_id)
             for entry in s.manifest["shards"]:
                 read = shard_rows if fmt.READS_ROWS else shard_documents
                 writer.add(read(s.store, entry, s.seq_len, s.manifest["dtype"], s.chat))
@@ -74,6 +78,9 @@ def export(build: str, dest: str, *, format: str, overwrite: bool = False, progr
                 if progress:
                     progress(done, total)
             parts[part] = writer.close()
+            if parts[part].get("eos_added"):
+                notes.append(f"{format}: {parts[part]['eos_added']:,} {part} documents did not end with EOS "
+                             f"(id {parts[part]['eos_id']}): one was added after each, not trained on")
         if len(target.names) == 1:  # a folder: what it was made from, beside the data
             write_mark(target.path(base), {"format": format, "build": os.path.abspath(build),
                                            "manifest_xxh3_128": src.digest, "notes": notes, **parts})
