@@ -20,6 +20,7 @@ import json
 import numpy as np
 
 from .. import shards as S
+from ..repacking import values as V
 from .target import OutFile
 
 NAME = "mds"
@@ -66,12 +67,12 @@ class Writer:
 
     def add(self, table) -> None:
         for batch in table.to_batches():
-            ids = batch.column("input_ids").flatten().to_numpy().reshape(-1, self.seq_len)
+            ids = V(batch.column("input_ids").flatten()).reshape(-1, self.seq_len)
             lens = batch.column("doc_lens")
-            off = lens.offsets.to_numpy()
+            off = V(lens.offsets)
             off = off - off[0]
-            values = lens.flatten().to_numpy().astype(np.uint32, copy=False)
-            mask = batch.column(S.LOSS_MASK).flatten().to_numpy().reshape(-1, self.seq_len) if self.chat else None
+            values = V(lens.flatten()).astype(np.uint32, copy=False)
+            mask = V(batch.column(S.LOSS_MASK).flatten()).reshape(-1, self.seq_len) if self.chat else None
             for r in range(batch.num_rows):
                 n = int(off[r + 1] - off[r])
                 code = 0 if n < 256 else 1 if n < 65536 else 2

@@ -20,6 +20,7 @@ import struct
 import numpy as np
 
 from ..errors import PackerError
+from ..repacking import joined
 from .target import OutFile
 
 NAME = "megatron"
@@ -55,10 +56,13 @@ class Writer:
         self.lengths = OutFile(target.path(stem + ".lengths"))
         self.count = 0
 
-    def add(self, docs) -> None:
-        self.bin.append(docs.tokens.astype(self.dtype, copy=False))
-        self.lengths.append(docs.lengths.astype(np.int32))
-        self.count += len(docs.lengths)
+    def add(self, pieces) -> None:
+        if pieces.tokens.flat[0].dtype == self.dtype:
+            self.bin.append_runs(pieces.tokens)
+        else:
+            self.bin.append(joined(pieces).tokens.astype(self.dtype))
+        self.lengths.append(pieces.lengths.astype(np.int32))
+        self.count += len(pieces.lengths)
 
     def close(self) -> dict:
         self.bin.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import PackerError
+from ..repacking import joined
 from .target import OutFile
 
 NAME = "nanogpt"
@@ -49,9 +50,12 @@ class Writer:
         self.out = OutFile(target.path(f"{base}/{part}.bin"))
         self.documents = 0
 
-    def add(self, docs) -> None:
-        self.out.append(docs.tokens.astype(self.dtype, copy=False))
-        self.documents += len(docs.lengths)
+    def add(self, pieces) -> None:
+        if pieces.tokens.flat[0].dtype == self.dtype:
+            self.out.append_runs(pieces.tokens)
+        else:
+            self.out.append(joined(pieces).tokens.astype(self.dtype))
+        self.documents += len(pieces.lengths)
 
     def close(self) -> dict:
         self.out.close()

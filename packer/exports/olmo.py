@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import PackerError
+from ..repacking import joined
 from .target import OutFile
 
 NAME = "olmo"
@@ -53,6 +54,8 @@ class Writer:
         self.dtype = token_dtype(src.manifest["vocab_size"])
         self.eos = src.manifest["eos_id"] if eos_id is None else eos_id
         self.chat = src.chat
+        m = src.manifest  # the build ended every document with this EOS itself: nothing to look at or add
+        self.runs = not src.chat and m["settings"].get("eos", True) and m.get("eos_id") == self.eos
         self.parts: list[str] = []
         self.out = self.mask = None
         self.tokens = self.documents = self.eos_added = 0
@@ -64,18 +67,24 @@ class Writer:
         self.out = OutFile(f"{self.folder}/{name}")
         self.mask = OutFile(f"{self.folder}/label_mask/{name}") if self.chat else None
 
-    def add(self, docs) -> None:
-        tokens, mask = docs.tokens, docs.mask
-        if not len(docs.lengths):
+    def add(self, pieces) -> None:
+        if not len(pieces.lengths):
             return
+        if self.out is None or self.out.size >= PART_BYTES:
+            self._next()
+        if self.runs and pieces.tokens.flat[0].dtype == self.dtype:  # every document ends with EOS: as it lies
+            self.out.append_runs(pieces.tokens)
+            self.tokens += int(pieces.lengths.sum())
+            self.documents += len(pieces.lengths)
+            return
+        docs = joined(pieces)
+        tokens, mask = docs.tokens, docs.mask
         ends = np.cumsum(docs.lengths) - 1
         need = ends[tokens[ends] != self.eos] + 1
         if len(need):  # (a chat build, or --no-eos with --eos-id): EOS added, not trained on
             tokens = np.insert(tokens, need, self.eos)
             mask = None if mask is None else np.insert(mask, need, 0)
             self.eos_added += len(need)
-        if self.out is None or self.out.size >= PART_BYTES:
-            self._next()
         self.out.append(tokens.astype(self.dtype, copy=False))
         if self.mask is not None:
             self.mask.append((mask != 0).view(np.uint8))

@@ -5,8 +5,9 @@
 2. **target**: DEST's final names (refused if present, unless ``overwrite`` and they are an earlier export),
    a temp folder beside them;
 3. **write**: for the build, then its holdout, each shard in manifest order, checked against its manifest
-   entry (size, xxh3_128) and its documents joined again (``repacking.shard_documents``; MDS takes the
-   packed rows, ``shard_rows``), appended to the open files: memory is one shard's, whatever the build's size;
+   entry (size, xxh3_128) and its documents' pieces put in order (``repacking.shard_pieces``, written where
+   they lie with ``os.writev``, or joined with ``repacking.joined``; MDS takes the packed rows,
+   ``shard_rows``), appended to the open files: memory is one shard's, whatever the build's size;
 4. **commit**: every file fsynced and renamed into place, the one that marks the export complete last.
 
 A damaged shard, a full disk or Ctrl-C leaves no file under DEST's names (the temp folder is removed).
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from .. import faults
 from ..errors import PackerError
 from ..io import first_line
-from ..repacking import open_source, shard_documents, shard_rows
+from ..repacking import open_source, shard_pieces, shard_rows
 from . import mds, megatron, nanogpt, olmo
 from .target import Target, write_mark
 
@@ -71,7 +72,7 @@ def export(build: str, dest: str, *, format: str, overwrite: bool = False, eos_i
         for part, s in todo:
             writer = fmt.Writer(target, base, s, part, eos_id)
             for entry in s.manifest["shards"]:
-                read = shard_rows if fmt.READS_ROWS else shard_documents
+                read = shard_rows if fmt.READS_ROWS else shard_pieces
                 writer.add(read(s.store, entry, s.seq_len, s.manifest["dtype"], s.chat))
                 done += entry["bytes"]
                 faults.point("export_shard")
