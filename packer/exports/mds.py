@@ -16,6 +16,7 @@ closed before it would pass ``SIZE_LIMIT`` bytes (MDSWriter's default, 64 MiB). 
 from __future__ import annotations
 
 import json
+import struct
 
 import numpy as np
 
@@ -26,7 +27,6 @@ from .target import OutFile
 NAME = "mds"
 READS_ROWS = True
 SIZE_LIMIT = 1 << 26
-SHAPE_CODES = {np.dtype(np.uint8): 0, np.dtype(np.uint16): 1, np.dtype(np.uint32): 2}
 
 
 def check(src, eos_id: int | None = None) -> list[str]:
@@ -50,11 +50,21 @@ def _static_size(encoding: str) -> int:
     return np.dtype(dtype).itemsize * int(n)
 
 
+def _doc_head(n: int) -> bytes:
+    """The sample's head (the size of its one variable column, doc_lens) and doc_lens' own: ndim 1, the
+    shape in the smallest unsigned type that holds it (MDS's ``NDArray`` encoding)."""
+    if n < 1 << 8:
+        return struct.pack("<IBB", 2 + 4 * n, 1 << 2 | 0, n)
+    if n < 1 << 16:
+        return struct.pack("<IBH", 3 + 4 * n, 1 << 2 | 1, n)
+    return struct.pack("<IBI", 5 + 4 * n, 1 << 2 | 2, n)
+
+
 class Writer:
     def __init__(self, target, base: str, src, part: str, eos_id: int | None = None):
         self.folder = target.path(base) + ("/val" if part == "val" else "")
         m = src.manifest
-        self.seq_len, self.chat = m["seq_len"], src.chat
+        self.seq_len, self.chat, self.itemsize = m["seq_len"], src.chat, np.dtype(m["dtype"]).itemsize
         columns = {"doc_lens": "ndarray:uint32", "input_ids": f"ndarray:{m['dtype']}:{m['seq_len']}"}
         if src.chat:
             columns[S.LOSS_MASK] = f"ndarray:uint8:{m['seq_len']}"
@@ -67,20 +77,18 @@ class Writer:
 
     def add(self, table) -> None:
         for batch in table.to_batches():
-            ids = V(batch.column("input_ids").flatten()).reshape(-1, self.seq_len)
+            ids = V(batch.column("input_ids").flatten()).tobytes()  # (one copy a batch; slices of bytes after)
             lens = batch.column("doc_lens")
             off = V(lens.offsets)
-            off = off - off[0]
-            values = V(lens.flatten()).astype(np.uint32, copy=False)
-            mask = V(batch.column(S.LOSS_MASK).flatten()).reshape(-1, self.seq_len) if self.chat else None
+            off = (off - off[0]).tolist()
+            values = V(lens.flatten()).astype(np.uint32, copy=False).tobytes()
+            mask = V(batch.column(S.LOSS_MASK).flatten()).tobytes() if self.chat else None
+            row, rb = self.seq_len * self.itemsize, self.seq_len
             for r in range(batch.num_rows):
-                n = int(off[r + 1] - off[r])
-                code = 0 if n < 256 else 1 if n < 65536 else 2
-                shape = np.array([n], dtype=[np.uint8, np.uint16, np.uint32][code])
-                doc = bytes([1 << 2 | code]) + shape.tobytes() + values[off[r]:off[r + 1]].tobytes()
-                parts = [np.uint32(len(doc)).tobytes(), doc, ids[r].tobytes()]
+                a, b = off[r], off[r + 1]
+                parts = [_doc_head(b - a), values[4 * a:4 * b], ids[r * row:(r + 1) * row]]
                 if mask is not None:
-                    parts.append(mask[r].tobytes())
+                    parts.append(mask[r * rb:(r + 1) * rb])
                 self._write(b"".join(parts))
         self.rows += table.num_rows
 
