@@ -103,9 +103,7 @@ class Writer:
         offsets = np.cumsum([0] + [len(s) for s in self.samples], dtype=np.int64) + 4 + 4 * (n + 1) + len(self.config_bytes)
         name = f"shard.{len(self.shards):05d}.mds"
         out = OutFile(f"{self.folder}/{name}")
-        out.append(np.uint32(n).tobytes() + offsets.astype(np.uint32).tobytes() + self.config_bytes)
-        for s in self.samples:
-            out.append(s)
+        out.append_all([np.uint32(n).tobytes() + offsets.astype(np.uint32).tobytes() + self.config_bytes] + self.samples)
         out.close()
         self.shards.append({**self.config, "samples": n, "raw_data": {"basename": name, "bytes": out.size, "hashes": {}},
                             "zip_data": None})

@@ -20,7 +20,6 @@ import struct
 import numpy as np
 
 from ..errors import PackerError
-from ..repacking import joined
 from .target import OutFile
 
 NAME = "megatron"
@@ -57,10 +56,7 @@ class Writer:
         self.count = 0
 
     def add(self, pieces) -> None:
-        if pieces.tokens.flat[0].dtype == self.dtype:
-            self.bin.append_runs(pieces.tokens)
-        else:
-            self.bin.append(joined(pieces).tokens.astype(self.dtype))
+        self.bin.append_tokens(pieces, self.dtype)
         self.lengths.append(pieces.lengths.astype(np.int32))
         self.count += len(pieces.lengths)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import PackerError
-from ..repacking import joined
 from .target import OutFile
 
 NAME = "nanogpt"
@@ -51,10 +50,7 @@ class Writer:
         self.documents = 0
 
     def add(self, pieces) -> None:
-        if pieces.tokens.flat[0].dtype == self.dtype:
-            self.out.append_runs(pieces.tokens)
-        else:
-            self.out.append(joined(pieces).tokens.astype(self.dtype))
+        self.out.append_tokens(pieces, self.dtype)
         self.documents += len(pieces.lengths)
 
     def close(self) -> dict:

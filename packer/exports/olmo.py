@@ -72,8 +72,8 @@ class Writer:
             return
         if self.out is None or self.out.size >= PART_BYTES:
             self._next()
-        if self.runs and pieces.tokens.flat[0].dtype == self.dtype:  # every document ends with EOS: as it lies
-            self.out.append_runs(pieces.tokens)
+        if self.runs:  # every document ends with EOS: written as it lies
+            self.out.append_tokens(pieces, self.dtype)
             self.tokens += int(pieces.lengths.sum())
             self.documents += len(pieces.lengths)
             return

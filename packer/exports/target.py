@@ -16,7 +16,10 @@ import os
 import shutil
 import tempfile
 
+import numpy as np
+
 from ..errors import PackerError
+from ..repacking import joined
 
 IOV = 1024  # buffers per writev (Linux's IOV_MAX)
 MARK = "packer-export.json"  # in a folder export: what it was made from; what lets --overwrite replace it
@@ -114,22 +117,33 @@ class OutFile:
 
     def append_runs(self, runs) -> None:
         """A shard's runs (``repacking.Pieces.tokens``: documents back to back, lying in pieces across the
-        mapped shard) written in order straight from where they lie, 1,024 per ``os.writev``: no copy."""
+        mapped shard) written in order straight from where they lie: no copy."""
+        self.append_all([memoryview(runs.flat[c][s:s + n]).cast("B")
+                         for c, s, n in zip(runs.chunk.tolist(), runs.start.tolist(), runs.length.tolist())])
+
+    def append_all(self, views: list) -> None:
+        """Buffers written in order, 1,024 per ``os.writev``."""
         self.f.flush()
-        views = [memoryview(runs.flat[c][s:s + n]).cast("B")
-                 for c, s, n in zip(runs.chunk.tolist(), runs.start.tolist(), runs.length.tolist())]
         fd = self.f.fileno()
         for i in range(0, len(views), IOV):
             batch = views[i:i + IOV]
             done = os.writev(fd, batch)
-            for v in batch:  # a short write (a signal, a pipe): the rest one view at a time
+            for v in batch:  # a short write (a signal, a full pipe): the rest one buffer at a time
                 if done >= len(v):
                     done -= len(v)
                     continue
-                v, done = v[done:], 0
+                v, done = memoryview(v)[done:], 0
                 while len(v):
                     v = v[os.write(fd, v):]
             self.size += sum(len(v) for v in batch)
+
+    def append_tokens(self, pieces, dtype: np.dtype) -> None:
+        """A shard's documents (``repacking.Pieces``) in ``dtype``: as they lie where the build's dtype is
+        that, else joined and converted."""
+        if pieces.tokens.flat[0].dtype == dtype:
+            self.append_runs(pieces.tokens)
+        else:
+            self.append(joined(pieces).tokens.astype(dtype))
 
     def close(self) -> None:
         self.f.close()
