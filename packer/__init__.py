@@ -12,7 +12,7 @@ Training side (imports torch on first use)::
 """
 
 __all__ = [
-    "BuildConfig", "build", "repack", "pack", "Layout", "PackerError",
+    "BuildConfig", "build", "repack", "export", "pack", "Layout", "PackerError",
     "PackedDataset", "PackedSampler", "PackedLoader", "collate", "block_mask", "dense_mask",
     "collate_padding_free", "whole_rows_first", "packer_attention", "hf_dataset", "BucketDataset", "BucketSampler",
     "source_of",
@@ -30,6 +30,7 @@ _LAZY = {
     "BuildConfig": "pipeline",
     "build": "pipeline",
     "repack": "repacking",
+    "export": "exports",
     "PackedDataset": "train.dataset",
     "PackedSampler": "train.sampler",
     "PackedLoader": "train.sampler",

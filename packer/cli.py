@@ -16,7 +16,7 @@ if __name__ == "__main__":  # python -m packer.cli: as packer_cli's entry point,
 import click  # noqa: E402
 
 from .cli_common import Terminated, _build_at, _on_sigterm, _user_errors  # noqa: E402
-from .cli_reuse import repack  # noqa: E402
+from .cli_reuse import export, repack  # noqa: E402
 from .errors import PackerError, flag_spelling  # noqa: E402
 from .formats import SKIP_REASONS  # noqa: E402
 from .pipeline import OPTIONS  # noqa: E402
@@ -32,10 +32,12 @@ def main():
       packer stats out/                              verify shards, print what was built
       packer show out/ 0                             decode one packed row back to text
       packer repack out/ out8k/ --seq-len 8192       the same documents at another length
+      packer export out/ meg/data --format megatron  for Megatron, OLMo-core, nanoGPT, MosaicML
     """
 
 
 main.add_command(repack)  # (commands over finished builds: packer/cli_reuse.py)
+main.add_command(export)
 
 _SKIPS = "\n".join(f"  {k}: {v}" for k, v in SKIP_REASONS.items())
 

@@ -1,4 +1,4 @@
-"""The commands over finished builds (no tokenizer, no raw text): ``packer repack``."""
+"""The commands over finished builds (no tokenizer, no raw text): ``packer repack``, ``packer export``."""
 
 from __future__ import annotations
 
@@ -106,3 +106,43 @@ def _buckets_report(result, out: str, quiet: bool, summary_json) -> None:
                f"buckets ({m['dropped_pct']}% dropped below {m['min']:,}), padding 0", err=True)
     for b in m["buckets"]:
         click.echo(f"  {b['path']}  {b['rows']:>10,} rows  {b['tokens']:>14,} tokens", err=True)
+
+
+@click.command("export", context_settings={"max_content_width": 100})
+@click.argument("build")
+@click.argument("dest")
+@click.option("--format", "fmt", type=click.Choice(["megatron", "olmo", "nanogpt", "mds"]), required=True,
+              help="megatron: DEST.bin + DEST.idx (the holdout: DEST_val.bin/.idx); olmo: DEST/part-*.npy (holdout: "
+                   "DEST/val/); nanogpt: DEST/train.bin, DEST/val.bin (the holdout); mds: DEST/index.json + shards "
+                   "(holdout: DEST/val/).")
+@click.option("--eos-id", type=int, default=None, metavar="N",
+              help="olmo: the id that ends each document, added where one does not end with it (a chat build records none).")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier export at DEST.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
+@_user_errors
+def export(build, dest, fmt, eos_id, overwrite, quiet):
+    """Write finished BUILD as DEST in a trainer's own format.
+
+    Every document of the build, in order, tokens as stored (EOS included); each shard is checked against
+    the manifest first. DEST appears whole at the end, or not at all. docs/export.md has each trainer's
+    config lines and what each format loses (document masks, a chat build's loss mask).
+
+    \b
+    From Python:
+      from packer import export
+      export("out/", "meg/data", format="megatron")
+    """
+    from .exports import export as run_export
+    from .inspect import bar
+
+    with bar(unit="B", unit_scale=True, desc=f"export {fmt}", delay=1.0, leave=False, disable=quiet or None,
+             file=sys.stderr) as b:
+        r = run_export(build, dest, format=fmt, overwrite=overwrite, eos_id=eos_id,
+                       progress=lambda done, total: (b.total != total and b.reset(total), b.update(done - b.n)))
+    if quiet:
+        return
+    for n in r.notes:
+        click.echo(f"note: {n}", err=True)
+    what = "; ".join(f"{k}: {v['documents'] if 'documents' in v else v['rows']:,} "
+                     f"{'documents' if 'documents' in v else 'rows'}" for k, v in r.parts.items())
+    click.echo(f"exported {build} as {fmt} to {', '.join(r.files)} in {r.seconds:.1f}s ({what})", err=True)

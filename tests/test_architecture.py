@@ -27,8 +27,9 @@ ALLOWED = {
     "repacking": {"io", "shards", "pack", "pipeline"},  # finished builds in, a build at another length out
     "cli": {"io", "formats", "tokenize", "pack", "shards", "pipeline", "inspect", "repacking", "cli_common", "cli_reuse"},
     "cli_common": {"io"},  # one line per mistake, the exit codes: what every command shares
-    "cli_reuse": {"pipeline", "inspect", "repacking", "cli_common"},  # commands over finished builds
-    "__init__": {"pipeline", "pack", "train", "repacking"},
+    "cli_reuse": {"pipeline", "inspect", "repacking", "exports", "cli_common"},  # commands over finished builds
+    "exports": {"io", "shards", "repacking"},  # a finished build in another trainer's files
+    "__init__": {"pipeline", "pack", "train", "repacking", "exports"},
     "__main__": set(),  # python -m packer: packer_cli's main, the entry point outside the package
 }
 LEAVES = {"errors", "faults", "procs", "head_start"}

@@ -13,7 +13,7 @@ import pytest
 
 from packer import shards as S
 from packer.errors import ShardError
-from packer.repacking import open_source, shard_documents
+from packer.repacking import open_source, shard_documents, shard_rows
 
 from ..conftest import read_documents
 
@@ -79,8 +79,16 @@ def test_a_shard_that_differs_from_its_entry_is_refused(fresh, tmp_path):
         b = f.read(1)
         f.seek(e["bytes"] // 2)
         f.write(bytes([b[0] ^ 1]))
-    with pytest.raises(ShardError, match="000001.arrow: shard differs from its manifest entry"):
-        shard_documents(src.store, e, 512, src.manifest["dtype"], False)
+    for read in (shard_documents, shard_rows):
+        with pytest.raises(ShardError, match="000001.arrow: shard differs from its manifest entry"):
+            read(src.store, e, 512, src.manifest["dtype"], False)
     os.remove(os.path.join(out, e["path"]))
     with pytest.raises(ShardError, match="cannot read shard"):
         shard_documents(src.store, e, 512, src.manifest["dtype"], False)
+
+
+def test_shard_rows_are_the_checked_packed_rows(sample_build):
+    """What packer export --format mds writes: each shard's rows as stored (the damaged case: above)."""
+    src = open_source(sample_build)
+    rows = sum(shard_rows(src.store, e, src.seq_len, src.manifest["dtype"], False).num_rows for e in src.manifest["shards"])
+    assert rows == src.manifest["totals"]["rows"]
