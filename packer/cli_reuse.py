@@ -29,8 +29,13 @@ from .errors import PackerError
 @click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary; errors and warnings only.")
 @click.option("--summary-json", default=None, metavar="FILE", help="The end-of-repack summary as JSON ('-': stdout).")
+@click.option("--vocab-size", type=click.IntRange(1), default=None, metavar="V",
+              help="A Megatron or token-array store that packer export did not write: its vocabulary size.")
+@click.option("--eos-id", type=click.IntRange(0), default=None, metavar="ID",
+              help="Such a store's EOS id (token arrays are split into documents at it).")
 @_user_errors
-def repack(paths, seq_len, buckets, pack, workers, engine, ray_address, resume, overwrite, dry_run, quiet, summary_json):
+def repack(paths, seq_len, buckets, pack, workers, engine, ray_address, resume, overwrite, dry_run, quiet, summary_json,
+           vocab_size, eos_id):
     """Pack the documents of finished build(s) BUILD... again at another --seq-len, into OUT.
 
     No tokenizer is loaded and no raw text is read: every document is joined again from its
@@ -38,10 +43,16 @@ def repack(paths, seq_len, buckets, pack, workers, engine, ray_address, resume, 
     so the shards equal, byte for byte, those of a fresh build at N. Several builds of one
     tokenizer are repacked into one, in the order given; a holdout stays a holdout.
 
+    BUILD may also be a token store: a Megatron indexed dataset (PREFIX, for PREFIX.bin and
+    PREFIX.idx) or a folder of OLMo / dolma token arrays (part-*.npy, documents ended by EOS).
+    One that `packer export` wrote repacks to the build it came from; another needs --vocab-size
+    (and --eos-id for token arrays).
+
     \b
     Examples:
       packer repack out2048/ out8192/ --seq-len 8192     long-context training from one tokenization
       packer repack a/ b/ ab1024/ --seq-len 1024         two builds as one, at 1024
+      packer repack megatron/data out/ --seq-len 4096 --vocab-size 128256   a Megatron store, packed
     \b
     From Python:
       from packer import repack
@@ -58,6 +69,7 @@ def repack(paths, seq_len, buckets, pack, workers, engine, ray_address, resume, 
     bar = None if quiet or dry_run else BuildBar()
     try:
         result = run_repack(ins, out, seq_len=seq_len, buckets=buckets, pack=pack, workers=workers, engine=engine,
+                            vocab_size=vocab_size, eos_id=eos_id,
                             ray_address=ray_address, resume=resume, overwrite=overwrite, dry_run=dry_run,
                             quiet=quiet, summary_json=summary_json, progress=bar.update if bar else None)
     except KeyboardInterrupt:

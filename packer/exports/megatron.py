@@ -6,6 +6,8 @@ The layout is megatron-core's ``IndexedDataset`` (megatron/core/datasets/indexed
     b"MMIDIDX\\x00\\x00" | <Q version 1 | <B dtype code | <Q sequence count N | <Q document count N + 1
     | int32[N] sequence lengths | int64[N] byte pointers into .bin | int64[N + 1] document indices 0..N
 
+``PREFIX.packer.json`` says what the export was made from (the build's manifest head and its documents per
+unit), so ``packer repack PREFIX OUT --seq-len N`` gives that build's shards again.
 The token dtype is the one Megatron's preprocess_data.py picks (``DType.optimal_dtype(vocab_size)``):
 uint16 below 65,500 ids, else int32. The holdout goes to ``PREFIX_val.bin/.idx``. The lengths are
 streamed to a side file while the ``.bin`` is written, so memory does not grow with the build; the
@@ -43,7 +45,8 @@ def check(src, eos_id: int | None = None) -> list[str]:
 
 def names(base: str, held: bool) -> list[str]:
     """DEST's files in commit order: the .idx of the training set, which a reader opens first, last."""
-    return [base + ".bin"] + ([base + "_val.bin", base + "_val.idx"] if held else []) + [base + ".idx"]
+    return [base + ".bin"] + ([base + "_val.bin", base + "_val.idx"] if held else []) + [base + ".packer.json",
+                                                                                          base + ".idx"]
 
 
 class Writer:

@@ -82,9 +82,12 @@ def export(build: str, dest: str, *, format: str, overwrite: bool = False, eos_i
             if parts[part].get("eos_added"):
                 notes.append(f"{format}: {parts[part]['eos_added']:,} {part} documents did not end with EOS "
                              f"(id {parts[part]['eos_id']}): one was added after each, not trained on")
+        info = {"format": format, "build": os.path.abspath(build), "manifest_xxh3_128": src.digest, "notes": notes,
+                **parts, "source": origin(src)}
         if len(target.names) == 1:  # a folder: what it was made from, beside the data
-            write_mark(target.path(base), {"format": format, "build": os.path.abspath(build),
-                                           "manifest_xxh3_128": src.digest, "notes": notes, **parts})
+            write_mark(target.path(base), info)
+        else:  # megatron: PREFIX.packer.json beside PREFIX.bin/.idx
+            write_mark(target.path(base + ".packer.json"), info)
         target.commit()
     except OSError as e:
         target.discard()
@@ -93,3 +96,14 @@ def export(build: str, dest: str, *, format: str, overwrite: bool = False, eos_i
         target.discard()
         raise
     return ExportResult(dest, format, target.names, parts, time.perf_counter() - t0, notes)
+
+
+def origin(src) -> dict:
+    """What ``packer repack`` needs to give the build's shards again from the export (packer/repacking/foreign.py):
+    the manifest's head, and the documents of each unit (each shard) in order, of the holdout too."""
+    m = src.manifest
+    head = {k: m[k] for k in ("seq_len", "dtype", "pad_id", "eos_id", "vocab_size", "tokenizer", "settings")}
+    return {**head, "units": [e["documents"] for e in m["shards"]],
+            "holdout": None if src.holdout is None else {
+                **m["holdout"], "settings": src.holdout.manifest["settings"],
+                "units": [e["documents"] for e in src.holdout.manifest["shards"]]}}

@@ -73,8 +73,9 @@ def _replaceable(path: str) -> None:
                           "earlier export; remove it yourself or choose another DEST")
 
 
-def write_mark(folder: str, info: dict) -> None:
-    with open(os.path.join(folder, MARK), "w") as f:
+def write_mark(where: str, info: dict) -> None:
+    """``info`` as JSON: into ``where``/packer-export.json for a folder, else at the path ``where``."""
+    with open(os.path.join(where, MARK) if os.path.isdir(where) else where, "w") as f:
         json.dump(info, f, indent=1)
         f.write("\n")
 

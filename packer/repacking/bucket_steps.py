@@ -58,10 +58,11 @@ def repack(inputs, out: str, *, seq_len: int | None = None, buckets=None, **opti
 
 def _repack_buckets(inputs, out: str, lo_hi: tuple[int, int], workers: int = 0, engine: str = "local",
                     ray_address: str | None = None, resume: bool = False, overwrite: bool = False,
-                    dry_run: bool = False, quiet: bool = False, progress=None) -> RepackResult:
+                    dry_run: bool = False, quiet: bool = False, progress=None, vocab_size: int | None = None,
+                    eos_id: int | None = None) -> RepackResult:
     t0 = time.perf_counter()
     paths = steps._check_options(inputs, 2, None, workers, engine)
-    sources = open_sources(paths, out)
+    sources = open_sources(paths, out, vocab_size, eos_id)
     first = sources[0]
     units = plan_units(sources)
     held = plan_units(sources, held=True) if first.holdout is not None else []

@@ -50,9 +50,15 @@ class Source:
                 m["settings"].get("eos"), str(m["settings"].get("around_text")))
 
 
-def open_source(path: str) -> Source:
+def open_source(path: str, vocab_size: int | None = None, eos_id: int | None = None) -> Source:
     """Open the finished build at ``path`` (its holdout too); ``PackerError`` naming what is wrong:
-    no build there, an unfinished one (no manifest), a damaged manifest."""
+    no build there, an unfinished one (no manifest), a damaged manifest. A Megatron prefix or a folder of
+    token arrays is opened as a build (foreign.py; ``vocab_size``/``eos_id`` where the store does not say)."""
+    from .foreign import foreign_source, is_foreign
+
+    if is_foreign(path):
+        root, m, digest, held = foreign_source(path, vocab_size, eos_id)
+        return Source(root, m, digest, None if held is None else Source(*held[:3]))
     store = storage_for(path)
     data = S.read_manifest_bytes(store)
     m = S.parse_manifest(data, store.path(S.MANIFEST))
@@ -97,6 +103,10 @@ def joined(p: Pieces) -> Documents:
 
 def shard_pieces(store: Storage, entry: dict, seq_len: int, dtype: str, chat: bool) -> Pieces:
     """``shard_documents`` without the copy: where each document's pieces lie in the (mapped) shard."""
+    if "foreign" in entry:  # a unit of a Megatron or token-array store (foreign.py)
+        from .foreign import foreign_pieces
+
+        return Pieces(*foreign_pieces(entry), None)
     return _join(shard_rows(store, entry, seq_len, dtype, chat), store.path(entry["path"]), seq_len, chat, entry)
 
 

@@ -44,7 +44,8 @@ class RepackResult:
 
 def repack(inputs, out: str, *, seq_len: int, pack: str | None = None, workers: int = 0, engine: str = "local",
            ray_address: str | None = None, resume: bool = False, overwrite: bool = False, dry_run: bool = False,
-           quiet: bool = False, summary_json: str | None = None, progress=None) -> RepackResult:
+           quiet: bool = False, summary_json: str | None = None, progress=None, vocab_size: int | None = None,
+           eos_id: int | None = None) -> RepackResult:
     """Pack the documents of finished build(s) ``inputs`` again into rows of ``seq_len`` tokens, into ``out``.
 
     ``repack("out2048/", "out8192/", seq_len=8192)`` is ``packer repack out2048/ out8192/ --seq-len 8192``.
@@ -57,7 +58,7 @@ def repack(inputs, out: str, *, seq_len: int, pack: str | None = None, workers: 
         from ..pipeline import write_summary  # (here: it imports the input formats, which a repack needs not)
     try:
         result = _repack(inputs, out, seq_len, pack, workers, engine, ray_address, resume, overwrite, dry_run,
-                         quiet, progress)
+                         quiet, progress, vocab_size, eos_id)
     except PackerError as e:
         if summary_json:
             write_summary(summary_json, {"ok": False, "out": str(out), "error": str(e)})
@@ -95,14 +96,14 @@ def _check_options(inputs, seq_len, pack, workers, engine) -> list[str]:
     return inputs
 
 
-def open_sources(paths: list[str], out: str) -> list[Source]:
+def open_sources(paths: list[str], out: str, vocab_size: int | None = None, eos_id: int | None = None) -> list[Source]:
     """Step 1: every source build, opened and checked to agree with the first."""
     target = storage_for(out)
     sources = []
     for p in paths:
         if storage_for(p) == target:
             raise PackerError(f"OUT {out} is also an input: write the repack to another folder")
-        sources.append(open_source(p))
+        sources.append(open_source(p, vocab_size, eos_id))
     first = sources[0]
     for s in sources[1:]:
         if s.same_tokens() != first.same_tokens():
@@ -135,11 +136,11 @@ def recorded_settings(sources: list[Source], seq_len: int, pack: str) -> dict:
 
 
 def _repack(inputs, out, seq_len, pack, workers, engine, ray_address, resume, overwrite, dry_run, quiet,
-            progress) -> RepackResult:
+            progress, vocab_size=None, eos_id=None) -> RepackResult:
     t0 = time.perf_counter()
     paths = _check_options(inputs, seq_len, pack, workers, engine)
     out, seq_len = str(out), int(seq_len)
-    sources = open_sources(paths, out)
+    sources = open_sources(paths, out, vocab_size, eos_id)
     first = sources[0]
     pack = pack or first.manifest["settings"].get("pack", "bfd")
     units = plan_units(sources)

@@ -42,7 +42,7 @@ def read_prefix(prefix: str) -> list[np.ndarray]:
 def test_each_document_is_one_sequence_in_order_and_the_holdout_is_prefix_val(holdout_build, tmp_path):
     prefix = str(tmp_path / "data")
     r = export(holdout_build, prefix, format="megatron")
-    assert r.files == ["data.bin", "data_val.bin", "data_val.idx", "data.idx"]
+    assert r.files == ["data.bin", "data_val.bin", "data_val.idx", "data.packer.json", "data.idx"]
     assert sorted(os.listdir(tmp_path)) == sorted(r.files)  # no temp folder left
     for got, build in ((read_prefix(prefix), holdout_build), (read_prefix(prefix + "_val"), holdout_build + "/holdout")):
         want = documents(build)
