@@ -15,7 +15,7 @@ if __name__ == "__main__":  # python -m packer.cli: as packer_cli's entry point,
 
 import click  # noqa: E402
 
-from .cli_common import Terminated, _build_at, _on_sigterm, _user_errors  # noqa: E402
+from .cli_common import _TERMINATED, _build_at, _on_sigterm, _user_errors, terminated_by  # noqa: E402
 from .cli_reuse import repack  # noqa: E402
 from .errors import PackerError, flag_spelling  # noqa: E402
 from .formats import SKIP_REASONS  # noqa: E402
@@ -86,6 +86,7 @@ def build(inputs, **options):
     quiet, summary_json = options["quiet"], options["summary_json"]
     bar = None if quiet or options["dry_run"] else BuildBar()
     said: list[str] = []  # the tokenizer's notes, said once it is resolved (before any unit runs), not again at the end
+    _TERMINATED.clear()
     try:  # SIGTERM and SIGHUP (the terminal or the ssh session closed) stop the build as Ctrl-C does
         old_term = {s: signal.signal(s, _on_sigterm) for s in (signal.SIGTERM, signal.SIGHUP)}
     except ValueError:  # not the main thread (an embedding caller): leave signals alone
@@ -99,9 +100,10 @@ def build(inputs, **options):
         if bar:
             bar.close()
         argv = " ".join(shlex.quote(a) for a in sys.argv[1:] if a not in ("--overwrite", "--resume"))
-        what = f"terminated ({signal.Signals(e.signum).name})" if isinstance(e, Terminated) else "interrupted"
+        signum = terminated_by(e)
+        what = f"terminated ({signal.Signals(signum).name})" if signum else "interrupted"
         click.echo(f"\npacker: {what}; finished units are kept. Resume with:\n  packer {argv} --resume", err=True)
-        sys.exit(128 + e.signum if isinstance(e, Terminated) else 130)
+        sys.exit(128 + signum if signum else 130)
     finally:
         if bar:
             bar.close()

@@ -22,8 +22,21 @@ class Terminated(KeyboardInterrupt):
         self.signum = int(signum)
 
 
+_TERMINATED: list[int] = []  # the signals ``_on_sigterm`` took (no lock in a handler)
+
+
 def _on_sigterm(signum, frame):
+    _TERMINATED.append(int(signum))
     raise Terminated(signum)
+
+
+def terminated_by(e: KeyboardInterrupt) -> int | None:
+    """The signal that ended a run in ``e``: its own, or one ``_on_sigterm`` took while a C extension turned
+    the Terminated it raised into a plain KeyboardInterrupt (Ray's ``ray.wait`` and ``ray.get`` do); None
+    for Ctrl-C."""
+    if isinstance(e, Terminated):
+        return e.signum
+    return _TERMINATED[-1] if _TERMINATED else None
 
 
 def _user_errors(fn):
