@@ -3,6 +3,7 @@
     python bench/loader_bench.py                        # bench_out/loader/real_2048 (built if missing)
     python bench/loader_bench.py --build out/ --batches 200 --rounds 3
     python bench/loader_bench.py --ipc                  # only: how a worker hands a batch over
+    python bench/loader_bench.py --build out/ --verify  # only: an epoch with verify=False against the default
 
 All variants read the same token bytes: the build's shards, and ``tokens.bin`` (its input_ids flat as
 uint16, what nanoGPT's prepare.py makes), each its own random rows (disjoint slices of one
@@ -198,6 +199,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-tokens-per-s", type=float, default=0.4e6)
     p.add_argument("--out", default="bench_out/loader/results.json")
     p.add_argument("--ipc", action="store_true", help="only time how a worker hands batches over (synthetic)")
+    p.add_argument("--verify", action="store_true",
+                   help="only: one epoch of --build per round from a fresh PackedDataset, verify=False against the "
+                        "default (each shard hashed in a thread at its first read), side by side, wall time")
     return p
 
 
@@ -306,10 +310,36 @@ def _table(times: dict, L: int, B: int, gpu: float) -> tuple[str, dict, dict]:
     return "\n".join(lines), med, ratios
 
 
+def verify_cost(args) -> None:
+    """Rows/s of an epoch over ``args.build`` (random order, batches of ``args.batch``, packer.collate) from a
+    fresh PackedDataset with ``verify=False`` and with the default background hash, in alternating chunks of
+    2 batches, wall time (the hash runs in another thread); per worker count, the median over the rounds of
+    the ratio background / verify=False. Every shard is hashed during the timed epoch (first read of each)."""
+    rows = np.random.default_rng(0).permutation(len(PackedDataset(args.build, verify=False))).tolist()
+    n = len(rows) // args.batch - 1
+    print(f"build {args.build}: {len(rows)} rows, {os.cpu_count()} CPUs; {n} batches of {args.batch} per epoch")
+    for w in args.workers:
+        ratios, both = [], {"verify=False": [], "background": []}
+        for _ in range(args.rounds):
+            def variant(v):
+                return lambda: (lambda it: lambda: next(it))(iter(DataLoader(
+                    PackedDataset(args.build, verify=v), args.batch, sampler=rows, collate_fn=collate, num_workers=w)))
+            got = interleaved({"verify=False": variant(False), "background": variant("background")}, n, 2, 1,
+                              time.perf_counter)
+            for k in both:
+                both[k].append(got[k][0] * args.batch)
+            ratios.append(got["background"][0] / got["verify=False"][0])
+        print(f"workers {w}: verify=False {statistics.median(both['verify=False']):,.0f} rows/s, background "
+              f"{statistics.median(both['background']):,.0f} rows/s; background / verify=False: median "
+              f"{statistics.median(ratios):.3f} (rounds: {', '.join(f'{r:.3f}' for r in ratios)})", flush=True)
+
+
 def main(argv=None):
     args = _parser().parse_args(argv)
     if args.ipc:
         return ipc(args.batch, 2048)
+    if args.verify:
+        return verify_cost(args)
     src = _Sources(args.build)
     times = _measure(args, src)
     gpu, L, B = args.gpu_tokens_per_s, src.L, args.batch

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
-import signal
 import sys
 
 if __name__ == "__main__":  # python -m packer.cli: as packer_cli's entry point, before the imports below
@@ -15,7 +13,7 @@ if __name__ == "__main__":  # python -m packer.cli: as packer_cli's entry point,
 
 import click  # noqa: E402
 
-from .cli_common import Terminated, _build_at, _on_sigterm, _user_errors  # noqa: E402
+from .cli_common import _build_at, _user_errors, resume_exit, stop_signals  # noqa: E402
 from .cli_reuse import export, repack  # noqa: E402
 from .errors import PackerError, flag_spelling  # noqa: E402
 from .formats import SKIP_REASONS  # noqa: E402
@@ -88,27 +86,18 @@ def build(inputs, **options):
     quiet, summary_json = options["quiet"], options["summary_json"]
     bar = None if quiet or options["dry_run"] else BuildBar()
     said: list[str] = []  # the tokenizer's notes, said once it is resolved (before any unit runs), not again at the end
-    try:  # SIGTERM and SIGHUP (the terminal or the ssh session closed) stop the build as Ctrl-C does
-        old_term = {s: signal.signal(s, _on_sigterm) for s in (signal.SIGTERM, signal.SIGHUP)}
-    except ValueError:  # not the main thread (an embedding caller): leave signals alone
-        old_term = None
     try:
-        with flag_spelling():  # its errors name --resume, not resume=True
+        with stop_signals(), flag_spelling():  # its errors name --resume, not resume=True
             result = run_build(ins, out, progress=bar.update if bar else None, on_sized=bar.sized if bar else None,
                                on_note=None if quiet else lambda n: said.append(n) or click.echo(f"note: {n}", err=True),
                                **options)
     except KeyboardInterrupt as e:
         if bar:
             bar.close()
-        argv = " ".join(shlex.quote(a) for a in sys.argv[1:] if a not in ("--overwrite", "--resume"))
-        what = f"terminated ({signal.Signals(e.signum).name})" if isinstance(e, Terminated) else "interrupted"
-        click.echo(f"\npacker: {what}; finished units are kept. Resume with:\n  packer {argv} --resume", err=True)
-        sys.exit(128 + e.signum if isinstance(e, Terminated) else 130)
+        resume_exit(e)
     finally:
         if bar:
             bar.close()
-        for signum, handler in (old_term or {}).items():  # a program that called us in-process keeps its own
-            signal.signal(signum, handler)
     if result.plan is not None:
         for line in plan_lines(result.plan):
             click.echo(line, err=summary_json == "-")

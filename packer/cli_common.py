@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shlex
 import signal
 import sys
 
@@ -22,8 +23,47 @@ class Terminated(KeyboardInterrupt):
         self.signum = int(signum)
 
 
+_TERMINATED: list[int] = []  # the signals ``_on_sigterm`` took (no lock in a handler)
+
+
 def _on_sigterm(signum, frame):
+    _TERMINATED.append(int(signum))
     raise Terminated(signum)
+
+
+def terminated_by(e: KeyboardInterrupt) -> int | None:
+    """The signal that ended a run in ``e``: its own, or one ``_on_sigterm`` took while a C extension turned
+    the Terminated it raised into a plain KeyboardInterrupt (Ray's ``ray.wait`` and ``ray.get`` do); None
+    for Ctrl-C."""
+    if isinstance(e, Terminated):
+        return e.signum
+    return _TERMINATED[-1] if _TERMINATED else None
+
+
+@contextlib.contextmanager
+def stop_signals():
+    """While the block runs, SIGTERM and SIGHUP (the terminal or the ssh session closed) stop it as Ctrl-C
+    does (``Terminated``); the caller's own handlers are put back after it (a program that called us
+    in-process keeps its own). Not on another thread than the main one: signals are left alone there."""
+    _TERMINATED.clear()
+    try:
+        old = {s: signal.signal(s, _on_sigterm) for s in (signal.SIGTERM, signal.SIGHUP)}
+    except ValueError:
+        old = {}
+    try:
+        yield
+    finally:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+
+
+def resume_exit(e: KeyboardInterrupt, what: str = "units") -> None:
+    """After Ctrl-C or SIGTERM: one line saying so and the command that resumes; exit 130 or 128 + signal."""
+    argv = " ".join(shlex.quote(a) for a in sys.argv[1:] if a not in ("--overwrite", "--resume"))
+    signum = terminated_by(e)
+    how = f"terminated ({signal.Signals(signum).name})" if signum else "interrupted"
+    click.echo(f"\npacker: {how}; finished {what} are kept. Resume with:\n  packer {argv} --resume", err=True)
+    sys.exit(128 + signum if signum else 130)
 
 
 def _user_errors(fn):

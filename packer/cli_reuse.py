@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 
 import click
 
-from .cli_common import _user_errors
+from .cli_common import _user_errors, resume_exit, stop_signals
 from .errors import PackerError
 
 
@@ -68,14 +67,15 @@ def repack(paths, seq_len, buckets, pack, workers, engine, ray_address, resume, 
     *ins, out = paths
     bar = None if quiet or dry_run else BuildBar()
     try:
-        result = run_repack(ins, out, seq_len=seq_len, buckets=buckets, pack=pack, workers=workers, engine=engine,
-                            vocab_size=vocab_size, eos_id=eos_id,
-                            ray_address=ray_address, resume=resume, overwrite=overwrite, dry_run=dry_run,
-                            quiet=quiet, summary_json=summary_json, progress=bar.update if bar else None)
-    except KeyboardInterrupt:
-        argv = " ".join(shlex.quote(a) for a in sys.argv[1:] if a not in ("--overwrite", "--resume"))
-        click.echo(f"\npacker: interrupted; finished units are kept. Resume with:\n  packer {argv} --resume", err=True)
-        sys.exit(130)
+        with stop_signals():
+            result = run_repack(ins, out, seq_len=seq_len, buckets=buckets, pack=pack, workers=workers, engine=engine,
+                                vocab_size=vocab_size, eos_id=eos_id,
+                                ray_address=ray_address, resume=resume, overwrite=overwrite, dry_run=dry_run,
+                                quiet=quiet, summary_json=summary_json, progress=bar.update if bar else None)
+    except KeyboardInterrupt as e:
+        if bar:
+            bar.close()
+        resume_exit(e)
     finally:
         if bar:
             bar.close()

@@ -67,6 +67,7 @@ def repack_unit(job: RepackJob, unit: RepackUnit) -> dict:
             p = shard_pieces(store, unit.entry, unit.source_seq_len, job.dtype, False)
             lengths, tokens, masks = p.lengths, p.tokens, None
         faults.point("read")
+        faults.point("slow")  # (the signal tests' fault: 2 s a unit)
         shard = pack_shard(tokens, [lengths], job.seq_len, job.pack, job.pad_id, job.dtype, masks)
         name = shard_path(unit.index)
         out = storage_for(job.out)

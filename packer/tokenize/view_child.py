@@ -28,8 +28,22 @@ import sys
 # packer.tokenize's __init__ are not run there (they import the pipeline, pyarrow, NumPy: 0.5-0.9 s of the
 # child's start): the two packages are given as bare modules of their folders, and main() imports only
 # follows.py and what it imports (follows_rule.py, transformers_table.py).
+# First of all, the child dies with its parent (issue 53: after a SIGKILL of the build it lived on 0.6-2.0 s,
+# transformers' import and all): on Linux the kernel SIGKILLs it (PR_SET_PDEATHSIG, as procs.die_with_parent
+# asks for a worker; a parent already gone by then is seen in getppid); everywhere a thread waits on a pipe
+# whose write end only the parent holds, and ends the child at its end of file.
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_CHILD = ("import sys, types; sys.modules['torch'] = None\n"
+_WATCH = ("import os, sys, threading\n"
+          "parent, watch = int(sys.argv[2]), int(sys.argv[3])\n"
+          "if sys.platform.startswith('linux'):\n"
+          "    try:\n"
+          "        import ctypes; ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, 9, 0, 0, 0)\n"
+          "    except (OSError, AttributeError):\n"
+          "        pass\n"
+          "if os.getppid() != parent:\n"
+          "    os._exit(1)\n"
+          "threading.Thread(target=lambda: os.read(watch, 1) or os._exit(1), daemon=True).start()\n")
+_CHILD = (_WATCH + "import sys, types; sys.modules['torch'] = None\n"
           f"for name, path in (('packer', {os.path.dirname(_HERE)!r}), ('packer.tokenize', {_HERE!r})):\n"
           "    sys.modules[name] = types.ModuleType(name); sys.modules[name].__path__ = [path]\n"
           "from packer.tokenize.view_child import main; main()")
@@ -39,8 +53,8 @@ class Pending:
     """A started child; ``result()`` waits for it: (the view's JSON, who built it, trouble) or None where
     the caller must build the view itself (it compares the view with its own tokenizer.json)."""
 
-    def __init__(self, proc: subprocess.Popen):
-        self.proc = proc
+    def __init__(self, proc: subprocess.Popen, watch: int | None = None):
+        self.proc, self.watch = proc, watch  # ``watch``: the write end of the child's parent pipe (closed last)
 
     def result(self) -> tuple[str | None, str, str | None] | None:
         try:
@@ -67,6 +81,9 @@ class Pending:
         for f in (self.proc.stdout,):
             if f is not None:
                 f.close()
+        if self.watch is not None:
+            os.close(self.watch)
+            self.watch = None
 
 
 def start(folder: str) -> Pending | None:
@@ -80,12 +97,17 @@ def start(folder: str) -> Pending | None:
     except (ImportError, ValueError):
         return None
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # this process's packer
+    watch, keep = os.pipe()  # the child's end of file on ``watch``: this process is gone (both non-inheritable)
     try:
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD, folder], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen([sys.executable, "-c", _CHILD, folder, str(os.getpid()), str(watch)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                                pass_fds=(watch,))
     except OSError:
+        os.close(keep)
         return None
-    return Pending(proc)
+    finally:
+        os.close(watch)
+    return Pending(proc, keep)
 
 
 def main() -> None:

@@ -28,23 +28,18 @@ sees that and returns those tensors without stacking again (in a worker
 process it copies the whole batch into one shared-memory block instead:
 see packer/train/batching.py).
 
-Opening a build reads two files whatever its number of shards: manifest.json
-(hashed, in blocks) and index.arrow beside it, memory-mapped (the shard list
-as columns: packer/shards/index.py); a build without an index (older packer,
-or a manifest edited since) is read from the manifest's list. Checked on
-open: every manifest (format version known), the builds agree on seq_len,
-dtype, pad id and tokenizer fingerprint, no shard path leaves its build.
-A shard is checked when a process first uses it: read by the row layout its
-index records (packer/shards/shard_file.py: no Arrow parsed) its tail and layout
-against their stamp; else mapped, a regular file with the manifest's byte size,
-a readable Arrow schema with the manifest's row count, its piece index, its
-``loss_mask`` column in a chat build; every batch is
-checked for ids >= vocab_size; each failure raises ``ShardError`` naming the
-shard. ``verify=True`` does all of that for every shard on open, in parallel
-threads, and hashes every shard (xxh3_128, against the manifest): a full read
-of the build, off by default. A process keeps at most ``max_open_shards``
-shards mapped (least recently used go first), so its memory and its count of
-memory maps do not grow with the build.
+Opening a build reads two files whatever its number of shards: manifest.json (hashed, in blocks) and
+index.arrow beside it, memory-mapped (packer/shards/index.py; without an index, the manifest's list).
+Checked on open: every manifest (format version known), the builds agree on seq_len, dtype, pad id and
+tokenizer fingerprint, no shard path leaves its build. A shard is checked when a process first uses it:
+read by the row layout its index records (packer/shards/shard_file.py: no Arrow parsed) its tail and
+layout against their stamp; else mapped, a regular file of the manifest's size, a readable Arrow schema
+with its row count, its piece index, its ``loss_mask`` in a chat build; every batch for ids >= vocab_size;
+and (``verify="background"``, the default) hashed (xxh3_128, against the manifest) by a thread while rows
+are read, a shard that differs failing from the next read on (packer/train/shard_hash.py). Each failure
+raises ``ShardError`` naming the shard. ``verify=True`` does all of that for every shard on open (a full
+read first); ``verify=False`` hashes nothing. A process keeps at most ``max_open_shards`` shards mapped
+(least recently used go first): its memory and count of memory maps do not grow with the build.
 """
 
 from __future__ import annotations
@@ -63,6 +58,7 @@ from .. import shards as S
 from ..errors import PackerError, ShardError
 from ..io import ShardCache, storage_for
 from .rows import Row, Rows  # noqa: F401 (Row re-exported: where it always was)
+from .shard_hash import BACKGROUND, BackgroundHash, verify_mode
 from .shard_map import ShardEntry, ShardTable, check_checksum, check_compatible, check_size, verify_all  # noqa: F401
 
 IGNORE_INDEX = -100  # what torch's cross_entropy and HF models skip
@@ -101,7 +97,9 @@ class PackedDataset(Dataset):
 
     ``paths``: a build folder, or a sequence of them (their rows are
     concatenated; use ``PackedSampler(weights=...)`` to mix them).
-    ``verify``: hash every shard against the manifest on open (reads all).
+    ``verify``: "background" (default): each shard hashed against the manifest, in a thread, when this process
+    first reads it, and a shard that differs refused from the next read on; True: every shard on open (reads
+    all first); False: none.
     ``input_ids_dtype``: ``torch.int64`` (default) or ``torch.int32``.
     A build on object storage (``"s3://bucket/out"``) is read through a local
     cache: each shard is downloaded on first use, verified against the
@@ -111,7 +109,7 @@ class PackedDataset(Dataset):
     ``max_open_shards``: shards this process keeps mapped at once (least recently used are unmapped).
     """
 
-    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], *, verify: bool = False,
+    def __init__(self, paths: str | os.PathLike | Sequence[str | os.PathLike], *, verify: bool | str = BACKGROUND,
                  input_ids_dtype: torch.dtype = torch.int64, cache_dir: str | os.PathLike | None = None,
                  cache_max_bytes: int | None = None, max_open_shards: int = MAX_OPEN_SHARDS):
         """Longer than 60 lines: every check a build must pass on open, in order, each one line."""
@@ -159,7 +157,7 @@ class PackedDataset(Dataset):
         self._np_dtype = np.dtype(self.dtype)
         self._len = sum(b.rows for b in builds)
         self._cache = ShardCache(cache_dir, cache_max_bytes)  # used only by shards on object stores
-        self._verify = verify
+        self._verify, self._hash = verify_mode(verify), BackgroundHash()
         if max_open_shards < 1:
             raise PackerError(f"max_open_shards must be >= 1, got {max_open_shards}")
         self._max_open = int(max_open_shards)
@@ -174,7 +172,7 @@ class PackedDataset(Dataset):
         self._arange_cache = self._arange
         self._fork = _Forks.count  # maps made before a fork are dropped in the child
         self._maps: OrderedDict[int, S.Mapped] = OrderedDict()
-        if verify:
+        if self._verify is True:
             verify_all(self._shards.n, self._check)  # every shard, in threads
 
     # -- sizes --------------------------------------------------------------
@@ -344,6 +342,10 @@ class PackedDataset(Dataset):
             raise IndexError(f"row {i} out of range for PackedDataset of {self._len} rows")
         return i
 
+    def wait_for_checks(self) -> None:
+        """Until this process's background hashes of the shards it has read so far are done (tests, epoch ends)."""
+        self._hash.wait()
+
     def _bad_token(self, ids, sid, local):
         r = int(np.argmax(ids.max(axis=1) >= self.vocab_size))
         e = self._shards.entry(int(sid[r]))
@@ -358,9 +360,13 @@ class PackedDataset(Dataset):
         """Shard ``k`` mapped in this process: the least recently used map goes when there are too many."""
         if self._fork != _Forks.count:  # forked since: map afresh in this process
             self._fork, self._maps = _Forks.count, OrderedDict()
+        if self._hash.failed:
+            self._hash.check(k)  # found corrupt by its background hash
         m = self._maps.get(k)
         if m is None:
             m = self._maps[k] = self._map(k)
+            if self._verify == BACKGROUND:
+                self._hash.submit(k, self._shards.entry(k))
             if len(self._maps) > self._max_open:
                 self._maps.popitem(last=False)  # rows handed out keep their own reference to the map
         else:
@@ -378,7 +384,7 @@ class PackedDataset(Dataset):
             check_size(e)
         # A local shard is mapped where it is; a remote one is fetched into the
         # cache and mapped there (under its lock: see packer/io/cache.py).
-        with e.store.local_copy(e.rel, e.nbytes, e.checksum, self._cache, verify=self._verify) as path:
+        with e.store.local_copy(e.rel, e.nbytes, e.checksum, self._cache, verify=self._verify is True) as path:
             return S.map_shard(e, path, self.seq_len, self._np_dtype)
 
     def _check(self, k: int) -> None:

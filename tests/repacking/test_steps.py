@@ -155,3 +155,26 @@ def test_an_unfinished_or_damaged_source_is_named(fresh, tmp_path):
     res = invoke("repack", damaged, str(tmp_path / "o2"), "--seq-len", "1024", "-q")
     assert res.exit_code == 1 and "000002.arrow" in res.output and "corrupt" in res.output
     assert not os.path.exists(os.path.join(tmp_path, "o2", "manifest.json"))
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_repack_as_ctrl_c_does_and_resume_finishes_it(fresh, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = str(tmp_path / "r")
+    args = ["repack", fresh[2048], out, "--seq-len", "512", "--workers", "1", "-q"]
+    p = subprocess.Popen([sys.executable, "-m", "packer.cli", *args], stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PACKER_FAULT": "slow"}, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(out, "units", "000000.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)  # (polls the file the first unit writes: an event, not a guess at timing)
+    p.send_signal(signal.SIGTERM)
+    err = p.communicate(timeout=60)[1]
+    assert p.returncode == 143, err
+    assert "terminated (SIGTERM)" in err and "--resume" in err and "Traceback" not in err
+    again = packer_cli(*args, "--resume")
+    assert again.returncode == 0, again.stderr
+    assert shard_bytes(out) == shard_bytes(fresh[512])

@@ -5,6 +5,7 @@ child runs in a fresh interpreter, as in a user's first ``packer build``: these 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -112,3 +113,56 @@ def test_no_child_where_transformers_or_torch_is_loaded_or_absent(tmp_path, monk
     monkeypatch.setitem(sys.modules, "transformers", None)  # not importable: the recorded rule decides
     monkeypatch.setitem(sys.modules, "torch", None)
     assert view_child.start(folder) is None
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux /proc)."""
+    found = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    if int(f.read().rsplit(b")", 1)[1].split()[1]) == pid:
+                        found.append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="Linux /proc")
+def test_the_view_child_dies_with_a_sigkilled_build(tmp_path):
+    """No process outlives its build (issue 53): a SIGKILL of ``packer build`` while transformers' view is
+    built in the child takes the child with it at once (it lived on 0.6-2.0 s)."""
+    import signal
+    import time
+
+    from packer.procs import ended
+    from tests.conftest import REAL_TOKENIZERS
+
+    folder = REAL_TOKENIZERS["llama3"]
+    if not os.path.exists(os.path.join(folder, "tokenizer.json")):
+        pytest.skip("no Llama 3 folder (../shared/data/llama3)")
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS * 20))
+    env = dict(os.environ, PACKER_CACHE="off", PYTHONPATH=REPO)
+    build = subprocess.Popen([sys.executable, "-m", "packer.cli", "build", str(inp), str(tmp_path / "out"),
+                              "--seq-len", "64", "--tokenizer", folder, "-q"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end, child = time.monotonic() + 60, None
+        while child is None and build.poll() is None and time.monotonic() < end:
+            for pid in _children(build.pid):
+                with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"view_child" in f.read():
+                        child = pid
+            time.sleep(0.01)
+        assert child is not None, "the build never started its view child"
+        time.sleep(0.3)  # the child well into its work (transformers imported or importing)
+        build.kill()
+        gone = time.monotonic() + 0.5
+        while not ended(child) and time.monotonic() < gone:
+            time.sleep(0.01)
+        assert ended(child), "the view child outlived its build by 0.5 s"
+    finally:
+        build.kill()
+        build.wait()

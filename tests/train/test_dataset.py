@@ -292,6 +292,67 @@ def test_flipped_token_byte_is_caught_by_verify(sample_build, copy_build):
         PackedDataset(out, verify=True)
 
 
+def _flip_mid_tokens(out: str, k: int) -> None:
+    """Flip one bit in the middle of shard ``k``'s first record batch's token data (the id stays valid)."""
+    p = _shard(out, k)
+    rows = pa.ipc.open_file(pa.memory_map(p)).get_batch(0).num_rows
+    off = _buffer_offset(p, "input_ids") + 2 * (rows * 256 // 2)
+    with open(p, "rb") as f:
+        f.seek(off)
+        old = f.read(1)
+    _patch(p, off, bytes([old[0] ^ 1]))
+
+
+def _read_after_its_hash(ds, row: int, conn=None):
+    ds[row]  # the shard's first read in this process: read, its hash queued
+    ds.wait_for_checks()
+    try:
+        ds[row]
+    except ShardError as e:
+        if conn is None:
+            raise
+        conn.send(str(e))
+    else:
+        if conn is not None:
+            conn.send(None)
+
+
+def test_a_flipped_token_byte_is_caught_in_the_background_by_default(sample_build, copy_build):
+    """Issue 53.4: a default PackedDataset hashes each shard it reads in a thread, and the read after that
+    hash refuses a shard whose bytes differ, naming it; in a forked process too (its own thread); ``verify=False``
+    reads it without complaint; the clean shards read on."""
+    import multiprocessing as mp
+
+    out = copy_build(sample_build)
+    _flip_mid_tokens(out, 1)
+    row = _first_row(out, 1)
+    ds = PackedDataset(out)
+    with pytest.raises(ShardError, match=r"000001\.arrow: checksum mismatch"):
+        _read_after_its_hash(ds, row)
+    with pytest.raises(ShardError, match=r"000001\.arrow: checksum mismatch"):
+        ds.batch([0, row + 1])
+    assert len(ds.batch([0, 1])["input_ids"]) == 2  # shard 0 is clean
+    ctx = mp.get_context("fork")
+    a, b = ctx.Pipe()
+    child = ctx.Process(target=_read_after_its_hash, args=(PackedDataset(out), row, b))
+    child.start()
+    assert "000001.arrow: checksum mismatch" in a.recv()
+    child.join()
+    quiet = PackedDataset(out, verify=False)
+    _read_after_its_hash(quiet, row)
+    assert quiet.batch([row, row + 1])["input_ids"].shape[0] == 2
+    with pytest.raises(PackerError, match="verify must be True, False or 'background'"):
+        PackedDataset(out, verify="yes")
+
+
+def test_a_clean_build_reads_on_after_its_background_hashes(sample_build):
+    ds = PackedDataset(sample_build)
+    first = [ds[i]["input_ids"] for i in range(len(ds))]
+    ds.wait_for_checks()
+    assert not ds._hash.failed
+    assert all(torch.equal(ds[i]["input_ids"], first[i]) for i in range(len(ds)))
+
+
 def test_out_of_vocab_token_is_refused_on_read(sample_build, copy_build):
     out = copy_build(sample_build)
     p = _shard(out)

@@ -162,6 +162,7 @@ def _connect(address: str | None, workers: int, quiet: bool, watchdog) -> bool:
         return False
     address = address or os.environ.get("RAY_ADDRESS")
     kwargs = dict(logging_level=logging.WARNING, log_to_driver=not quiet)
+    held = _Handlers()
     try:
         if address:
             ray.init(address=address, **kwargs)
@@ -170,7 +171,34 @@ def _connect(address: str | None, workers: int, quiet: bool, watchdog) -> bool:
                 ray.init(address="local", num_cpus=workers or cpu_limit().count, include_dashboard=False, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise PackerError(f"cannot connect to Ray at {address or 'a new local instance'}: {str(e).strip().splitlines()[0]}") from None
+    finally:
+        held.restore()
     return True
+
+
+class _Handlers:
+    """This process's SIGTERM, SIGINT and SIGHUP handlers, put back after ``ray.init``. It replaces SIGTERM's
+    with its own (``sys.exit(15)``) and its core worker then with a native one (a crash dump, then abort):
+    a SIGTERM under ``--engine ray`` ended with neither packer's line nor the resume command, exit 15 or
+    SIGABRT (issue 53). Put back, it ends as on every engine (exit 143, packer/cli.py). (A SIGTERM that
+    arrives while ``ray.init`` itself runs, a few seconds, still meets Ray's.)"""
+
+    SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+
+    def __init__(self):
+        import signal
+        import threading
+
+        self.old = {}
+        if threading.current_thread() is threading.main_thread():
+            self.old = {getattr(signal, n): signal.getsignal(getattr(signal, n)) for n in self.SIGNALS if hasattr(signal, n)}
+
+    def restore(self) -> None:
+        import signal
+
+        for signum, handler in self.old.items():
+            if handler is not None:  # (None: set outside Python, not ours to put back)
+                signal.signal(signum, handler)
 
 
 def _run_tasks(todo: list[Unit], job: Job, progress: Progress, in_flight: int,

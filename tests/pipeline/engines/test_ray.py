@@ -370,3 +370,42 @@ def test_no_process_of_its_own_ray_outlives_a_sigkilled_build(tmp_path):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
     assert not left, f"{len(left)} process(es) of packer's Ray outlived it: {_titled(b'', left)}"
+
+
+@pytest.mark.slow  # starts a Ray of its own
+@pytest.mark.skipif(ray is None or not os.path.isdir("/proc"), reason="needs ray and /proc")
+def test_sigterm_on_ray_ends_as_on_every_engine_then_resumes(tmp_path):
+    """SIGTERM to packer alone under --engine ray: exit 143, "packer: terminated" and the resume command (Ray's
+    own handler, put in place by ray.init, gave exit 15 and a native crash dump); no process of its Ray left;
+    --resume then gives the clean build, byte for byte (issue 53)."""
+    path = _corpus(tmp_path, units=4)
+    args = [path, "--seq-len", "1024", "--unit-mb", "1"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(LOOPBACK_ONLY, PACKER_FAULT="slow")
+    out = str(tmp_path / "out")
+    p = subprocess.Popen([sys.executable, "-m", "packer.cli", "build", *args[:1], out, *args[1:], "--workers", "2",
+                          "--engine", "ray", "-q"], start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 240
+    while time.time() < deadline and not _titled(b"ray::packer_unit", _session(p.pid)):
+        assert p.poll() is None, p.stderr.read()
+        time.sleep(0.2)
+    ray_procs = _session(p.pid)
+    p.send_signal(signal.SIGTERM)  # to the main process only, as kill PID / docker stop send it
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 143, err
+    assert "Traceback" not in err and "packer: terminated (SIGTERM)" in err and "--resume" in err, err
+    deadline = time.time() + 20
+    while time.time() < deadline and _session(p.pid) & ray_procs:
+        time.sleep(0.2)
+    left = _session(p.pid) & ray_procs
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"{len(left)} process(es) of packer's Ray outlived it: {_titled(b'', left)}"
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+    cfg = dict(seq_len=1024, unit_mb=1, workers=2)
+    build(path, out, resume=True, **cfg)  # (the local engine: a Ray build resumes on either, as above)
+    clean = str(tmp_path / "clean")
+    build(path, clean, **cfg)
+    assert folder_files(out) == folder_files(clean)
