@@ -13,7 +13,7 @@ if __name__ == "__main__":  # python -m packer.cli: as packer_cli's entry point,
 
 import click  # noqa: E402
 
-from .cli_common import _build_at, _user_errors, resume_exit, stop_signals  # noqa: E402
+from .cli_common import _build_at, _user_errors, resumable  # noqa: E402
 from .cli_reuse import export, repack  # noqa: E402
 from .errors import PackerError, flag_spelling  # noqa: E402
 from .formats import SKIP_REASONS  # noqa: E402
@@ -86,18 +86,10 @@ def build(inputs, **options):
     quiet, summary_json = options["quiet"], options["summary_json"]
     bar = None if quiet or options["dry_run"] else BuildBar()
     said: list[str] = []  # the tokenizer's notes, said once it is resolved (before any unit runs), not again at the end
-    try:
-        with stop_signals(), flag_spelling():  # its errors name --resume, not resume=True
-            result = run_build(ins, out, progress=bar.update if bar else None, on_sized=bar.sized if bar else None,
-                               on_note=None if quiet else lambda n: said.append(n) or click.echo(f"note: {n}", err=True),
-                               **options)
-    except KeyboardInterrupt as e:
-        if bar:
-            bar.close()
-        resume_exit(e)
-    finally:
-        if bar:
-            bar.close()
+    with resumable(bar), flag_spelling():  # its errors name --resume, not resume=True
+        result = run_build(ins, out, progress=bar.update if bar else None, on_sized=bar.sized if bar else None,
+                           on_note=None if quiet else lambda n: said.append(n) or click.echo(f"note: {n}", err=True),
+                           **options)
     if result.plan is not None:
         for line in plan_lines(result.plan):
             click.echo(line, err=summary_json == "-")

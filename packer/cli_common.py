@@ -57,6 +57,22 @@ def stop_signals():
             signal.signal(signum, handler)
 
 
+@contextlib.contextmanager
+def resumable(bar=None):
+    """The block (a build, a repack) stops on Ctrl-C, SIGTERM or SIGHUP with one line and the command that
+    resumes it (``resume_exit``); ``bar``, a progress bar, is closed first, and in any case after."""
+    try:
+        with stop_signals():
+            yield
+    except KeyboardInterrupt as e:
+        if bar:
+            bar.close()
+        resume_exit(e)
+    finally:
+        if bar:
+            bar.close()
+
+
 def resume_exit(e: KeyboardInterrupt, what: str = "units") -> None:
     """After Ctrl-C or SIGTERM: one line saying so and the command that resumes; exit 130 or 128 + signal."""
     argv = " ".join(shlex.quote(a) for a in sys.argv[1:] if a not in ("--overwrite", "--resume"))

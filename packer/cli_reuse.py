@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .cli_common import _user_errors, resume_exit, stop_signals
+from .cli_common import _user_errors, resumable
 from .errors import PackerError
 
 
@@ -66,19 +66,11 @@ def repack(paths, seq_len, buckets, pack, workers, engine, ray_address, resume, 
         raise PackerError("give at least one finished BUILD and then OUT")
     *ins, out = paths
     bar = None if quiet or dry_run else BuildBar()
-    try:
-        with stop_signals():
-            result = run_repack(ins, out, seq_len=seq_len, buckets=buckets, pack=pack, workers=workers, engine=engine,
-                                vocab_size=vocab_size, eos_id=eos_id,
-                                ray_address=ray_address, resume=resume, overwrite=overwrite, dry_run=dry_run,
-                                quiet=quiet, summary_json=summary_json, progress=bar.update if bar else None)
-    except KeyboardInterrupt as e:
-        if bar:
-            bar.close()
-        resume_exit(e)
-    finally:
-        if bar:
-            bar.close()
+    with resumable(bar):
+        result = run_repack(ins, out, seq_len=seq_len, buckets=buckets, pack=pack, workers=workers, engine=engine,
+                            vocab_size=vocab_size, eos_id=eos_id, ray_address=ray_address, resume=resume,
+                            overwrite=overwrite, dry_run=dry_run, quiet=quiet, summary_json=summary_json,
+                            progress=bar.update if bar else None)
     if buckets is not None:
         return _buckets_report(result, out, quiet, summary_json)
     if result.plan is not None:

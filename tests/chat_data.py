@@ -322,3 +322,22 @@ def harmony_conversations(n: int, seed: int = 0) -> list[dict]:
             msgs.append({"role": "assistant", "content": rng.choice(paras)})
         out.append({"messages": msgs})
     return out
+
+
+def chatml_tokenizer_folder(root) -> str:
+    """A model folder under ``root``: the small byte-level BPE of bench/families.py with ChatML's two special
+    tokens and template (``CHATML_GEN``); returns the folder (its tokenizer.json inside)."""
+    import json as _json
+
+    from tokenizers import AddedToken, Tokenizer
+
+    from .conftest import load_script
+
+    folder = load_script("bench/families.py").build_all(str(root), names=["gpt2-like"])["gpt2-like"]
+    path = os.path.join(folder, "tokenizer.json")
+    tok = Tokenizer.from_file(path)
+    tok.add_special_tokens([AddedToken("<|im_start|>", special=True), AddedToken("<|im_end|>", special=True)])
+    tok.save(path)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        _json.dump({"chat_template": plain(CHATML_GEN), "eos_token": "<|im_end|>", "pad_token": "<|im_end|>"}, f)
+    return folder

@@ -5,7 +5,6 @@ length one over it is dropped (too_long, counted) or, for a --truncate build, cu
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -22,19 +21,10 @@ pytest.importorskip("jinja2")
 @pytest.fixture(scope="module")
 def chat_input(tmp_path_factory):
     """(jsonl of conversations of many lengths, a tokenizer folder with a ChatML template)."""
-    from tokenizers import AddedToken, Tokenizer
-
-    from ..chat_data import CHATML_GEN, conversations, plain
-    from ..conftest import load_script
+    from ..chat_data import chatml_tokenizer_folder, conversations
 
     root = tmp_path_factory.mktemp("chat_repack")
-    folder = load_script("bench/families.py").build_all(str(root), names=["gpt2-like"])["gpt2-like"]
-    path = os.path.join(folder, "tokenizer.json")
-    tok = Tokenizer.from_file(path)
-    tok.add_special_tokens([AddedToken("<|im_start|>", special=True), AddedToken("<|im_end|>", special=True)])
-    tok.save(path)
-    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
-        json.dump({"chat_template": plain(CHATML_GEN), "eos_token": "<|im_end|>", "pad_token": "<|im_end|>"}, f)
+    folder = chatml_tokenizer_folder(root)
     with open(root / "c.jsonl", "w") as f:
         for r in conversations(80, seed=3, max_reply=4, max_turns=3):
             f.write(json.dumps(r) + "\n")

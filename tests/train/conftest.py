@@ -43,21 +43,13 @@ def short_docs_build(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def chat_build(tmp_path_factory):
     """(out, tokenizer.json) of a --chat build (ChatML template, a small byte-level BPE trained here): several conversations a row."""
-    from tokenizers import AddedToken, Tokenizer
-
     from packer import build
 
-    from ..chat_data import CHATML_GEN, conversations, plain
-    from ..conftest import load_script
+    from ..chat_data import chatml_tokenizer_folder, conversations
 
     root = tmp_path_factory.mktemp("trl_chat")
-    folder = load_script("bench/families.py").build_all(str(root), names=["gpt2-like"])["gpt2-like"]
+    folder = chatml_tokenizer_folder(root)
     path = os.path.join(folder, "tokenizer.json")
-    tok = Tokenizer.from_file(path)
-    tok.add_special_tokens([AddedToken("<|im_start|>", special=True), AddedToken("<|im_end|>", special=True)])
-    tok.save(path)
-    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
-        json.dump({"chat_template": plain(CHATML_GEN), "eos_token": "<|im_end|>", "pad_token": "<|im_end|>"}, f)
     with open(root / "c.jsonl", "w") as f:
         for r in conversations(60, seed=1, max_reply=1, max_turns=2):
             f.write(json.dumps(r) + "\n")
