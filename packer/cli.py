@@ -61,6 +61,9 @@ def build(inputs, **options):
     Inputs: .txt/.md (one document per file), .jsonl/.ndjson (one record per line),
     .json (an array of records, or JSON Lines), .parquet, .arrow (HF save_to_disk
     folders); .txt, .md, .jsonl, .ndjson and .json also compressed (.gz .zst .bz2 .xz).
+    Other files are ignored (counted, with an example): --format text reads every file
+    as one text document (source code, README, LICENSE), --text-extensions .py,.rs
+    those endings; a binary file (a NUL byte in its first 8 KB) is skipped as binary.
     Folders are read recursively in sorted order; an HF hub dataset snapshot is read
     as it sits in the cache (its parquet under data/, not its README.md).
 
