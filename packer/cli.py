@@ -87,6 +87,8 @@ def build(inputs, **options):
         raise PackerError("give at least one INPUT and then OUT")
     *ins, out = inputs
     quiet, summary_json = options["quiet"], options["summary_json"]
+    if not quiet and not options["dry_run"]:  # said at once, before the tokenizer loads and the inputs are sized
+        click.echo(f"packer: building {out} from {', '.join(ins)} (tokenizer: {options['tokenizer'] or 'bytes'})", err=True)
     bar = None if quiet or options["dry_run"] else BuildBar()
     said: list[str] = []  # the tokenizer's notes, said once it is resolved (before any unit runs), not again at the end
     try:  # SIGTERM and SIGHUP (the terminal or the ssh session closed) stop the build as Ctrl-C does
