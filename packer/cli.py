@@ -61,6 +61,9 @@ def build(inputs, **options):
     Inputs: .txt/.md (one document per file), .jsonl/.ndjson (one record per line),
     .json (an array of records, or JSON Lines), .parquet, .arrow (HF save_to_disk
     folders); .txt, .md, .jsonl, .ndjson and .json also compressed (.gz .zst .bz2 .xz).
+    Other files are ignored (counted, with an example): --format text reads every file
+    as one text document (source code, README, LICENSE), --text-extensions .py,.rs
+    those endings; a binary file (a NUL byte in its first 8 KB) is skipped as binary.
     Folders are read recursively in sorted order; an HF hub dataset snapshot is read
     as it sits in the cache (its parquet under data/, not its README.md).
 
@@ -84,6 +87,8 @@ def build(inputs, **options):
         raise PackerError("give at least one INPUT and then OUT")
     *ins, out = inputs
     quiet, summary_json = options["quiet"], options["summary_json"]
+    if not quiet and not options["dry_run"]:  # said at once, before the tokenizer loads and the inputs are sized
+        click.echo(f"packer: building {out} from {', '.join(ins)} (tokenizer: {options['tokenizer'] or 'bytes'})", err=True)
     bar = None if quiet or options["dry_run"] else BuildBar()
     said: list[str] = []  # the tokenizer's notes, said once it is resolved (before any unit runs), not again at the end
     with resumable(bar), flag_spelling():  # its errors name --resume, not resume=True

@@ -21,7 +21,7 @@ from typing import Iterator
 
 from ..errors import PackerError
 from ..io import find, io_thread
-from . import arrow, json_array, jsonl, parquet, text
+from . import arrow, json_array, jsonl, parquet, plain, text
 from .base import (DEFAULT_MAX_RECORD, PART_BYTES, SKIP_REASONS, Document, Format, InputFile, Part, Record, Skip, Slice,
                    strict_error)
 from .layouts import ignored_reasons, metadata_files, packer_build
@@ -35,7 +35,7 @@ __all__ = [
     "ChatFields", "Conversation", "consumed_digest",
 ]
 
-REGISTRY: dict[str, Format] = {m.FORMAT.name: m.FORMAT for m in (text, jsonl, parquet, json_array, arrow)}
+REGISTRY: dict[str, Format] = {m.FORMAT.name: m.FORMAT for m in (text, jsonl, parquet, json_array, arrow, plain)}
 
 # File-name ending -> (format, compression). Longest suffix wins.
 FORMATS = {suffix: (f.name, comp) for f in REGISTRY.values() for suffix, comp in f.suffixes.items()}
@@ -45,13 +45,17 @@ PREFETCH_FILES = 32  # whole files (text) read at once, ahead of the parser
 PREFETCH_BYTES = 64 << 20  # ... and at most about this many bytes of them
 
 
-def detect_format(path: str) -> tuple[str, str | None] | None:
-    """(format, compression) of ``path`` by its name, or None."""
+def detect_format(path: str, every_text: bool = False, text_suffixes: tuple[str, ...] = ()) -> tuple[str, str | None] | None:
+    """(format, compression) of ``path`` by its name, or None. ``every_text`` (--format text): every file is
+    one text document (.txt/.md, compressed too, as always; any other file as ``plain``); ``text_suffixes``
+    (--text-extensions .py,.rs): files with these endings are read as text (``plain``) too."""
     name = path.lower()
-    for suffix in _BY_LENGTH:
-        if name.endswith(suffix):
-            return FORMATS[suffix]
-    return None
+    found = next((FORMATS[s] for s in _BY_LENGTH if name.endswith(s)), None)
+    if found is not None and found[0] == "text":
+        return found
+    if every_text or (text_suffixes and name.endswith(text_suffixes)):
+        return plain.FORMAT.name, None
+    return found
 
 
 UNSUPPORTED = "unsupported type"
@@ -73,15 +77,17 @@ class Discovery:
             groups.setdefault(why.get(p, UNSUPPORTED), []).append(p)
         out = []
         for reason, paths in groups.items():
-            what = ""
+            what = hint = ""
             if reason == UNSUPPORTED:
                 exts: dict[str, int] = {}
                 for p in paths:
                     exts[_ext(p)] = exts.get(_ext(p), 0) + 1
                 top = sorted(exts.items(), key=lambda kv: (-kv[1], kv[0]))
                 what = " (" + ", ".join(f"{e} x{n}" if n > 1 else e for e, n in top[:6]) + (", ..." if len(top) > 6 else "") + ")"
+                hint = "; to read them as text: --format text" + next(
+                    (f", or --text-extensions {e}" for e, _ in top if e != "(no extension)"), "")
             out.append(f"{len(paths)} {'file' if len(paths) == 1 else 'files'}: {reason}{what}, e.g. "
-                       + ", ".join(paths[:examples]))
+                       + ", ".join(paths[:examples]) + hint)
         return out
 
 
@@ -92,13 +98,14 @@ def _ext(path: str) -> str:
 
 def supported_formats() -> str:
     """The formats read, in one line: "text (.txt .md), jsonl (.jsonl .ndjson), ...; .gz .zst .bz2 .xz of text, jsonl, json"."""
-    plain, packed = [], []
-    for f in REGISTRY.values():
-        plain.append(f"{f.name} ({' '.join(s for s, c in f.suffixes.items() if c is None)})")
+    named, packed = [], []
+    for f in (f for f in REGISTRY.values() if f.suffixes):  # (plain: chosen by --format text, not by a name)
+        named.append(f"{f.name} ({' '.join(s for s, c in f.suffixes.items() if c is None)})")
         if any(c is not None for c in f.suffixes.values()):
             packed.append(f.name)
     comps = sorted({s.rsplit(".", 1)[1] for f in REGISTRY.values() for s, c in f.suffixes.items() if c is not None})
-    return ", ".join(plain) + f"; each of {', '.join(packed)} also compressed (.{' .'.join(comps)})"
+    return (", ".join(named) + f"; each of {', '.join(packed)} also compressed (.{' .'.join(comps)}); any file as "
+            "text with --format text or --text-extensions")
 
 
 def no_inputs_error(inputs, found: Discovery) -> PackerError:
@@ -125,19 +132,23 @@ def packer_build_error(built: tuple[str, str], inputs) -> PackerError:
                        f"`packer repack {where} OUT --seq-len N`; or leave it out of the inputs")
 
 
-def discover(paths: list[str], exclude: str | None = None, on_sized=None) -> Discovery:
+def discover(paths: list[str], exclude: str | None = None, on_sized=None, every_text: bool = False,
+             text_suffixes: tuple[str, ...] = ()) -> Discovery:
     """Expand folders (recursively, sorted), files, globs and URIs into input files.
 
     ``exclude`` is a folder never read from (the output folder, when it sits
     inside an input folder). Raises ``PackerError`` for a missing input or an
     explicitly named file of unknown format. ``on_sized(done, total)``, if
-    given, is called as the files found are sized.
+    given, is called as the files found are sized. ``every_text``, ``text_suffixes``: see ``detect_format``.
     """
     def unknown(p: str) -> PackerError:
         return PackerError(f"unknown input format: {p} (supported: {supported_formats()})")
 
-    found = find(list(paths), lambda p: detect_format(p) is not None, unknown, exclude, on_sized)
-    files = [InputFile(p, *detect_format(p), size, stamp) for (p, size), stamp in zip(found.files, found.stamps)]
+    def detect(p: str):
+        return detect_format(p, every_text, text_suffixes)
+
+    found = find(list(paths), lambda p: detect(p) is not None, unknown, exclude, on_sized)
+    files = [InputFile(p, *detect(p), size, stamp) for (p, size), stamp in zip(found.files, found.stamps)]
     built = packer_build([f.path for f in files])
     if built is not None:
         raise packer_build_error(built, paths)

@@ -68,6 +68,7 @@ Record = Union[Document, Skip]
 # Reasons a record is skipped, with what each means (shown by --help and docs).
 SKIP_REASONS = {
     "invalid_utf8": "text is not valid UTF-8 (binary or wrongly encoded): skipped whole",
+    "binary": "with --format text or --text-extensions: a binary file (a NUL byte in its first 8 KB): skipped whole",
     "malformed_json": "a jsonl line that does not parse as a JSON object",
     "missing_field": "the text field is absent from the record",
     "not_string": "the text field holds something other than a string (or null)",

@@ -111,7 +111,7 @@ def _documents(out: str, manifest: dict, entry: dict) -> list[tuple[str, str, in
     held = settings.get("split") == "holdout"
     docs = []
     for src in entry["sources"]:
-        sl = _slice(src, settings["unit_bytes"])
+        sl = _slice(src, settings)
         fmt = REGISTRY[sl.file.format]
         kind = fmt.location_kind
         row = fmt.first_row(sl) if kind == "row" else 0
@@ -137,11 +137,11 @@ def _held(text: str, cut: int) -> bool:
     return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass")) < cut
 
 
-def _slice(src: dict, unit_bytes: int):
+def _slice(src: dict, settings: dict):
     """The Slice that ``src`` (a manifest's ``sources`` entry) names, planned again as the build planned it."""
-    path = src["path"]
+    path, unit_bytes = src["path"], settings["unit_bytes"]
     gone = PackerError(f"input {path} changed or is gone since the build; provenance needs the inputs")
-    detected = detect_format(path)
+    detected = detect_format(path, settings.get("format") == "text", tuple(settings.get("text_extensions", ())))
     size = storage_for(path).size() if detected else None
     if size is None:
         raise gone

@@ -37,6 +37,19 @@ def _memory_limit():
 
 
 ENGINES = ("local", "ray")
+INPUT_FORMATS = ("auto", "text")
+
+
+def text_suffixes(value: str | None) -> tuple[str, ...]:
+    """--text-extensions as endings (".py,rs, .TOML": (".py", ".rs", ".toml")); PackerError for one that is no ending."""
+    out = []
+    for part in value.split(",") if value is not None else ():
+        ext = part.strip().lower()
+        ext = ext if ext.startswith(".") else "." + ext
+        if ext == "." or "/" in ext or "\\" in ext:
+            raise PackerError(f"--text-extensions takes file endings separated by commas, like .py,.rs (got {value!r})")
+        out.append(ext)
+    return tuple(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,13 @@ class OutputSettings:
     tokenizer: str | None = option(None, "tokenizer.json, a folder holding one, or a hub name. Default: built-in "
                                          "bytes (256 byte ids + EOS), no files needed.", metavar="T")
     text_field: str = option("text", "Field holding the text in jsonl/parquet; dots reach nested objects (meta.text).")
+    format: str = option("auto", "auto: each file by its name (.txt .md .jsonl .json .parquet .arrow; others ignored, "
+                                 "and counted). text: every file is one text document (source code, README, LICENSE, "
+                                 "Makefile); a binary file (a NUL byte in its first 8 KB) is skipped and counted.",
+                         choices=INPUT_FORMATS)
+    text_extensions: str | None = option(None, "Also read files with these endings as text, one document per file "
+                                               "(.py,.rs,.toml); a binary one is skipped and counted.",
+                                         metavar=".EXT,...")
     pack: str = option("bfd", "bfd: best-fit decreasing, documents that fit are never split. concat: concatenate "
                               "and cut.", choices=MODES)
     eos: bool = off_option("Do not append the end-of-document token after each document.", "--no-eos")
@@ -216,6 +236,10 @@ class BuildConfig:
             raise PackerError(f"unknown --train-on {o.train_on!r}: choose from {', '.join(TRAIN_ON)}")
         if not o.chat and (o.chat_template is not None or o.truncate or o.train_on != "assistant"):
             raise PackerError("--chat-template, --train-on and --truncate apply to chat builds: add --chat")
+        if o.format not in INPUT_FORMATS:
+            raise PackerError(f"unknown --format {o.format!r}: choose from {', '.join(INPUT_FORMATS)}")
+        if o.text_extensions is not None:
+            text_suffixes(o.text_extensions)
         if not isinstance(o.text_field, str) or not o.text_field or "" in o.text_field.split("."):
             raise PackerError(f"--text-field must name a field (got {o.text_field!r}); dots reach nested objects: meta.text")
         if o.eos_token is not None and not o.eos:

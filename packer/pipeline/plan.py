@@ -15,7 +15,7 @@ import numpy as np
 from ..io import first_change, stamp_digest
 from ..formats import DEFAULT_MAX_RECORD, Document, Skip, Slice, consumed_digest, iter_parts, parse_part
 from ..tokenize import TokenizerInfo
-from .config import BuildConfig
+from .config import BuildConfig, text_suffixes
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,10 @@ def recorded_settings(cfg: BuildConfig, tok: TokenizerInfo, units: list[Unit], c
             **({"date": chat.spec.date} if chat.spec.date else {}),
         }
     # Recorded only when used, so a build without them keeps its bytes.
+    if o.format != "auto":
+        settings["format"] = o.format
+    if o.text_extensions is not None:
+        settings["text_extensions"] = list(text_suffixes(o.text_extensions))
     if o.limit is not None:
         settings["limit"] = o.limit
     if o.holdout:

@@ -26,7 +26,7 @@ from ..formats import discover, no_inputs_error, plan_slices
 from ..io import Storage, stamp_listing, storage_for
 from ..tokenize import TokenizerInfo, resolve_tokenizer
 from . import backend_check
-from .config import OPTIONS, BuildConfig, OutputSettings
+from .config import OPTIONS, BuildConfig, OutputSettings, text_suffixes
 from .engines import Progress, engine_for
 from .options import in_python_terms, signature
 from .output import finished_records, holdout_settings, manifest, out_action, prepare_holdout, prepare_out
@@ -203,7 +203,8 @@ def resolve(o: OutputSettings, while_waiting=None) -> tuple[TokenizerInfo, objec
 def plan_inputs(cfg: BuildConfig, on_sized=None) -> Plan:
     """Step 2: the inputs found, cut into slices and grouped into units."""
     o = cfg.output
-    found = discover(list(cfg.inputs), exclude=cfg.out, on_sized=on_sized)
+    found = discover(list(cfg.inputs), exclude=cfg.out, on_sized=on_sized, every_text=o.format == "text",
+                     text_suffixes=text_suffixes(o.text_extensions))
     if not found.files:
         raise no_inputs_error(cfg.inputs, found)
     slices = plan_slices(found.files, o.unit_bytes)

@@ -5,16 +5,23 @@ build's shards, memory-mapped in place (one ``MemoryMappedTable`` a shard,
 concatenated in manifest order): the token data is not copied, and pickling
 it (``map(num_proc=...)``, DataLoader workers) sends file paths, not data.
 
-Beside each shard's columns it serves two of its own, computed once per
-shard and kept in datasets' cache folder (``datasets.config.HF_DATASETS_CACHE``
-/ ``packer`` / a digest of the build), memory-mapped like the shards:
+Beside each shard's columns it serves three of its own. One is stored,
+computed once per shard into ``cache_dir`` (default: datasets' cache folder,
+``datasets.config.HF_DATASETS_CACHE`` / ``packer``) / a digest of the build,
+memory-mapped like the shards; it is all that is written (4 bytes a document
+piece and a row: a few percent of the build):
 
-- ``labels``: int64, ``input_ids`` with -100 on the padding tail, at the
-  first slot of every piece and, in a ``--chat`` build, wherever the
-  ``loss_mask`` is 0 (what ``PackedDataset`` gives as ``labels``);
 - ``seq_lengths``: the row's segments: its piece lengths, then the padding
-  tail's length where the row has one (they sum to ``seq_len``);
-- ``position_ids``: int64, restarting at 0 at every segment (what
+  tail's length where the row has one (they sum to ``seq_len``).
+
+Two are made as each row is read (a datasets transform, _hf_rows.py), never
+written: as int64 they would be 16 bytes a slot, 8x a uint16 build:
+
+- ``labels``: ``input_ids`` unshifted (the model shifts them, as HF expects)
+  with -100 on the padding tail, at the first slot of every piece and, in a
+  ``--chat`` build, wherever the ``loss_mask`` is 0 (what ``PackedDataset``
+  gives as ``labels``);
+- ``position_ids``: restarting at 0 at every segment (what
   ``PackedDataset`` gives): HF Trainer's ``default_data_collator`` stacks
   it and passes it to the model, which then finds the documents (sdpa and
   eager with no cache and no ``attention_mask``, flash-attention, packer's
@@ -23,13 +30,19 @@ shard and kept in datasets' cache folder (``datasets.config.HF_DATASETS_CACHE``
 
 These are the columns TRL's SFTTrainer reads from packed rows
 (docs/training.md): with ``padding_free=True`` its collator restarts
-positions at each segment and trains exactly on ``labels``.
-``labels=False`` leaves ``labels`` out (8 bytes a slot less in the cache).
+positions at each segment and trains exactly on ``labels`` (TRL refuses to
+prepare a dataset with a transform: pass ``dataset_kwargs={"skip_prepare_dataset":
+True}``, the rows being ready). ``labels=False`` leaves ``labels`` out. The two
+made columns are in every row (``ds[i]``, ``ds[a:b]``, ``ds["labels"]``, which
+reads every row) but not in ``column_names``; ``remove_columns`` (HF Trainer
+removes what its model's forward does not take) hides a column they are made
+from rather than dropping it. ``with_format("torch")`` replaces the transform:
+use ``ds.with_transform`` or a collator instead.
 
 Nothing done through the dataset writes into the build folder: datasets
 puts the cache files of ``map``, ``filter``, ``shuffle``, ``select`` and
 ``train_test_split`` beside the first file of the table, and that is the
-first shard's file of packer's own columns, in datasets' cache folder.
+first shard's seq_lengths file, in ``cache_dir``.
 
 Why not datasets' own readers: ``Dataset.from_file`` reads the Arrow IPC
 *stream* format, and packer writes the IPC *file* format (random access,
@@ -61,18 +74,22 @@ from .manifest import read_manifest
 from .reader import open_shard
 from .schema import LOSS_MASK, checksum, file_checksum
 
-IGNORE_INDEX = -100
-SIDE_VERSION = 2  # of the columns' file: a new version is a new file name
+SIDE_VERSION = 3  # of the columns' file: a new version is a new file name
 MAP_MARGIN = 4096  # maps left for what the process maps later (datasets' own cache files, torch, workers' imports)
 
 
-def hf_dataset(path: str, *, verify: bool = False, labels: bool = True):
-    """The local build at ``path`` as a memory-mapped ``datasets.Dataset`` (see the module docstring)."""
+def hf_dataset(path: str, *, verify: bool = False, labels: bool = True, cache_dir: str | None = None):
+    """The local build at ``path`` as a memory-mapped ``datasets.Dataset`` (see the module docstring).
+
+    Writes one small file a shard, its ``seq_lengths`` (4 bytes a document piece, 4 a row), into
+    ``cache_dir`` (default: datasets' cache folder, ``HF_DATASETS_CACHE``/packer/<digest>); ``labels``
+    and ``position_ids`` are made as rows are read, written nowhere."""
     try:
         import datasets
         from datasets.table import ConcatenationTable, MemoryMappedTable
 
         from ._arrow_file_table import ArrowFileTable
+        from ._hf_rows import PackedRows, Rows
     except ImportError as e:
         raise PackerError(f"hf_dataset needs the datasets package (pip install datasets): {e}") from None
     if "://" in str(path):
@@ -85,20 +102,21 @@ def hf_dataset(path: str, *, verify: bool = False, labels: bool = True):
     _check_maps(path, len(m["shards"]))
     # the fingerprint from the shards' checksums: datasets would otherwise hash the whole table
     digest = checksum("\n".join(f"{sh['path']} {sh.get('xxh3_128', '')}" for sh in m["shards"]).encode())[:32]
-    cache = os.path.join(str(datasets.config.HF_DATASETS_CACHE), "packer", f"{digest}-v{SIDE_VERSION}")
+    root = os.fspath(cache_dir) if cache_dir is not None else os.path.join(str(datasets.config.HF_DATASETS_CACHE), "packer")
+    cache = os.path.join(root, f"{digest}-v{SIDE_VERSION}")
     blocks = []
     for sh in m["shards"]:
         f = os.path.join(path, sh["path"])
         table = _checked_shard(f, sh, seq_len, dtype, verify)
         if table.num_rows == 0:  # a unit whose slice held no document: no rows to add (datasets
             continue  # cannot concatenate a table of no record batches)
-        side = _side_file(cache, sh, table, seq_len, labels)
+        side = _side_file(cache, sh, table, seq_len)
         blocks.append([MemoryMappedTable.from_file(side), ArrowFileTable.from_file(f)])
     if not blocks:
         raise ShardError(f"{path}: the build has no rows")
-    return datasets.Dataset(ConcatenationTable.from_blocks(blocks),
-                            info=datasets.DatasetInfo(description=f"packer build {path}"),
-                            fingerprint=f"packer-{digest}-{int(labels)}")
+    ds = PackedRows(ConcatenationTable.from_blocks(blocks), info=datasets.DatasetInfo(description=f"packer build {path}"),
+                    fingerprint=f"packer-{digest}-{int(labels)}")
+    return ds.with_transform(Rows(seq_len, labels))
 
 
 def _check_maps(path: str, shards: int) -> None:
@@ -157,23 +175,22 @@ def _pieces(batch: pa.RecordBatch, L: int, f: str):
     return off, lens, used
 
 
-def _side_file(cache: str, sh: dict, table: pa.Table, L: int, labels: bool) -> str:
-    """The Arrow stream file of packer's columns for one shard, made now if the cache lacks it."""
+def _side_file(cache: str, sh: dict, table: pa.Table, L: int) -> str:
+    """The Arrow stream file of one shard's ``seq_lengths``, made now if the cache lacks it."""
     stem = os.path.basename(sh["path"]).rsplit(".", 1)[0]
-    name = f"packer-{stem}-{str(sh.get('xxh3_128', 'x'))[:16]}-{'labels' if labels else 'lengths'}.arrow"
-    dest = os.path.join(cache, name)
+    dest = os.path.join(cache, f"packer-{stem}-{str(sh.get('xxh3_128', 'x'))[:16]}-lengths.arrow")
     if _readable(dest, table.num_rows):
         return dest
     try:
         os.makedirs(cache, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=cache)
     except OSError as e:
-        raise PackerError(f"{cache}: cannot write hf_dataset's columns into datasets' cache folder "
-                          f"({e.strerror}); set HF_DATASETS_CACHE to a writable folder") from None
+        raise PackerError(f"{cache}: cannot write hf_dataset's seq_lengths column ({e.strerror}); pass "
+                          "cache_dir= a writable folder, or set HF_DATASETS_CACHE") from None
     try:
-        with os.fdopen(fd, "wb") as out, pa.ipc.new_stream(out, _side_schema(L, labels)) as w:
+        with os.fdopen(fd, "wb") as out, pa.ipc.new_stream(out, SIDE_SCHEMA) as w:
             for batch in table.to_batches(max_chunksize=1024):
-                w.write_batch(_side_batch(batch, L, labels, sh["path"]))
+                w.write_batch(_side_batch(batch, L, sh["path"]))
         os.replace(tmp, dest)  # atomic: another process making the same file makes the same bytes
     except BaseException:
         if os.path.exists(tmp):
@@ -190,14 +207,11 @@ def _readable(path: str, rows: int) -> bool:
         return False
 
 
-def _side_schema(L: int, labels: bool) -> pa.Schema:
-    fields = [pa.field("labels", pa.list_(pa.int64(), L), nullable=False)] if labels else []
-    return pa.schema(fields + [pa.field("seq_lengths", pa.list_(pa.int32()), nullable=False),
-                               pa.field("position_ids", pa.list_(pa.int64(), L), nullable=False)])
+SIDE_SCHEMA = pa.schema([pa.field("seq_lengths", pa.list_(pa.int32()), nullable=False)])
 
 
-def _side_batch(batch: pa.RecordBatch, L: int, labels: bool, name: str) -> pa.RecordBatch:
-    """One record batch of ``labels`` / ``seq_lengths`` for a batch of shard rows (vectorised)."""
+def _side_batch(batch: pa.RecordBatch, L: int, name: str) -> pa.RecordBatch:
+    """One record batch of ``seq_lengths`` for a batch of shard rows (vectorised)."""
     n = batch.num_rows
     off, lens, used = _pieces(batch, L, name)
     tail = (used < L).astype(np.int64)
@@ -208,20 +222,5 @@ def _side_batch(batch: pa.RecordBatch, L: int, labels: bool, name: str) -> pa.Re
     seg[np.arange(len(lens)) - off[row_of_piece] + seg_off[row_of_piece]] = lens
     has = np.flatnonzero(tail)
     seg[seg_off[has + 1] - 1] = L - used[has]
-    # position_ids: each slot's distance from its segment's start (a row's segments sum to L, so they
-    # tile the batch's n * L slots in order)
-    starts = np.cumsum(seg, dtype=np.int64) - seg
-    pos = np.arange(n * L, dtype=np.int64) - np.repeat(starts, seg)
-    cols = [pa.ListArray.from_arrays(pa.array(seg_off.astype(np.int32)), pa.array(seg)),
-            pa.FixedSizeListArray.from_arrays(pa.array(pos), L)]
-    if labels:
-        lab = np.asarray(batch.column("input_ids").flatten()).astype(np.int64).reshape(n, L)
-        lab[np.arange(L)[None, :] >= used[:, None]] = IGNORE_INDEX  # the padding tail
-        ends = np.concatenate([[0], np.cumsum(lens)])
-        starts = ends[:-1] - ends[off[row_of_piece]]
-        lab[row_of_piece, starts] = IGNORE_INDEX  # no prediction across a boundary
-        if LOSS_MASK in batch.schema.names:  # a chat build: no loss where the mask is off
-            mask = np.asarray(batch.column(LOSS_MASK).flatten()).reshape(n, L)
-            lab[mask == 0] = IGNORE_INDEX
-        cols.insert(0, pa.FixedSizeListArray.from_arrays(pa.array(lab.reshape(-1)), L))
-    return pa.RecordBatch.from_arrays(cols, schema=_side_schema(L, labels))
+    return pa.RecordBatch.from_arrays([pa.ListArray.from_arrays(pa.array(seg_off.astype(np.int32)), pa.array(seg))],
+                                      schema=SIDE_SCHEMA)

@@ -1,6 +1,6 @@
 """What transformers builds from a model folder, without transformers: the recorded rule (follows.py).
 
-Read from transformers 5.24.0 (transformers_table.py holds what it decides by name).
+Read from transformers 5.24.0, checked unchanged in 5.25.0 (transformers_table.py holds what it decides by name).
 ``AutoTokenizer.from_pretrained(folder)`` first picks a class (``auto_class``,
 in models/auto/tokenization_auto.py's order: remote code, the patterns of hub
 names it loads as they are, a "LlamaTokenizer" over a byte-level file, the

@@ -1,11 +1,14 @@
-"""What transformers 5.24.0 decides about a model folder, recorded for the build without transformers.
+"""What transformers 5.25.0 decides about a model folder, recorded for the build without transformers.
 
-Read from the installed transformers 5.24.0 (models/auto/tokenization_auto.py and the tokenizer classes);
+Read from the installed transformers 5.25.0 (models/auto/tokenization_auto.py and the tokenizer classes);
 follows_rule.py uses it; tests/tokenize/test_follows_rule.py checks it against an installed transformers of
 that version (and shows how it was read).
 """
 
-VERSION = "5.24.0"
+VERSION = "5.25.0"  # read from (it keys the resolve records: follows_rule.RULE_VERSION)
+# The transformers releases whose decisions were checked to equal this table (and the follows tests run);
+# tests/tokenize/test_follows_rule.py fails on any other installed version until it is checked and listed.
+CHECKED_IN = ("5.25.0",)  # (5.24.0 differed: camembertv2-base, llava_onevision1_5, ErgoTokenizer)
 
 # TOKENIZER_MAPPING_NAMES: the tokenizer class registered for each config.json model_type (None: none)
 MODEL_TYPES = {
@@ -37,6 +40,7 @@ MODEL_TYPES = {
     'DebertaTokenizer': "deberta",
     'DebertaV2Tokenizer': "deberta-v2",
     'DiaTokenizer': "dia",
+    'ErgoTokenizer': "ergo",
     'EsmTokenizer': "esm",
     'EsmcTokenizer': "esmc esmfold2",
     'FNetTokenizer': "fnet",
@@ -80,7 +84,7 @@ MODEL_TYPES = {
     'PhobertTokenizer': "phobert",
     'ProphetNetTokenizer': "prophetnet",
     'Qwen2Tokenizer': (
-        "audioflamingo3 colqwen2 cosmos3_omni dots3_note fun_asr_nano hunyuan_vl internvl "
+        "audioflamingo3 colqwen2 cosmos3_omni dots3_note fun_asr_nano hunyuan_vl internvl llava_onevision1_5 "
         "moss_transcribe_diarize ovis2 qianfan_ocr qwen2 qwen2_5_omni qwen2_5_vl qwen2_audio qwen2_moe "
         "qwen2_vl qwen3 qwen3_asr qwen3_moe qwen3_next qwen3_omni_moe qwen3_vl qwen3_vl_moe"),
     'Qwen2TokenizerFast': "lighton_ocr vibevoice",
@@ -106,7 +110,7 @@ MODEL_TYPES = {
         "stablelm umt5 voxtral voxtral_realtime xlm-roberta-xl iquestcoder minimax_m2 llava_next modernbert "
         "phi3_v phi3 nvfp4 molmo2 opencua hyperclovax minicpm3 smolvlm ernie4_5 jamba step3_vl vipllava "
         "chatlm minicpmv ernie4_5_moe molmo cohere_asr internlm3 phimoe nemotron openvla llava paddleocr_vl "
-        "fuyu modernbert-decoder arctic camembertv2-base internlm2 h2ovl_chat hyperclovax_vlm"),
+        "fuyu modernbert-decoder arctic internlm2 h2ovl_chat hyperclovax_vlm"),
     'UdopTokenizer': "udop",
     'VideoPrismTokenizer': "videoprism",
     'VitsTokenizer': "vits",
@@ -123,7 +127,7 @@ MODEL_TYPES = {
 }
 # MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS: model types whose registered class wins over the hub's
 INCORRECT_HUB_CLASS = frozenset("""
-arctic camembertv2-base chatlm cohere_asr ernie4_5 ernie4_5_moe fuyu h2ovl_chat hyperclovax hyperclovax_vision_v2
+arctic chatlm cohere_asr ernie4_5 ernie4_5_moe fuyu h2ovl_chat hyperclovax hyperclovax_vision_v2
 hyperclovax_vlm internlm2 internlm3 iquestcoder jamba llava llava_next minicpm3 minicpmv minimax_m2 modernbert
 modernbert-decoder molmo molmo2 nemotron nvfp4 opencua openvla paddleocr_vl phi3 phi3_v phimoe qwen2 qwen3_5
 qwen3_5_moe qwen3_5_moe_text qwen4_exp siglip2 smolvlm step3_vl vipllava
@@ -145,7 +149,8 @@ NAMES_AS_FILE = (
 REBUILDS = frozenset("""
 AlbertTokenizer BartTokenizer BarthezTokenizer BertTokenizer BigBirdTokenizer BlenderbotTokenizer CLIPTokenizer
 CamembertTokenizer CodeGenTokenizer CodeLlamaTokenizer CohereTokenizer DPRContextEncoderTokenizer
-DPRQuestionEncoderTokenizer DPRReaderTokenizer DebertaTokenizer DebertaV2Tokenizer DistilBertTokenizer EsmcTokenizer
+DPRQuestionEncoderTokenizer DPRReaderTokenizer DebertaTokenizer DebertaV2Tokenizer DistilBertTokenizer ErgoTokenizer
+EsmcTokenizer
 FunnelTokenizer GPT2Tokenizer GPTNeoXTokenizer GemmaTokenizer HerbertTokenizer LEDTokenizer LasrTokenizer
 LayoutLMv2Tokenizer LayoutLMv3Tokenizer LayoutXLMTokenizer LlamaTokenizer LukeTokenizer LxmertTokenizer
 MBart50Tokenizer MBartTokenizer MLukeTokenizer MPNetTokenizer MarkupLMTokenizer MobileBertTokenizer MvpTokenizer

@@ -37,16 +37,21 @@
   epoch loaded after it (torchdata's StatefulDataLoader loads the sampler's
   state at ``iter()``, after the loop's ``set_epoch``): epoch n starts whole.
 
-``PackedSampler.state_dict()`` counts the rows the sampler has handed out;
-a DataLoader with workers prefetches, so it hands out more than the loop
-has consumed. ``PackedLoader`` (a DataLoader) counts what the loop received
-and gives the exact state; with a plain DataLoader, pass
-``consumed=rows_this_rank_consumed_this_epoch`` to ``state_dict``.
+A DataLoader with workers prefetches: the sampler hands out more rows than
+the loop has consumed. ``PackedLoader`` (a DataLoader) counts the batches the
+loop received, as torchdata's StatefulDataLoader does, and both
+``loader.state_dict()`` and ``sampler.state_dict()`` (during, or after, an
+iteration the loader drives) give the state at that point. With a plain
+DataLoader, the sampler cannot see the prefetch: pass
+``consumed=rows_this_rank_consumed_this_epoch`` to ``state_dict``, or its
+state counts the rows handed out (exact only with ``num_workers=0``).
 """
 
 from __future__ import annotations
 
 from typing import Iterator, Sequence
+
+import weakref
 
 import numpy as np
 import torch
@@ -119,6 +124,9 @@ class PackedSampler(DistributedSampler):
         self._yielded = 0
         self._epoch_set: int | None = None  # the epoch the last set_epoch selected, until a state is loaded
         self._cache: tuple | None = None  # (epoch, its order (packer/train/order.py), its digest)
+        # The PackedLoader about to iterate this sampler, then the one driving the current iteration
+        # (weak references): its count of rows the loop received is the state's position.
+        self._next_loader = self._loader = None
 
     # DistributedSampler's attribute names, for code that reads them
     num_replicas = property(lambda self: self.world_size)
@@ -160,7 +168,8 @@ class PackedSampler(DistributedSampler):
         return starts[(starts >= o) & (starts < o + self.sizes[k])] - o
 
     def __getstate__(self):
-        return {**self.__dict__, "_cache": None}  # an order is remade, not shipped (32 bytes a shard)
+        # an order is remade, not shipped (32 bytes a shard); a loader is the process's own
+        return {**self.__dict__, "_cache": None, "_next_loader": None, "_loader": None}
 
     def _mixed(self, epoch: int) -> np.ndarray:
         w = np.asarray(self.weights)
@@ -188,7 +197,7 @@ class PackedSampler(DistributedSampler):
         loop's ``set_epoch``) does not take the epoch back."""
         self._epoch_set = int(epoch)
         if int(epoch) != self.epoch:
-            self.epoch, self._resume, self._iter_start, self._yielded = int(epoch), 0, None, 0
+            self.epoch, self._resume, self._iter_start, self._yielded, self._loader = int(epoch), 0, None, 0, None
 
     def _share(self, start: int) -> int:
         return max(self.num_samples - start, 0) // self.world_size
@@ -206,6 +215,7 @@ class PackedSampler(DistributedSampler):
         start, self._resume = self._resume, 0  # a resumed position applies to one iteration
         order = self._order(self.epoch)[0]
         self._iter_start, self._yielded = start, 0
+        self._loader, self._next_loader = self._next_loader, None  # a PackedLoader drives this iteration, or none
         for mine in positions(order, start + self.rank, start + self._share(start) * self.world_size, self.world_size):
             for i in mine.tolist():
                 self._yielded += 1
@@ -214,8 +224,12 @@ class PackedSampler(DistributedSampler):
     # -- checkpointing --------------------------------------------------------
 
     def state_dict(self, consumed: int | None = None) -> dict:
-        """Where to resume. ``consumed``: rows this rank's loop consumed in this
-        iteration (default: rows the sampler handed out, exact without prefetch)."""
+        """Where to resume. ``consumed``: rows this rank's loop consumed in this iteration (default: the
+        rows its PackedLoader's loop received, if one drives the iteration; else the rows the sampler
+        handed out, exact without prefetch)."""
+        loader = self._loader() if self._loader is not None else None
+        if consumed is None and loader is not None and loader._received is not None:
+            consumed = loader._received
         if self._iter_start is None:
             position = self._resume
         else:
@@ -237,7 +251,7 @@ class PackedSampler(DistributedSampler):
                 f"this sampler has seed {self.seed} and {self.num_samples}"
             )
         chosen, self._epoch_set = self._epoch_set, None
-        self.epoch, self._iter_start, self._yielded = int(state["epoch"]), None, 0
+        self.epoch, self._iter_start, self._yielded, self._loader = int(state["epoch"]), None, 0, None
         self._resume = int(state["position"])
         digest = self._order(self.epoch)[1]
         if chosen is not None and chosen > self.epoch:  # set_epoch chose a later epoch: it starts whole
@@ -267,7 +281,8 @@ class PackedLoader(DataLoader):
     """A DataLoader over a PackedDataset whose ``state_dict`` is exact.
 
     It counts the rows the loop has received (not what workers prefetched)
-    and asks its ``PackedSampler`` for the state at that point. Defaults:
+    and asks its ``PackedSampler`` for the state at that point; the sampler's
+    own ``state_dict()`` asks the loader the same. Defaults:
     ``collate_fn=packer.collate``; any other DataLoader argument passes through.
     """
 
@@ -279,6 +294,7 @@ class PackedLoader(DataLoader):
 
     def __iter__(self):
         self._received = 0
+        self.sampler._next_loader = weakref.ref(self)  # the iteration below counts what the loop received
         share = self.sampler.remaining()
         for batch in super().__iter__():
             self._received = min(self._received + self.batch_size, share)

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests._cli import error_lines
 from tests._services import folder_files
 from tests.conftest import packer_cli as packer
 
@@ -65,7 +66,7 @@ def assert_failed_in_one_line(r, out, *phrases):
     """One line on stderr naming what happened (``phrases``), no traceback, no manifest."""
     for phrase in phrases:
         assert phrase in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert len(error_lines(r.stderr)) == 1 and "Traceback" not in r.stderr
     assert not os.path.exists(os.path.join(out, "manifest.json"))
 
 

@@ -20,6 +20,7 @@ import zstandard
 from packer import BuildConfig, build
 from packer.errors import PackerError
 
+from tests._cli import error_lines
 from tests._services import folder_files
 from tests.conftest import REPO, expected_tokens, packer_cli, read_documents
 
@@ -221,7 +222,7 @@ def test_user_errors_are_one_line(tmp_path, args, needle):
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr
     assert "Traceback" not in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert len(error_lines(r.stderr)) == 1, r.stderr
 
 
 def test_output_rules(tmp_path):
@@ -269,7 +270,7 @@ def test_a_packer_build_among_the_inputs_is_refused_pointing_at_repack(tmp_path)
     out = str(corpus / "out")
     build([str(corpus)], out, seq_len=64, workers=1, holdout=0.2)
     r = packer_cli("build", out, str(tmp_path / "o2"), "--seq-len", "128", "-q")
-    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(error_lines(r.stderr)) == 1, r.stderr
     assert f"{out} is a packer build (manifest.json)" in r.stderr
     assert f"packer repack {out} OUT --seq-len N" in r.stderr
     assert not os.path.exists(tmp_path / "o2" / "manifest.json")

@@ -30,8 +30,9 @@ def test_hf_dataset_is_the_build_memory_mapped(short_docs_build, datasets_cache)
     ds = hf_dataset(short_docs_build)
     assert pa.total_allocated_bytes() - before < want.nbytes // 10  # mapped, not read into memory
     assert len(ds) == m["totals"]["rows"] == want.num_rows
-    assert set(ds.column_names) == {"input_ids", "doc_lens", "doc_index", "doc_offset", "labels", "seq_lengths",
-                                  "position_ids"}
+    # stored: the shards' columns and seq_lengths; labels and position_ids are made as rows are read
+    assert set(ds.column_names) == {"input_ids", "doc_lens", "doc_index", "doc_offset", "seq_lengths"}
+    assert set(ds[0]) == set(ds.column_names) | {"labels", "position_ids"}
     for i in (0, len(ds) // 2, len(ds) - 1):
         assert ds[i]["input_ids"] == want.column("input_ids")[i].as_py()
         assert ds[i]["doc_lens"] == want.column("doc_lens")[i].as_py()
@@ -78,7 +79,38 @@ def test_labels_seq_lengths_and_position_ids_are_packed_datasets(short_docs_buil
         assert row["seq_lengths"] == lens + ([L - sum(lens)] if sum(lens) < L else [])
         assert row["position_ids"] == want["position_ids"].tolist()  # restarting at every segment
     plain = hf_dataset(short_docs_build, labels=False)
-    assert "labels" not in plain.column_names and plain[3]["position_ids"] == ds[3]["position_ids"]
+    assert "labels" not in plain[3] and plain[3]["position_ids"] == ds[3]["position_ids"]
+    assert ds["labels"][5] == ds[5]["labels"] and ds[2:4]["position_ids"] == [ds[2]["position_ids"], ds[3]["position_ids"]]
+
+
+def _bytes_under(path) -> int:
+    return sum(os.path.getsize(os.path.join(r, n)) for r, _, names in os.walk(path) for n in names)
+
+
+def test_opening_a_build_copies_next_to_nothing_into_the_cache(short_docs_build, tmp_path):
+    """issue 55.2: a 77 MB build wrote 605 MB into ~/.cache (labels and position_ids as int64, 16 bytes a
+    slot). They are made as rows are read now; only seq_lengths is written, into cache_dir."""
+    from packer import PackedDataset
+
+    cache = tmp_path / "cache"
+    ds = hf_dataset(short_docs_build, cache_dir=str(cache))
+    shards = sum(os.path.getsize(os.path.join(short_docs_build, s["path"])) for s in read_manifest(short_docs_build)["shards"])
+    assert 0 < _bytes_under(cache) < shards // 10
+    pd = PackedDataset(short_docs_build)
+    for i in (0, len(ds) // 2, len(ds) - 1):  # the same rows as before
+        assert ds[i]["input_ids"] == pd[i]["input_ids"].tolist() and ds[i]["labels"] == pd[i]["labels"].tolist()
+        assert ds[i]["position_ids"] == pd[i]["position_ids"].tolist()
+
+
+def test_trainer_removing_the_columns_its_model_does_not_take_keeps_labels_and_positions(short_docs_build):
+    """HF Trainer calls remove_columns on doc_lens, seq_lengths, ...: what labels and position_ids are made
+    from is hidden, not dropped."""
+    ds = hf_dataset(short_docs_build)
+    full = ds[1]
+    kept = ds.remove_columns(["doc_lens", "doc_index", "doc_offset", "seq_lengths"])
+    assert set(kept[1]) == {"input_ids", "labels", "position_ids"}
+    assert all(kept[1][k] == full[k] for k in kept[1])
+    assert set(kept.remove_columns("labels")[1]) == {"input_ids", "position_ids"}
 
 
 def _tree(path):
@@ -169,6 +201,8 @@ def test_columns_are_made_once_and_an_unwritable_cache_is_one_line(short_docs_bu
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", blocker / "cache")
     with pytest.raises(PackerError, match="HF_DATASETS_CACHE"):
         hf_dataset(short_docs_build)
+    with pytest.raises(PackerError, match="cache_dir="):
+        hf_dataset(short_docs_build, cache_dir=str(blocker / "here"))
 
 
 def test_units_that_hold_no_document_leave_no_gap(tmp_path, datasets_cache):

@@ -155,6 +155,32 @@ def test_loader_resume_sees_exactly_the_batches_it_would_have_seen(sample_build,
         assert torch.equal(a, b)
 
 
+def test_the_samplers_own_state_during_a_prefetching_loader_is_the_loops_position(sample_build):
+    """issue 55.6: sampler.state_dict() taken while a PackedLoader with 2 workers runs counted the rows
+    handed to the prefetching workers (50 where the loop had 42); it is the loop's position now, and a
+    resume from it gives exactly the remaining batches."""
+    ds = PackedDataset(sample_build)
+    B, k = 4, 3
+    opts = {"seed": 3, "block_rows": None}
+
+    def rows(loader, n=None):
+        return [b["input_ids"].clone() for _, b in zip(range(n if n is not None else 10**9), loader)]
+
+    full = rows(PackedLoader(ds, B, sampler=PackedSampler(ds, **opts)))
+    sampler = PackedSampler(ds, **opts)
+    loader = PackedLoader(ds, B, sampler=sampler, num_workers=2)
+    first = rows(loader, k)
+    assert sampler._yielded > k * B  # the workers were handed more than the loop consumed
+    state = sampler.state_dict()
+    assert state == loader.state_dict() and state["position"] == k * B
+    resumed_sampler = PackedSampler(ds, **opts)
+    resumed_sampler.load_state_dict(state)
+    rest = rows(PackedLoader(ds, B, sampler=resumed_sampler, num_workers=2))
+    assert len(first) + len(rest) == len(full)
+    for a, b in zip(first + rest, full):
+        assert torch.equal(a, b)
+
+
 def test_loader_with_weights_over_two_builds(sample_build, copy_build):
     other = copy_build(sample_build)
     ds = PackedDataset([sample_build, other])

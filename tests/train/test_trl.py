@@ -1,5 +1,6 @@
 """TRL's SFTTrainer on a packer build with no glue (docs/training.md):
-``SFTTrainer(model, args=SFTConfig(padding_free=True, max_length=None), train_dataset=packer.hf_dataset(out))``.
+``SFTTrainer(model, args=SFTConfig(padding_free=True, max_length=None, dataset_kwargs={"skip_prepare_dataset": True}),
+train_dataset=packer.hf_dataset(out))``.
 
 Every segment TRL's collator forms is one document piece or a row's padding tail, its labels fall
 exactly on the build's loss_mask (chat) or on every document token but each piece's first (text),
@@ -65,6 +66,7 @@ def _trainer(out, tokenizer_json, tmp_path, **args):
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
     config = SFTConfig(output_dir=str(tmp_path / "run"), padding_free=True, max_length=None, report_to=[],
+                       dataset_kwargs={"skip_prepare_dataset": True},  # the rows are ready; TRL refuses a transform
                        use_cpu=True, save_strategy="no", per_device_train_batch_size=3, max_steps=2,
                        learning_rate=1e-3, **args)
     return SFTTrainer(LlamaForCausalLM(cfg), args=config, train_dataset=hf_dataset(out),

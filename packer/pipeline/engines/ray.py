@@ -161,7 +161,8 @@ def _connect(address: str | None, workers: int, quiet: bool, watchdog) -> bool:
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
-    kwargs = dict(logging_level=logging.WARNING, log_to_driver=not quiet)
+    # -q: errors only, from the driver's Ray logger too (its warnings, e.g. about /dev/shm, leaked before)
+    kwargs = dict(logging_level=logging.ERROR if quiet else logging.WARNING, log_to_driver=not quiet)
     held = _Handlers()
     try:
         if address:
