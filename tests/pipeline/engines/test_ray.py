@@ -361,14 +361,19 @@ def test_no_process_of_its_own_ray_outlives_a_sigkilled_build(tmp_path):
     assert _titled(b"ray::packer_unit", ray_procs), "no unit was running"
     p.kill()
     p.wait()
-    # The watchdog takes well under a second; without it Ray's agents were still running 37 s after (issue 41.7).
+    _assert_ray_gone(p.pid, ray_procs)
+
+
+def _assert_ray_gone(pid: int, ray_procs: set) -> None:
+    """No process of the Ray that build ``pid`` started is left (20 s at most: the watchdog takes well under a
+    second; without it Ray's agents were still running 37 s after, issue 41.7); any left are killed, then named."""
     deadline = time.time() + 20
-    while time.time() < deadline and _session(p.pid) & ray_procs:
+    while time.time() < deadline and _session(pid) & ray_procs:
         time.sleep(0.2)
-    left = _session(p.pid) & ray_procs
-    for pid in left:
+    left = _session(pid) & ray_procs
+    for q in left:
         with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+            os.kill(q, signal.SIGKILL)
     assert not left, f"{len(left)} process(es) of packer's Ray outlived it: {_titled(b'', left)}"
 
 
@@ -395,14 +400,7 @@ def test_sigterm_on_ray_ends_as_on_every_engine_then_resumes(tmp_path):
     _, err = p.communicate(timeout=120)
     assert p.returncode == 143, err
     assert "Traceback" not in err and "packer: terminated (SIGTERM)" in err and "--resume" in err, err
-    deadline = time.time() + 20
-    while time.time() < deadline and _session(p.pid) & ray_procs:
-        time.sleep(0.2)
-    left = _session(p.pid) & ray_procs
-    for pid in left:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    assert not left, f"{len(left)} process(es) of packer's Ray outlived it: {_titled(b'', left)}"
+    _assert_ray_gone(p.pid, ray_procs)
     assert not os.path.exists(os.path.join(out, "manifest.json"))
     cfg = dict(seq_len=1024, unit_mb=1, workers=2)
     build(path, out, resume=True, **cfg)  # (the local engine: a Ray build resumes on either, as above)
