@@ -29,7 +29,8 @@ ALLOWED = {
     "cli_common": {"io"},  # one line per mistake, the exit codes: what every command shares
     "cli_reuse": {"pipeline", "inspect", "repacking", "cli_common"},  # commands over finished builds
     "__init__": {"pipeline", "pack", "train", "repacking"},
-    "__main__": set(),  # python -m packer: packer_cli's main, the entry point outside the package
+    "_entry": {"cli"},  # the `packer` script's main (and python -m packer's): imports packer.cli once SIGINT is caught
+    "__main__": {"_entry"},  # python -m packer
 }
 LEAVES = {"errors", "faults", "procs", "head_start"}
 
@@ -58,7 +59,7 @@ def imports(name: str, path: str, known: set[str]) -> set[str]:
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
-            if mod != "packer" and not mod.startswith("packer."):  # (packer_cli is outside the package)
+            if mod != "packer" and not mod.startswith("packer."):
                 continue
             for a in node.names:  # "from . import shards" imports a module
                 found.add(f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod)

@@ -17,7 +17,7 @@ from packer import head_start as H
 from tests.conftest import REPO, load_script, write_jsonl
 
 # A child that logs every fastokens load (its thread's name) as it happens, then runs the command through one of
-# its entry points: "packer_cli" (the `packer` script), "module" (python -m packer.cli) or "main" (begin, then
+# its entry points: "entry" (packer._entry, the `packer` script), "module" (python -m packer.cli) or "main" (begin, then
 # click's main in this process, which also lists the packer threads left at the end).
 CHILD = r"""
 import os, runpy, sys, threading, fastokens
@@ -27,10 +27,10 @@ def logged(s):
     return real(s)
 fastokens.Tokenizer.from_json_str = staticmethod(logged)
 entry = os.environ["HEAD_START_ENTRY"]
-if entry == "packer_cli":
-    import packer_cli
+if entry == "entry":
+    from packer._entry import main
     sys.argv = ["packer"] + sys.argv[1:]
-    packer_cli.main()
+    main()
 elif entry == "module":
     sys.argv = ["packer"] + sys.argv[1:]
     runpy.run_module("packer.cli", run_name="__main__", alter_sys=True)
@@ -132,7 +132,7 @@ def test_the_next_build_takes_the_head_start_and_writes_the_same_bytes(tmp_path,
     assert loads == ["packer-head-start", "packer-fastokens-load"] and third == first
     loads, _, fourth = build("fourth")  # the third build recorded its own JSON again
     assert loads == ["packer-head-start"] and fourth == first
-    for entry in ("packer_cli", "module"):  # the `packer` script and python -m packer.cli begin it themselves
+    for entry in ("entry", "module"):  # the `packer` script and python -m packer.cli begin it themselves
         loads, _, got = build(entry, entry)
         assert loads == ["packer-head-start"] and got == first, entry
     # A build too small for fastokens (tiktoken runs it): the head start is joined and dropped, not taken.
