@@ -14,7 +14,7 @@ import pytest
 
 from packer import head_start as H
 
-from tests.conftest import REPO, load_script, write_jsonl
+from tests.conftest import REPO, copy_family, write_jsonl
 
 # A child that logs every fastokens load (its thread's name) as it happens, then runs the command through one of
 # its entry points: "entry" (packer._entry, the `packer` script), "module" (python -m packer.cli) or "main" (begin, then
@@ -98,11 +98,10 @@ def _command(args, cache, entry="main") -> tuple[list[str], subprocess.Completed
     return [x[5:] for x in r.stdout.splitlines() if x.startswith("LOAD ")], r
 
 
-def test_the_next_build_takes_the_head_start_and_writes_the_same_bytes(tmp_path, monkeypatch):
+def test_the_next_build_takes_the_head_start_and_writes_the_same_bytes(tmp_path, monkeypatch, small_family):
     pytest.importorskip("fastokens")
     pytest.importorskip("tiktoken")
-    fam = load_script("bench/families.py")
-    tok = os.path.join(fam.build_all(str(tmp_path / "fam"), names=["gpt2-like"])["gpt2-like"], "tokenizer.json")
+    tok = os.path.join(copy_family(small_family, "gpt2-like", tmp_path / "fam"), "tokenizer.json")
     src = tmp_path / "in.jsonl"
     texts = [f"document {i}: " + "the quick brown fox jumps over the lazy dog. " * (1 + i % 40) for i in range(600)]
     write_jsonl(str(src), texts)

@@ -20,15 +20,15 @@ pytest.importorskip("jinja2")
 
 
 @pytest.fixture(scope="module")
-def chat_input(tmp_path_factory):
+def chat_input(tmp_path_factory, small_family):
     """(jsonl of conversations of many lengths, a tokenizer folder with a ChatML template)."""
     from tokenizers import AddedToken, Tokenizer
 
     from ..chat_data import CHATML_GEN, conversations, plain
-    from ..conftest import load_script
+    from ..conftest import copy_family
 
     root = tmp_path_factory.mktemp("chat_repack")
-    folder = load_script("bench/families.py").build_all(str(root), names=["gpt2-like"])["gpt2-like"]
+    folder = copy_family(small_family, "gpt2-like", root / "gpt2-like")
     path = os.path.join(folder, "tokenizer.json")
     tok = Tokenizer.from_file(path)
     tok.add_special_tokens([AddedToken("<|im_start|>", special=True), AddedToken("<|im_end|>", special=True)])

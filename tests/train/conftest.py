@@ -41,17 +41,17 @@ def short_docs_build(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def chat_build(tmp_path_factory):
+def chat_build(tmp_path_factory, small_family):
     """(out, tokenizer.json) of a --chat build (ChatML template, a small byte-level BPE trained here): several conversations a row."""
     from tokenizers import AddedToken, Tokenizer
 
     from packer import build
 
     from ..chat_data import CHATML_GEN, conversations, plain
-    from ..conftest import load_script
+    from ..conftest import copy_family
 
     root = tmp_path_factory.mktemp("trl_chat")
-    folder = load_script("bench/families.py").build_all(str(root), names=["gpt2-like"])["gpt2-like"]
+    folder = copy_family(small_family, "gpt2-like", root / "gpt2-like")
     path = os.path.join(folder, "tokenizer.json")
     tok = Tokenizer.from_file(path)
     tok.add_special_tokens([AddedToken("<|im_start|>", special=True), AddedToken("<|im_end|>", special=True)])
