@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -37,6 +38,32 @@ FETCHED = os.environ.get("PACKER_TEST_TOKENIZERS") or os.path.expanduser("~/.cac
 if not os.environ.get("PACKER_TEST_NO_SHARED"):
     REAL_TOKENIZERS.update({n: os.path.join(FETCHED, n) for n in ("qwen3", "gemma3", "llama2", "deepseek_v3")
                             if os.path.exists(os.path.join(FETCHED, n, "tokenizer.json"))})
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``full`` (the unsampled rest of a sweep) run only where asked: ``-m`` naming full, or
+    PACKER_TEST_FULL=1; otherwise they are deselected (counted as such in pytest's summary). A test module
+    may define ``in_full_sweep(item)``: the items it says so are marked full here (a sample over a fixture's
+    params, which parametrize marks cannot express per test)."""
+    for item in items:
+        pick = getattr(getattr(item, "module", None), "in_full_sweep", None)
+        if pick is not None and pick(item):
+            item.add_marker(pytest.mark.full)
+    if os.environ.get("PACKER_TEST_FULL") or "full" in (config.getoption("markexpr", "") or ""):
+        return
+    left = [item for item in items if item.get_closest_marker("full")]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = [item for item in items if not item.get_closest_marker("full")]
+
+
+def sampled(values, k: int, seed: str, ids=None) -> list:
+    """``values`` as pytest.param: a seeded ``k`` of them run in every run, the others are marked ``full``
+    (pytest -m full, PACKER_TEST_FULL=1). The seed names the sweep, so each sweep takes its own sample, the
+    same one every run."""
+    keep = set(random.Random(seed).sample(range(len(values)), min(k, len(values))))
+    return [pytest.param(v, marks=() if i in keep else pytest.mark.full, id=None if ids is None else ids[i])
+            for i, v in enumerate(values)]
 
 
 @pytest.fixture(scope="session")
