@@ -236,15 +236,32 @@ _SPLITS = {  # the pre-tokenizer's regex per class: Llama 3's (Qwen's is the sam
 }
 
 
+_TRAINED: dict[str, bytes] = {}  # name -> its tokenizer.json: each class trained once per run
+
+
 def small_tokenizer(folder: str, name: str, template: str, extra: dict | None = None) -> str:
     """Write ``folder`` with a small tokenizer.json of class ``name`` (SMALL: byte-level BPE with an NFC
     normalizer for qwen3 and llama3, without one and o200k's split for gptoss, SentencePiece-style Metaspace BPE with byte fallback for gemma3) and
-    a tokenizer_config.json holding ``template``; returns ``folder``."""
+    a tokenizer_config.json holding ``template``; returns ``folder``. (Trained once per name and run, then copied.)"""
     import json
+
+    os.makedirs(folder, exist_ok=True)
+    if name not in _TRAINED:
+        _TRAINED[name] = _train_small(name)
+    with open(os.path.join(folder, "tokenizer.json"), "wb") as f:
+        f.write(_TRAINED[name])
+    with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({**SMALL[name][2], "chat_template": template, **(extra or {})}, f)
+    return folder
+
+
+def _train_small(name: str) -> bytes:
+    """small_tokenizer's tokenizer.json of class ``name``, trained now."""
+    import tempfile
 
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-    specials, added, cfg = SMALL[name]
+    specials, added, _ = SMALL[name]
     texts = list(paragraphs(3000))
     if name == "gemma3":
         tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
@@ -268,11 +285,10 @@ def small_tokenizer(folder: str, name: str, template: str, extra: dict | None = 
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
-    os.makedirs(folder, exist_ok=True)
-    tok.save(os.path.join(folder, "tokenizer.json"))
-    with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-        json.dump({**cfg, "chat_template": template, **(extra or {})}, f)
-    return folder
+    with tempfile.TemporaryDirectory() as d:
+        tok.save(os.path.join(d, "tokenizer.json"))  # (the bytes Tokenizer.save writes, as before)
+        with open(os.path.join(d, "tokenizer.json"), "rb") as f:
+            return f.read()
 
 
 def trl_template(name: str) -> str | None:
