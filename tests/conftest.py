@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -55,15 +54,6 @@ def pytest_collection_modifyitems(config, items):
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = [item for item in items if not item.get_closest_marker("full")]
-
-
-def sampled(values, k: int, seed: str, ids=None) -> list:
-    """``values`` as pytest.param: a seeded ``k`` of them run in every run, the others are marked ``full``
-    (pytest -m full, PACKER_TEST_FULL=1). The seed names the sweep, so each sweep takes its own sample, the
-    same one every run."""
-    keep = set(random.Random(seed).sample(range(len(values)), min(k, len(values))))
-    return [pytest.param(v, marks=() if i in keep else pytest.mark.full, id=None if ids is None else ids[i])
-            for i, v in enumerate(values)]
 
 
 @pytest.fixture(scope="session")
