@@ -166,7 +166,7 @@ def builds(src: str, workers: int, only: str | None) -> None:
                 if state == "warm":  # a first build fills the record: not timed
                     shutil.copytree(os.path.join(work, f"cache-{backend}-cold"), cache)
                 out = os.path.join(work, run.replace(" ", "-"))
-                cmd = [sys.executable, "-c", "from packer_cli import main; main()", "build", src, out, "--tokenizer",
+                cmd = [sys.executable, "-c", "from packer._entry import main; main()", "build", src, out, "--tokenizer",
                        path, "--workers", str(workers), "--tokenizer-backend", backend, "--quiet"]
                 t0 = time.perf_counter()
                 subprocess.run(cmd, env=dict(env0, PACKER_CACHE=cache), check=True, cwd=REPO)

@@ -19,14 +19,34 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-# (pack: eager, as the submodule packer.pack of the same name would otherwise shadow the function)
+import sys as _sys  # noqa: E402
+import types as _types  # noqa: E402
+
 from .errors import PackerError  # noqa: E402
-from .pack import Layout, pack  # noqa: E402
+
+
+class _Packer(_types.ModuleType):
+    """The package's own class, for one name: ``packer.pack`` is the function, imported on first use like the
+    others, though importing the submodule packer/pack.py (of the same name) binds the module there."""
+
+    @property
+    def pack(self):
+        from .pack import pack
+
+        return pack
+
+    @pack.setter
+    def pack(self, value):  # the import system binding the submodule: the function's name stays the function's
+        pass
+
+
+_sys.modules[__name__].__class__ = _Packer
 
 # The other names and the module each lives in, imported on first use: `import packer` imports neither
-# pyarrow nor the build, so the command starts its tokenizer's load (head_start.py) before them, and a
+# numpy, pyarrow nor the build, so the command starts its tokenizer's load (head_start.py) before them, and a
 # CPU box builds shards without importing torch (the training side).
 _LAZY = {
+    "Layout": "pack",
     "BuildConfig": "pipeline",
     "build": "pipeline",
     "repack": "repacking",

@@ -6,7 +6,7 @@ import contextlib
 import os
 import sys
 
-if __name__ == "__main__":  # python -m packer.cli: as packer_cli's entry point, before the imports below
+if __name__ == "__main__":  # python -m packer.cli: as packer._entry's main, before the imports below
     from .head_start import begin
 
     begin(sys.argv[1:])

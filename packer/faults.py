@@ -9,7 +9,8 @@ only while unit k is built) in a build's environment. Points:
 - ``kill-worker``: SIGKILL this worker process only (tests worker-death handling)
 - ``enospc``: an atomic write fails with "No space left on device"
 - ``slow``: every chunk takes 2 s longer to tokenize, every shard 2 s longer to check in a ``packer stats
-  --workers`` checker (a run long enough to be signalled)
+  --workers`` checker (a run long enough to be signalled); with ``PACKER_FAULT_READY=<folder>`` each process
+  touches ``<folder>/<pid>`` as it begins such a wait (a test waits for that, not for a guessed time)
 
 Any other point kills the whole process group with SIGKILL, as a power cut
 would. With the variable unset, ``point`` costs one dict lookup.
@@ -50,6 +51,10 @@ def point(name: str) -> None:
     if unit is not None and (current is None or int(unit) != current):
         return
     if name == "slow":
+        ready = os.environ.get("PACKER_FAULT_READY")
+        if ready:
+            with open(os.path.join(ready, str(os.getpid())), "a"):
+                pass
         time.sleep(2.0)
         return
     if name == "kill-worker":

@@ -4,7 +4,7 @@ fastokens parses a tokenizer in 0.35 s (GPT-2) and releases the GIL while it
 does; packer's imports (numpy, pyarrow, the formats: ~0.4 s) hold the GIL.
 Until now they ran one after the other, both before any worker starts: most of
 a 16-worker build's serial start (docs/benchmarks.md, "Per-chunk cuts"). So the
-command's entry point (``packer_cli``, ``python -m packer.cli``) calls
+command's entry point (``packer._entry``, ``python -m packer.cli``) calls
 ``begin`` before it imports anything else: where the last build with this
 ``--tokenizer`` ran fastokens, the tokenizer JSON it loaded (kept here by
 ``remember``) is loaded again in a thread. The backend's own load

@@ -75,15 +75,25 @@ def s3_environment(endpoint: str):
                 os.environ[k] = v
 
 
+_SERVER: list[MotoServer] = []  # the run's one server, started by the first moto_s3, stopped at exit
+
+
 @contextlib.contextmanager
 def moto_s3():
-    """A moto S3 server for the duration, with this process's S3 clients pointed at it; yields the env."""
-    srv = MotoServer()
-    try:
-        with s3_environment(srv.endpoint) as env:
-            yield env
-    finally:
-        srv.stop()
+    """An empty moto S3 server for the duration, with this process's S3 clients pointed at it; yields the env.
+    One server process serves the whole run (its start is a second or two of a busy machine's time for each
+    module that used its own): each use begins with its state reset (moto's /moto-api/reset: no bucket), as
+    a server of its own would."""
+    import atexit
+    import urllib.request
+
+    if not _SERVER or _SERVER[0].proc.poll() is not None:
+        _SERVER[:] = [MotoServer()]
+        atexit.register(_SERVER[0].stop)
+    srv = _SERVER[0]
+    urllib.request.urlopen(urllib.request.Request(srv.endpoint + "/moto-api/reset", method="POST"), timeout=30).read()
+    with s3_environment(srv.endpoint) as env:
+        yield env
 
 
 def s3_client():

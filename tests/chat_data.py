@@ -236,15 +236,32 @@ _SPLITS = {  # the pre-tokenizer's regex per class: Llama 3's (Qwen's is the sam
 }
 
 
+_TRAINED: dict[str, bytes] = {}  # name -> its tokenizer.json: each class trained once per run
+
+
 def small_tokenizer(folder: str, name: str, template: str, extra: dict | None = None) -> str:
     """Write ``folder`` with a small tokenizer.json of class ``name`` (SMALL: byte-level BPE with an NFC
     normalizer for qwen3 and llama3, without one and o200k's split for gptoss, SentencePiece-style Metaspace BPE with byte fallback for gemma3) and
-    a tokenizer_config.json holding ``template``; returns ``folder``."""
+    a tokenizer_config.json holding ``template``; returns ``folder``. (Trained once per name and run, then copied.)"""
     import json
+
+    os.makedirs(folder, exist_ok=True)
+    if name not in _TRAINED:
+        _TRAINED[name] = _train_small(name)
+    with open(os.path.join(folder, "tokenizer.json"), "wb") as f:
+        f.write(_TRAINED[name])
+    with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({**SMALL[name][2], "chat_template": template, **(extra or {})}, f)
+    return folder
+
+
+def _train_small(name: str) -> bytes:
+    """small_tokenizer's tokenizer.json of class ``name``, trained now."""
+    import tempfile
 
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-    specials, added, cfg = SMALL[name]
+    specials, added, _ = SMALL[name]
     texts = list(paragraphs(3000))
     if name == "gemma3":
         tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
@@ -268,11 +285,10 @@ def small_tokenizer(folder: str, name: str, template: str, extra: dict | None = 
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
-    os.makedirs(folder, exist_ok=True)
-    tok.save(os.path.join(folder, "tokenizer.json"))
-    with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-        json.dump({**cfg, "chat_template": template, **(extra or {})}, f)
-    return folder
+    with tempfile.TemporaryDirectory() as d:
+        tok.save(os.path.join(d, "tokenizer.json"))  # (the bytes Tokenizer.save writes, as before)
+        with open(os.path.join(d, "tokenizer.json"), "rb") as f:
+            return f.read()
 
 
 def trl_template(name: str) -> str | None:
@@ -324,16 +340,13 @@ def harmony_conversations(n: int, seed: int = 0) -> list[dict]:
     return out
 
 
-def chatml_tokenizer_folder(root) -> str:
-    """A model folder under ``root``: the small byte-level BPE of bench/families.py with ChatML's two special
-    tokens and template (``CHATML_GEN``); returns the folder (its tokenizer.json inside)."""
+def chatml_tokenizer_folder(folder: str) -> str:
+    """``folder`` (a copy of bench/families.py's small gpt2-like tokenizer: tests/conftest.copy_family) made a
+    ChatML model folder: the template's two special tokens and ``CHATML_GEN``; returns it."""
     import json as _json
 
     from tokenizers import AddedToken, Tokenizer
 
-    from .conftest import load_script
-
-    folder = load_script("bench/families.py").build_all(str(root), names=["gpt2-like"])["gpt2-like"]
     path = os.path.join(folder, "tokenizer.json")
     tok = Tokenizer.from_file(path)
     tok.add_special_tokens([AddedToken("<|im_start|>", special=True), AddedToken("<|im_end|>", special=True)])

@@ -39,15 +39,50 @@ if not os.environ.get("PACKER_TEST_NO_SHARED"):
                             if os.path.exists(os.path.join(FETCHED, n, "tokenizer.json"))})
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``full`` (the unsampled rest of a sweep) run only where asked: ``-m`` naming full, or
+    PACKER_TEST_FULL=1; otherwise they are deselected (counted as such in pytest's summary). A test module
+    may define ``in_full_sweep(item)``: the items it says so are marked full here (a sample over a fixture's
+    params, which parametrize marks cannot express per test)."""
+    for item in items:
+        pick = getattr(getattr(item, "module", None), "in_full_sweep", None)
+        if pick is not None and pick(item):
+            item.add_marker(pytest.mark.full)
+    if os.environ.get("PACKER_TEST_FULL") or "full" in (config.getoption("markexpr", "") or ""):
+        return
+    left = [item for item in items if item.get_closest_marker("full")]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = [item for item in items if not item.get_closest_marker("full")]
+
+
 @pytest.fixture(scope="session")
-def gpt2_path(tmp_path_factory) -> str:
+def small_family(tmp_path_factory):
+    """``small_family(name)``: the folder of bench/families.py's small faithful tokenizer ``name`` (gpt2-like,
+    llama3-like, ...), trained on first use and once per run (a second or two each). Read-only: a test that
+    changes one copies the folder first (``copy_family``)."""
+    root, made = tmp_path_factory.mktemp("small_families"), {}
+
+    def folder(name: str) -> str:
+        if name not in made:
+            made.update(load_script("bench/families.py").build_all(str(root), names=[name]))
+        return made[name]
+
+    return folder
+
+
+def copy_family(small_family, name: str, dst) -> str:
+    """A copy of ``small_family(name)``'s folder at ``dst``, to change."""
+    return shutil.copytree(small_family(name), str(dst))
+
+
+@pytest.fixture(scope="session")
+def gpt2_path(small_family) -> str:
     """The real GPT-2 tokenizer.json where ../shared/data has it; else a small byte-level BPE of the same
     layout (GPT-2 pattern, <|endoftext|>, truncation max_length 50 set), built now (bench/families.py)."""
     if os.path.exists(GPT2):
         return GPT2
-    fam = load_script("bench/families.py")
-    return os.path.join(fam.build_all(str(tmp_path_factory.mktemp("gpt2_like")), names=["gpt2-like"])["gpt2-like"],
-                        "tokenizer.json")
+    return os.path.join(small_family("gpt2-like"), "tokenizer.json")
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,8 @@ ALLOWED = {
     "cli_reuse": {"pipeline", "inspect", "repacking", "exports", "cli_common"},  # commands over finished builds
     "exports": {"io", "shards", "repacking"},  # a finished build in another trainer's files
     "__init__": {"pipeline", "pack", "train", "repacking", "exports"},
-    "__main__": set(),  # python -m packer: packer_cli's main, the entry point outside the package
+    "_entry": {"cli"},  # the `packer` script's main (and python -m packer's): imports packer.cli once SIGINT is caught
+    "__main__": {"_entry"},  # python -m packer
 }
 LEAVES = {"errors", "faults", "procs", "head_start"}
 
@@ -59,7 +60,7 @@ def imports(name: str, path: str, known: set[str]) -> set[str]:
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
-            if mod != "packer" and not mod.startswith("packer."):  # (packer_cli is outside the package)
+            if mod != "packer" and not mod.startswith("packer."):
                 continue
             for a in node.names:  # "from . import shards" imports a module
                 found.add(f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod)

@@ -14,10 +14,10 @@ import pytest
 
 from packer import head_start as H
 
-from tests.conftest import REPO, load_script, write_jsonl
+from tests.conftest import REPO, copy_family, write_jsonl
 
 # A child that logs every fastokens load (its thread's name) as it happens, then runs the command through one of
-# its entry points: "packer_cli" (the `packer` script), "module" (python -m packer.cli) or "main" (begin, then
+# its entry points: "entry" (packer._entry, the `packer` script), "module" (python -m packer.cli) or "main" (begin, then
 # click's main in this process, which also lists the packer threads left at the end).
 CHILD = r"""
 import os, runpy, sys, threading, fastokens
@@ -27,10 +27,10 @@ def logged(s):
     return real(s)
 fastokens.Tokenizer.from_json_str = staticmethod(logged)
 entry = os.environ["HEAD_START_ENTRY"]
-if entry == "packer_cli":
-    import packer_cli
+if entry == "entry":
+    from packer._entry import main
     sys.argv = ["packer"] + sys.argv[1:]
-    packer_cli.main()
+    main()
 elif entry == "module":
     sys.argv = ["packer"] + sys.argv[1:]
     runpy.run_module("packer.cli", run_name="__main__", alter_sys=True)
@@ -98,11 +98,10 @@ def _command(args, cache, entry="main") -> tuple[list[str], subprocess.Completed
     return [x[5:] for x in r.stdout.splitlines() if x.startswith("LOAD ")], r
 
 
-def test_the_next_build_takes_the_head_start_and_writes_the_same_bytes(tmp_path, monkeypatch):
+def test_the_next_build_takes_the_head_start_and_writes_the_same_bytes(tmp_path, monkeypatch, small_family):
     pytest.importorskip("fastokens")
     pytest.importorskip("tiktoken")
-    fam = load_script("bench/families.py")
-    tok = os.path.join(fam.build_all(str(tmp_path / "fam"), names=["gpt2-like"])["gpt2-like"], "tokenizer.json")
+    tok = os.path.join(copy_family(small_family, "gpt2-like", tmp_path / "fam"), "tokenizer.json")
     src = tmp_path / "in.jsonl"
     texts = [f"document {i}: " + "the quick brown fox jumps over the lazy dog. " * (1 + i % 40) for i in range(600)]
     write_jsonl(str(src), texts)
@@ -132,7 +131,7 @@ def test_the_next_build_takes_the_head_start_and_writes_the_same_bytes(tmp_path,
     assert loads == ["packer-head-start", "packer-fastokens-load"] and third == first
     loads, _, fourth = build("fourth")  # the third build recorded its own JSON again
     assert loads == ["packer-head-start"] and fourth == first
-    for entry in ("packer_cli", "module"):  # the `packer` script and python -m packer.cli begin it themselves
+    for entry in ("entry", "module"):  # the `packer` script and python -m packer.cli begin it themselves
         loads, _, got = build(entry, entry)
         assert loads == ["packer-head-start"] and got == first, entry
     # A build too small for fastokens (tiktoken runs it): the head start is joined and dropped, not taken.

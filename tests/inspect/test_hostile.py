@@ -89,7 +89,7 @@ def test_an_index_that_no_longer_matches_is_ignored_by_every_reader(sample_build
 
 
 def _packer(args, shell_redirect: str = "", timeout: int = 120):
-    code = "import sys; sys.argv[0] = 'packer'; import packer_cli; packer_cli.main()"
+    code = "import sys; sys.argv[0] = 'packer'; from packer._entry import main; main()"
     cmd = " ".join([f"exec {sys.executable} -c \"{code}\""] + [f"'{a}'" for a in args] + [shell_redirect])
     env = {**os.environ, "PYTHONPATH": REPO}
     return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=timeout, env=env)

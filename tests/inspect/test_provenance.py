@@ -64,9 +64,8 @@ def built(tmp_path_factory):
     return root, out
 
 
-def test_every_document_points_at_its_line_row_or_file(tmp_path):
-    out = str(tmp_path / "out")
-    packer.build([SAMPLE], out, seq_len=256, workers=1, unit_mb=1, quiet=True)
+def test_every_document_points_at_its_line_row_or_file(sample_build):
+    out = sample_build  # sample_data, seq_len 256, 1 MB units (tests/conftest.py): read only
     # .jsonl/.gz/.zst by line, .parquet by row, .txt by byte: all of them met
     assert check_every_document(out) == 5
 

@@ -19,12 +19,13 @@ pytest.importorskip("jinja2")
 
 
 @pytest.fixture(scope="module")
-def chat_input(tmp_path_factory):
+def chat_input(tmp_path_factory, small_family):
     """(jsonl of conversations of many lengths, a tokenizer folder with a ChatML template)."""
     from ..chat_data import chatml_tokenizer_folder, conversations
+    from ..conftest import copy_family
 
     root = tmp_path_factory.mktemp("chat_repack")
-    folder = chatml_tokenizer_folder(root)
+    folder = chatml_tokenizer_folder(copy_family(small_family, "gpt2-like", root / "gpt2-like"))
     with open(root / "c.jsonl", "w") as f:
         for r in conversations(80, seed=3, max_reply=4, max_turns=3):
             f.write(json.dumps(r) + "\n")

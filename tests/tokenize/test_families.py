@@ -20,9 +20,8 @@ ODD_TEXTS = [SPECIAL_TEXT, "ｶﾀｶﾅ e\u0301 ﬁ ①", "  leading spaces\n\n
 
 
 @pytest.fixture(scope="session")
-def families(tmp_path_factory) -> dict[str, str]:
-    fam = load_script("bench/families.py")
-    return fam.build_all(str(tmp_path_factory.mktemp("families")))
+def families(small_family) -> dict[str, str]:
+    return {name: small_family(name) for name in load_script("bench/families.py").FAMILIES}
 
 
 @pytest.fixture(scope="session")

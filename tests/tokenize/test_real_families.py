@@ -9,12 +9,17 @@ is the same checks on the real files: ../shared/data (GPT-2, Llama 3, Mistral v3
 ../shared/tools/fetch-tokenizers fetches (Qwen3, Gemma 3, Llama 2, DeepSeek V3; conftest.REAL_TOKENIZERS).
 Each family skips when its file is absent. Each tokenizer is loaded once (the module fixture ``fam``: pytest
 runs one family's tests together, then lets it go).
+
+The default run samples the sweep (issue 54): each check runs on PER_CHECK of the families present, a seeded
+rotation, so every present family is loaded and checked and every check runs; the other (family, check) pairs
+are marked ``full`` (``pytest -m full``, PACKER_TEST_FULL=1, .ci/run with PACKER_CI_FULL=1; ``in_full_sweep``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 
 import numpy as np
 import pytest
@@ -125,6 +130,27 @@ def config_eos(path: str) -> str | None:
         return None
     eos = json.load(open(cfg, encoding="utf-8")).get("eos_token")
     return eos.get("content") if isinstance(eos, dict) else eos
+
+
+PRESENT = [f for f in FAMILIES if REAL_TOKENIZERS.get(f) and os.path.exists(REAL_TOKENIZERS[f])]
+# Each check: (test function, its split param or None).
+CHECKS = (("test_real_text_is_transformers_then_eos", None), ("test_every_code_point_is_transformers_then_eos", None),
+          ("test_added_token_strings_in_text", False), ("test_added_token_strings_in_text", True),
+          ("test_flat_and_batch_views_agree", None), ("test_auto_and_hf_builds_write_identical_shards", None))
+PER_CHECK = 2  # families each check takes in the default run
+_ROTATION = random.Random("real-families").sample(PRESENT, len(PRESENT))
+SAMPLE_RUN = {(check, _ROTATION[(i * PER_CHECK + j) % len(_ROTATION)])
+              for i, check in enumerate(CHECKS) for j in range(PER_CHECK)} if PRESENT else set()
+
+
+def in_full_sweep(item) -> bool:
+    """(tests/conftest.py marks these ``full``.) The (check, present family) pairs outside the default run's
+    sample: PER_CHECK families per check, taken in turn from a seeded order. An absent family stays: it skips."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    name = params.get("fam")
+    if name not in PRESENT:
+        return False
+    return ((item.originalname, params.get("split")), name) not in SAMPLE_RUN
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

@@ -41,14 +41,15 @@ def short_docs_build(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def chat_build(tmp_path_factory):
+def chat_build(tmp_path_factory, small_family):
     """(out, tokenizer.json) of a --chat build (ChatML template, a small byte-level BPE trained here): several conversations a row."""
     from packer import build
 
     from ..chat_data import chatml_tokenizer_folder, conversations
+    from ..conftest import copy_family
 
     root = tmp_path_factory.mktemp("trl_chat")
-    folder = chatml_tokenizer_folder(root)
+    folder = chatml_tokenizer_folder(copy_family(small_family, "gpt2-like", root / "gpt2-like"))
     path = os.path.join(folder, "tokenizer.json")
     with open(root / "c.jsonl", "w") as f:
         for r in conversations(60, seed=1, max_reply=1, max_turns=2):

@@ -47,16 +47,18 @@ def alive(pid: int) -> bool:
 
 
 def start_slow_build(corpus, out):
-    """A build whose chunks take 2 s each (faults point "slow"); returns it once both workers run."""
+    """A build whose chunks take 2 s each (faults point "slow"); returns it once both workers are inside a chunk
+    (each says so: PACKER_FAULT_READY), with their pids."""
+    ready = out + "-ready"
+    os.makedirs(ready)
     p = subprocess.Popen([sys.executable, "-m", "packer.cli", "build", corpus, out, *ARGS], start_new_session=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "PACKER_FAULT": "slow"})
+                         env={**os.environ, "PACKER_FAULT": "slow", "PACKER_FAULT_READY": ready})
     deadline = time.time() + 60
-    while time.time() < deadline:
-        kids = children(p.pid) if alive(p.pid) else set()
-        if len(kids) >= 2:
-            time.sleep(1.0)  # the workers are at work on their first chunks
-            return p, children(p.pid)
+    while time.time() < deadline and alive(p.pid):
+        at_work = {int(pid) for pid in os.listdir(ready)}
+        if len(at_work) >= 2:  # both workers inside a chunk
+            return p, at_work
         time.sleep(0.05)
     p.kill()
     raise AssertionError(f"the build's workers did not start: {p.communicate()}")

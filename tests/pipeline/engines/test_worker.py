@@ -107,13 +107,13 @@ def _watched_build(tmp_path, gpt2_path, cpus=None, cgroup=None) -> tuple[int, di
     tmp_path.mkdir(parents=True, exist_ok=True)
     src = tmp_path / "c.parquet"  # parquet: its row groups decode in pyarrow's pool, where it has one
     pq.write_table(pa.table({"text": [f"document {i}: " + "the quick brown fox, 12 jumps. " * (40 + i % 60)
-                                      for i in range(3000)]}), src, row_group_size=100)
+                                      for i in range(1200)]}), src, row_group_size=40)
     arg = {"cpus": cpus, "cgroup": cgroup, "input": str(src), "out": str(tmp_path / "out"), "tok": gpt2_path}
     proc = subprocess.Popen([sys.executable, "-c", _BUILD, __import__("json").dumps(arg)])
     seen: dict = {}
     while proc.poll() is None:
         _ticks(proc.pid, seen)
-        time.sleep(0.005)
+        time.sleep(0.02)  # (each look reads every thread's stat: a busier loop takes a core from the build it watches)
     assert proc.returncode == 0
     return proc.pid, seen
 

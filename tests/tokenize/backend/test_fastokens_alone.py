@@ -21,7 +21,7 @@ from packer.tokenize.backend import fastokens_backend as F  # noqa: E402
 from packer.tokenize.backend import tiktoken_backend as T  # noqa: E402
 from packer.tokenize.backend.tiktoken_check import hard_strings  # noqa: E402
 
-from tests.conftest import SHARED, load_script, write_jsonl  # noqa: E402
+from tests.conftest import SHARED, write_jsonl  # noqa: E402
 
 TEXTS = ["Hello world", "  two  spaces", " lead", "\u2581already", "\u2581 mixed", "", " ", "tab\tand\nnewline ",
          "\u3000ideographic", "\u00a0nbsp", "emoji 😀 and <0x41> and ▁▁x", "a" * 3000, "<s>x</s> y", "don't"]
@@ -41,11 +41,9 @@ def fresh(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> str:
+def trained(small_family) -> str:
     """bench/families.py's llama2-like, as trained: its vocabulary lacks "<" and "0"."""
-    fam = load_script("bench/families.py")
-    return os.path.join(fam.build_all(str(tmp_path_factory.mktemp("alone")), names=["llama2-like"])["llama2-like"],
-                        "tokenizer.json")
+    return os.path.join(small_family("llama2-like"), "tokenizer.json")
 
 
 @pytest.fixture(scope="module")

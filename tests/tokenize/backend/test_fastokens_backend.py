@@ -23,7 +23,7 @@ from packer.tokenize import resolve_tokenizer  # noqa: E402
 from packer.tokenize.backend import tiktoken_backend as T  # noqa: E402
 from packer.tokenize import Encoder, choose_backend  # noqa: E402
 
-from tests.conftest import SAMPLE, invoke, load_script, write_jsonl  # noqa: E402
+from tests.conftest import SAMPLE, invoke, write_jsonl  # noqa: E402
 
 TEXTS = [
     "Hello world, it's 2024-01-01!", "", "  spaces   and\ttabs\n\n", "日本語のテキスト。", "e\u0301 Z̷a̸l̶g̵o", "😀" * 30,
@@ -32,9 +32,8 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def families(tmp_path_factory) -> dict[str, str]:
-    fam = load_script("bench/families.py")
-    return fam.build_all(str(tmp_path_factory.mktemp("fast_families")), names=["gpt2-like", "llama3-like", "qwen-like"])
+def families(small_family) -> dict[str, str]:
+    return {name: small_family(name) for name in ("gpt2-like", "llama3-like", "qwen-like")}
 
 
 @pytest.fixture(scope="module", params=["gpt2-like", "llama3-like", "qwen-like"])

@@ -1,10 +1,12 @@
-"""The ``packer`` command's entry point (``[project.scripts]``), outside the ``packer`` package.
+"""The ``packer`` command's entry point (``[project.scripts]``: ``packer._entry:main``; ``python -m packer``).
 
-Loading packer (pyarrow, numpy, the tokenizers) takes a good part of a
-second; a Ctrl-C in that time used to print Python's traceback of whatever
-import it interrupted. This module imports nothing heavy itself, so the
-interrupt can be caught around the import and told in one line, exit 130,
-as packer.cli tells one during a build.
+Loading packer's command (pyarrow, numpy, the tokenizers) takes a good part
+of a second; a Ctrl-C in that time used to print Python's traceback of
+whatever import it interrupted. This module, and ``import packer`` before it
+(packer/__init__.py imports its names on first use: errors.py alone, no
+numpy), import nothing heavy, so the interrupt can be caught around the
+import of packer.cli and told in one line, exit 130, as packer.cli tells one
+during a build.
 
 Output streams that cannot be written are told the same way, for every
 command: standard output closed at start (``>&-``) is refused before anything
@@ -51,10 +53,10 @@ def _load():
     if previous is signal.default_int_handler:  # (an inherited SIG_IGN stays)
         signal.signal(signal.SIGINT, on_interrupt)
     try:
-        from packer.head_start import begin
+        from .head_start import begin
 
         begin(sys.argv[1:])  # a build's fast encoder loads in a thread while packer.cli is imported
-        from packer.cli import run
+        from .cli import run
         return run
     except BaseException:
         if not interrupted:
@@ -96,6 +98,3 @@ def _say(line: str) -> None:
     except (OSError, ValueError):
         pass
 
-
-if __name__ == "__main__":
-    main()
