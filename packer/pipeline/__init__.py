@@ -27,7 +27,7 @@ _LAZY = {
     "plan_lines": "report", "plural": "report", "write_summary": "report",
     # what packer repack reuses: the packing half of a unit, the manifest, OUT's rules, progress, the Ray engine
     "pack_shard": "packed", "lay_out": "packed", "PackedShard": "packed", "Scattered": "packed", "shard_path": "packed",
-    "manifest_of": "output", "prepare_out": "output", "prepare_holdout": "output", "holdout_settings": "output",
+    "manifest_of": "output", "prepare_out": "output", "OutFlags": "output", "prepare_holdout": "output", "holdout_settings": "output",
     "Progress": "progress", "ray_engine": "engines",
 }
 __all__ = list(_LAZY)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 from .. import shards as S
 from ..errors import PackerError
@@ -16,14 +17,23 @@ from ..io import Storage
 from ..io import LOCK_NAME
 from .packed import HOLDOUT_DIR, MAX_EXAMPLES
 
+class OutFlags(NamedTuple):
+    """The two options the rules of an output folder read (``out_action``), for a caller without a build's
+    ``RunSettings``: ``packer repack``."""
+
+    resume: bool = False
+    overwrite: bool = False
+
+
 LIST_THREADS = 32  # unit records read at once when resuming (small GETs on an object store)
 
 
-def out_action(out: str, tops: list[str], cfg, settings: dict, old_build, stamps: tuple = (None, None, None),
+def out_action(out: str, tops: list[str], flags, settings: dict, old_build, stamps: tuple = (None, None, None),
                why=None) -> str:
     """What a build does with output location ``out``, whose top-level names are ``tops``.
 
-    The rules of ``--resume`` and ``--overwrite``. Returns
+    The rules of ``--resume`` and ``--overwrite`` (``flags``: a build's ``RunSettings``, or ``OutFlags``: their
+    ``resume`` and ``overwrite``). Returns
     "done" (resume: a finished build with the same settings), "continue"
     (resume it), "replace" (overwrite: delete ``tops``) or "fresh";
     raises PackerError with the one-line reason otherwise. ``old_build()``
@@ -35,11 +45,11 @@ def out_action(out: str, tops: list[str], cfg, settings: dict, old_build, stamps
     """
     said = (lambda: (why() if why is not None else None))  # asked only on a refusal
     ours = {S.MANIFEST, S.INDEX, S.BUILD_JSON, S.SHARD_DIR, S.UNIT_DIR, HOLDOUT_DIR}
-    if cfg.run.resume and "build.json" not in tops and all(t in ours or t.startswith(".tmp-") for t in tops):
+    if flags.resume and "build.json" not in tops and all(t in ours or t.startswith(".tmp-") for t in tops):
         return "fresh"  # killed before build.json was written: nothing to keep, start afresh
     if not tops:
         return "fresh"
-    if cfg.run.resume:
+    if flags.resume:
         if "build.json" not in tops:
             raise PackerError(f"cannot resume: {out} holds no packer build (no build.json)")
         recorded = old_build()
@@ -62,7 +72,7 @@ def out_action(out: str, tops: list[str], cfg, settings: dict, old_build, stamps
                 raise PackerError(f"cannot resume {out}: input files changed since the build was interrupted "
                                   f"({how}); use --overwrite or another folder")
         return "done" if S.MANIFEST in tops else "continue"
-    if cfg.run.overwrite:
+    if flags.overwrite:
         foreign = [t for t in tops if t not in ours]
         if foreign:
             raise PackerError(
@@ -84,9 +94,10 @@ def holdout_settings(settings: dict) -> dict:
     return {**settings, "split": "holdout"}
 
 
-def prepare_out(out: Storage, cfg, settings: dict, stamp: str | None = None, previous: dict | None = None,
+def prepare_out(out: Storage, flags, settings: dict, stamp: str | None = None, previous: dict | None = None,
                 content: str | None = None, why=None) -> bool:
     """Make ``out`` ready for the build; return True if it already holds a finished, matching build.
+    ``flags``: ``resume`` and ``overwrite`` (``out_action``).
 
     --overwrite deletes the manifest first, so no reader sees a manifest
     without its shards; temp files of a killed build are removed.
@@ -106,7 +117,7 @@ def prepare_out(out: Storage, cfg, settings: dict, stamp: str | None = None, pre
         return {**old, "settings": old.get("settings", {})}
 
     before = previous.get("inputs") if isinstance(previous, dict) else None
-    action = out_action(out.root, tops, cfg, settings, old_build, (stamp, before, content), why)
+    action = out_action(out.root, tops, flags, settings, old_build, (stamp, before, content), why)
     if action == "done":
         _remove_temp_files(out)  # a kill during a last write may have left one (format.md: --resume cleans them)
         return True

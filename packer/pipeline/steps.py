@@ -160,7 +160,7 @@ def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
     finished = False
     try:
         stamp, content = input_stamp(plan.found.files), input_stamp(plan.found.files, content_only=True)
-        already = prepare_out(out, cfg, settings, stamp, lock.previous, content,
+        already = prepare_out(out, cfg.run, settings, stamp, lock.previous, content,
                               lambda: input_change(lock.previous, plan.found.files, lambda: _old_sources(out)))
         lock.record(stamp, stamp_listing(plan.found.files))
         if already:
@@ -321,7 +321,7 @@ def _out_state(out: Storage, cfg: BuildConfig, settings: dict) -> str:
     """What a real build would do with the output location (for --dry-run), without touching it."""
     try:
         tops = out.tops()
-        action = out_action(out.root, tops, cfg, settings, lambda: {"settings": {}, **json.loads(out.read(S.BUILD_JSON))})
+        action = out_action(out.root, tops, cfg.run, settings, lambda: {"settings": {}, **json.loads(out.read(S.BUILD_JSON))})
     except PackerError as e:
         return f"the build would stop: {e}"
     return {"fresh": "would be created" if not tops else "would be built into",

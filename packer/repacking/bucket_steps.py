@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import json
 import time
-from types import SimpleNamespace
 
 from .. import shards as S
 from ..errors import PackerError
 from ..io import LOCK_NAME, storage_for
-from ..pipeline import Progress, holdout_settings, manifest_of, prepare_out, write_summary
+from ..pipeline import OutFlags, Progress, holdout_settings, manifest_of, prepare_out, write_summary
 from . import steps
 from .bucket_unit import BucketJob, bucket_name, finished_bucket_unit
 from .buckets import merge_dropped, parse_buckets
@@ -88,7 +87,7 @@ def _repack_buckets(inputs, out: str, lo_hi: tuple[int, int], workers: int = 0, 
             raise PackerError(f"output {out} is not empty: use --resume to continue a repack into it, or --overwrite")
         store.make_dirs([S.UNIT_DIR])
         counter = Progress(progress, units + held, [])
-        flags = SimpleNamespace(run=SimpleNamespace(resume=resume, overwrite=False))  # what out_action reads
+        flags = OutFlags(resume, False)
         run = dict(workers=workers, engine=engine, ray_address=ray_address, quiet=quiet, counter=counter, flags=flags)
         main, ran = _tree(sources, units, job, False, **run)
         summary = {"format": FORMAT, "min": job.lo, "max": job.hi, **main, "holdout": None,

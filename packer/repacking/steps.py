@@ -17,13 +17,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field, replace
-from types import SimpleNamespace
 
 from .. import shards as S
 from ..errors import PackerError
 from ..io import Storage, storage_for
 from ..pack import MODES
-from ..pipeline import Progress, holdout_settings, manifest_of, prepare_holdout, prepare_out
+from ..pipeline import OutFlags, Progress, holdout_settings, manifest_of, prepare_holdout, prepare_out
 from .run import run_units
 from .source import Source, open_source
 from .unit import RepackJob, RepackUnit, check_unit_record
@@ -155,7 +154,7 @@ def _repack(inputs, out, seq_len, pack, workers, engine, ray_address, resume, ov
     lock = store.lock()
     finished = False
     try:
-        flags = SimpleNamespace(run=SimpleNamespace(resume=resume, overwrite=overwrite))  # what out_action reads
+        flags = OutFlags(resume, overwrite)
         if prepare_out(store, flags, settings):
             m = S.read_manifest(store)
             finished = True
