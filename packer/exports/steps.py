@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from .. import faults
 from ..errors import PackerError
 from ..io import first_line
-from ..repacking import open_source, shard_pieces, shard_rows
+from ..repacking import inside, open_source, shard_pieces, shard_rows
 from . import mds, megatron, nanogpt, olmo
 from .target import Target, write_mark
 
@@ -59,6 +59,9 @@ def export(build: str, dest: str, *, format: str, overwrite: bool = False, eos_i
     src = open_source(build)
     if os.path.abspath(dest) == os.path.abspath(build):
         raise PackerError(f"DEST {dest} is the build itself: export to another path")
+    if inside(dest, build):
+        raise PackerError(f"DEST {dest} is inside the build {build}: its files would be ones that build does not name; "
+                          "export outside it")
     if eos_id is not None and (format != "olmo" or isinstance(eos_id, bool) or not isinstance(eos_id, int)):
         raise PackerError(f"--eos-id takes a whole number, for --format olmo only (got {eos_id!r})")
     notes = fmt.check(src, eos_id)

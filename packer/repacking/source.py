@@ -10,13 +10,14 @@ before it is used, and its pieces must join up: a damaged source is one ``ShardE
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import shards as S
 from ..errors import PackerError, ShardError
-from ..io import Storage, first_line, storage_for
+from ..io import Storage, first_line, is_uri, storage_for
 from ..pipeline import Scattered
 
 
@@ -70,6 +71,15 @@ def open_source(path: str, vocab_size: int | None = None, eos_id: int | None = N
         except PackerError as e:
             raise ShardError(f"{path}: its holdout build is missing or damaged ({e})") from None
     return Source(path, m, S.checksum(data), held)
+
+
+def inside(path: str, build: str) -> bool:
+    """Whether local ``path`` is the build folder ``build`` or lies inside it: a repack or an export written
+    there would be files its build's manifest does not name (``packer stats`` reports each). URIs: never."""
+    if is_uri(path) or is_uri(build):
+        return False
+    p, b = os.path.realpath(path), os.path.realpath(build)
+    return p == b or p.startswith(b.rstrip(os.sep) + os.sep)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from ..io import Storage, storage_for
 from ..pack import MODES
 from ..pipeline import OutFlags, Progress, holdout_settings, manifest_of, prepare_holdout, prepare_out
 from .run import run_units
-from .source import Source, open_source
+from .source import Source, inside, open_source
 from .unit import RepackJob, RepackUnit, check_unit_record
 
 MAX_SEQ_LEN = (1 << 31) - 1
@@ -102,6 +102,9 @@ def open_sources(paths: list[str], out: str, vocab_size: int | None = None, eos_
     for p in paths:
         if storage_for(p) == target:
             raise PackerError(f"OUT {out} is also an input: write the repack to another folder")
+        if inside(out, p):
+            raise PackerError(f"OUT {out} is inside the build {p}: its files would be ones that build does not name; "
+                              "write the repack outside it")
         sources.append(open_source(p, vocab_size, eos_id))
     first = sources[0]
     for s in sources[1:]:

@@ -178,3 +178,15 @@ def test_sigterm_stops_a_repack_as_ctrl_c_does_and_resume_finishes_it(fresh, tmp
     again = packer_cli(*args, "--resume")
     assert again.returncode == 0, again.stderr
     assert shard_bytes(out) == shard_bytes(fresh[512])
+
+
+def test_an_out_or_dest_inside_the_build_is_refused_before_anything_is_written(fresh, tmp_path):
+    import shutil as sh
+
+    src = str(tmp_path / "b")
+    sh.copytree(fresh[512], src)
+    for args in (["repack", src, src + "/sub", "--seq-len", "1024"], ["export", src, src + "/nano", "--format", "nanogpt"]):
+        res = invoke(*args)
+        assert res.exit_code == 2 and "is inside the build" in res.output and res.output.count("\n") == 1, res.output
+    assert sorted(os.listdir(src)) == sorted(os.listdir(fresh[512]))  # the build holds only what it held
+    assert invoke("stats", src).exit_code == 0
