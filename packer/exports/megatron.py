@@ -22,11 +22,12 @@ import struct
 import numpy as np
 
 from ..errors import PackerError
+from ..repacking import MEGATRON_DTYPES, MEGATRON_MAGIC
 from .target import OutFile
 
 NAME = "megatron"
-HEADER = b"MMIDIDX\x00\x00"
-CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}  # megatron-core's DType enum
+HEADER = MEGATRON_MAGIC  # (the reader of packer repack knows the same layout: repacking/foreign.py)
+CODES = {np.dtype(d): code for code, d in MEGATRON_DTYPES.items() if d in (np.uint16, np.int32)}  # the two written
 BLOCK = 1 << 20  # sequences per block while the .idx is assembled
 READS_ROWS = False
 

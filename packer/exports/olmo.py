@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import PackerError
-from ..repacking import joined
+from ..repacking import joined, olmo_dtype
 from .target import OutFile
 
 NAME = "olmo"
@@ -25,11 +25,7 @@ PART_BYTES = 1 << 30
 READS_ROWS = False
 
 
-def token_dtype(vocab_size: int) -> np.dtype:
-    for d in (np.uint8, np.uint16, np.uint32, np.uint64):
-        if vocab_size - 1 <= np.iinfo(d).max:
-            return np.dtype(d)
-    raise PackerError(f"vocab_size {vocab_size} is too large for OLMo-core's dtypes")
+token_dtype = olmo_dtype  # (one rule for the writer here and the reader of packer repack: repacking/foreign.py)
 
 
 def check(src, eos_id: int | None = None) -> list[str]:

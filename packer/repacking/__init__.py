@@ -9,7 +9,9 @@ A stage over shards/: ``source`` opens a finished build and joins each shard's d
 from .bucket_steps import repack
 from .steps import RepackResult
 from .buckets import decompose, parse_buckets
+from .foreign import MEGATRON_DTYPES, MEGATRON_MAGIC, olmo_dtype
 from .source import Documents, Pieces, Source, inside, joined, open_source, shard_documents, shard_pieces, shard_rows, values
 
 __all__ = ["repack", "decompose", "parse_buckets", "RepackResult", "Source", "open_source", "Documents", "shard_documents",
-           "shard_rows", "Pieces", "shard_pieces", "joined", "values", "inside"]
+           "shard_rows", "Pieces", "shard_pieces", "joined", "values", "inside",
+           "MEGATRON_MAGIC", "MEGATRON_DTYPES", "olmo_dtype"]

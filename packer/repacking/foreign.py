@@ -25,7 +25,7 @@ from ..pipeline import Scattered
 
 UNIT_TOKENS = 1 << 25  # tokens per unit of a store that records no units (about a build's 64 MB unit)
 MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
-MEGATRON_DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 8: np.uint16}
+MEGATRON_DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 8: np.uint16}  # megatron-core's DType
 MARK = "packer-export.json"
 
 
@@ -60,11 +60,11 @@ def foreign_source(path: str, vocab_size: int | None = None, eos_id: int | None 
     vocab = (src or {}).get("vocab_size") or vocab_size
     if vocab is None:
         raise PackerError(f"{path}: give --vocab-size (the token arrays do not say it)")
-    docs = _olmo_documents(path, parts, _olmo_dtype(vocab), eos)
+    docs = _olmo_documents(path, parts, olmo_dtype(vocab), eos)
     held = None
     if src and src.get("holdout") and _olmo_parts(os.path.join(path, "val")):
         sub = os.path.join(path, "val")
-        held = _opened(sub, _manifest(_olmo_documents(sub, _olmo_parts(sub), _olmo_dtype(vocab), eos),
+        held = _opened(sub, _manifest(_olmo_documents(sub, _olmo_parts(sub), olmo_dtype(vocab), eos),
                                      _held(src), info, vocab, eos, "olmo", sub), docs.digest)
     return _opened(path, _manifest(docs, src, info, vocab, eos, "olmo", path), docs.digest, held)
 
@@ -128,11 +128,13 @@ def _megatron_documents(prefix: str) -> tuple[_Docs, str]:
                  lengths[keep], S.checksum(data)), S.checksum(data)
 
 
-def _olmo_dtype(vocab: int) -> np.dtype:
+def olmo_dtype(vocab_size: int) -> np.dtype:
+    """OLMo-core's token dtype (``NumpyDatasetConfig.get_dtype``): the smallest unsigned type that holds
+    ``vocab_size - 1`` (what ``packer export --format olmo`` writes, and what is read back here)."""
     for d in (np.uint8, np.uint16, np.uint32, np.uint64):
-        if vocab - 1 <= np.iinfo(d).max:
+        if vocab_size - 1 <= np.iinfo(d).max:
             return np.dtype(d)
-    raise PackerError(f"vocab size {vocab} does not fit in 64 bits")
+    raise PackerError(f"vocab_size {vocab_size} is too large for OLMo-core's dtypes")
 
 
 def _olmo_documents(path: str, parts: list[str], dtype: np.dtype, eos: int) -> _Docs:
