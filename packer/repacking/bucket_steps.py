@@ -17,7 +17,7 @@ import time
 from .. import shards as S
 from ..errors import PackerError
 from ..io import LOCK_NAME, storage_for
-from ..pipeline import OutFlags, Progress, holdout_settings, manifest_of, prepare_out, write_summary
+from ..pipeline import OutFlags, Progress, holdout_settings, manifest_of, prepare_out
 from . import steps
 from .bucket_unit import BucketJob, bucket_name, finished_bucket_unit
 from .buckets import merge_dropped, parse_buckets
@@ -41,6 +41,8 @@ def repack(inputs, out: str, *, seq_len: int | None = None, buckets=None, **opti
     if seq_len is not None or options.get("pack") is not None:
         raise PackerError("--buckets makes rows of each bucket's length: give it without --seq-len or --pack")
     summary_json = options.pop("summary_json", None)
+    if summary_json:
+        from ..pipeline import write_summary  # (here: it imports the input formats, which a repack needs not)
     options.pop("pack", None)
     try:
         result = _repack_buckets(inputs, str(out), parse_buckets(buckets), **options)
