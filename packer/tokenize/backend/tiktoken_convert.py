@@ -14,6 +14,9 @@ GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
 _NOOP_POST = {"ByteLevel", "TemplateProcessing", "RobertaProcessing", "BertProcessing"}  # add nothing without special tokens
 
 
+_AS_TIKTOKEN = {("Isolated", False), ("Removed", True)}  # Split forms that cut text as tiktoken does (_pattern)
+
+
 class NotExpressible(Exception):
     """The tokenizer.json cannot be run by tiktoken with HF's ids; ``str(e)`` says why (one line)."""
 
@@ -81,8 +84,13 @@ def _pattern(pre: dict | None) -> str:
             pat = split.get("pattern") or {}
             if "Regex" not in pat:
                 raise NotExpressible("Split on a plain string, not a regex")
-            if split.get("behavior") != "Isolated" or split.get("invert"):
-                raise NotExpressible(f"Split behaviour {split.get('behavior')}/invert={split.get('invert')} (only Isolated)")
+            # tiktoken keeps the regex's matches as pieces and drops the text between them. HF's
+            # Removed + invert says exactly that (the matches become the pieces, the gaps are
+            # removed: GPT-3.5's cl100k tokenizer.json); Isolated keeps the gaps as pieces too, the
+            # same wherever the pattern covers all text (its \s+ branch does), which the id check decides.
+            if (split.get("behavior"), bool(split.get("invert"))) not in _AS_TIKTOKEN:
+                raise NotExpressible(f"Split behaviour {split.get('behavior')}/invert={split.get('invert')} "
+                                     "(only Isolated, or Removed with invert)")
             return pat["Regex"]
         if len(steps) == 1:
             return _pattern(steps[0])

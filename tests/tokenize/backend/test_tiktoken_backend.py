@@ -480,6 +480,55 @@ def test_a_difference_on_the_hard_strings_is_caught(tmp_path, gpt2_path):
     assert got.backend == "hf" and "other ids than HF on hard string" in got.backend_reason
 
 
+def cl100k_form(js: str, pattern: str, behavior: str = "Removed", invert: bool = True) -> str:
+    """``js`` with its pre-tokenizer written as GPT-3.5's cl100k tokenizer.json writes it: a Split
+    on ``pattern`` whose matches are the pieces (Removed + invert), then ByteLevel without a regex."""
+    d = json.loads(js)
+    d["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": pattern}, "behavior": behavior, "invert": invert},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    return json.dumps(d)
+
+
+def test_the_removed_invert_split_of_gpt35_takes_the_fast_path(gpt2, tmp_path):
+    """Issue 53.7: cl100k's pattern in the Removed + invert form is the tiktoken encoder, chosen
+    by ``choose_backend`` and identical to HF on the hard strings and real text; Isolated's
+    refusal reason is not hit."""
+    from packer.tokenize import choose_backend
+
+    js3 = cl100k_form(gpt2[0], LLAMA3_PATTERN)
+    conv = TC.convert(js3)
+    assert conv.pat_str == LLAMA3_PATTERN
+    r = TK.check(T.TiktokenEncoder(js3, conv), Tokenizer.from_str(js3),
+                 TK.hard_strings(conv.added) + texts_of(*SAMPLE_ONCE, limit=60), "text")
+    assert r.ok, r.difference
+    path = tmp_path / "tokenizer.json"
+    path.write_text(js3)
+    T._STATIC.clear()
+    got = choose_backend(resolve_tokenizer(str(path)), "auto", lambda: texts_of(*SAMPLE_ONCE, limit=60))
+    T._STATIC.clear()
+    assert got.backend == "tiktoken", got.backend_reason
+
+
+def test_removed_invert_drops_the_gaps_as_tiktoken_does(tmp_path, gpt2_path):
+    """Where the pattern leaves text unmatched, Isolated keeps it as a piece (HF and tiktoken
+    differ: test_a_difference_on_the_hard_strings_is_caught) and Removed + invert drops it, as
+    tiktoken does: the same ids on text full of the gap character."""
+    isolated = open(gap_tokenizer(tmp_path, "é", gpt2_path)).read()
+    js = cl100k_form(isolated, json.loads(isolated)["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"])
+    conv = TC.convert(js)
+    texts = ["café naïve résumé", "ééé é", "plain text"] + TK.hard_strings(conv.added)
+    r = TK.check(T.TiktokenEncoder(js, conv), Tokenizer.from_str(js), texts, "h")
+    assert r.ok, r.difference
+    assert Tokenizer.from_str(js).encode("café").ids == Tokenizer.from_str(js).encode("caf").ids  # the gap dropped
+
+
+@pytest.mark.parametrize("behavior, invert", [("Removed", False), ("Isolated", True), ("MergedWithPrevious", False)])
+def test_other_split_forms_are_refused(gpt2, behavior, invert):
+    with pytest.raises(TC.NotExpressible, match=f"Split behaviour {behavior}/invert={invert}"):
+        TC.convert(cl100k_form(gpt2[0], LLAMA3_PATTERN, behavior, invert))
+
+
 def test_a_pattern_tiktoken_cannot_compile_is_refused():
     d = json.loads(byte_level_json([], []))
     d["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
