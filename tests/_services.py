@@ -26,13 +26,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# moto's server checks If-Match / If-None-Match and then writes, in one of its request threads each: two
+# conditional writes of one key can both pass on a busy machine (seen: two builds taking one stale lock, at
+# load 18), where S3 itself decides them atomically. The server the tests start makes each conditional
+# object write or delete one step, as S3 does.
+_ATOMIC_MOTO = """
+import sys, threading
+from moto.s3.responses import S3Response
+one_at_a_time = threading.Lock()
+def atomic(f):
+    def call(self, *a, **k):
+        with one_at_a_time:
+            return f(self, *a, **k)
+    return call
+for name in ("put_object", "copy_object", "delete_object"):
+    setattr(S3Response, name, atomic(getattr(S3Response, name)))
+from moto.server import main
+main(sys.argv[1:])
+"""
+
+
 class MotoServer:
     """``python -m moto.server`` on 127.0.0.1, started here, stopped by ``stop``."""
 
     def __init__(self):
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+        self.proc = subprocess.Popen([sys.executable, "-c", _ATOMIC_MOTO, "-H", "127.0.0.1", "-p", str(self.port)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while True:
