@@ -10,9 +10,13 @@ build's backend check) runs before any unit is assembled. At most
 ``2 * workers + 2`` chunks are read ahead of the tokenizers, and units are let
 in by a ``reader.Window``.
 
-Workers die with the build's process, a second Ctrl-C kills them, and a
-worker that stops answering because it was stopped (SIGSTOP) fails the build
-with one line instead of hanging it: packer/procs.py, the signal path that
+Workers die with the build's process; Ctrl-C, SIGTERM and SIGHUP kill them at
+once (what they held is a chunk, whose tokens the stopped build drops, or a
+unit's packing, which ``--resume`` does again: a unit's shard and record are
+each written whole, so a killed one leaves nothing that counts). Waiting for
+the task in hand took 10-17 s on a machine at load 16 (issue 55.5). A worker
+that stops answering because it was stopped (SIGSTOP) fails the build with
+one line instead of hanging it: packer/procs.py, the signal path that
 ``packer stats --workers`` shares.
 """
 
@@ -219,7 +223,7 @@ class _Scheduler:
         except BrokenProcessPool:  # from a result, or from submitting to the pool once it broke
             raise PackerError(f"a worker process died (killed, or out of memory) while building unit {self.unit}; "
                               "nothing half-written was kept: rerun with --resume") from None
-        except procs.WorkerStopped:
+        except (procs.WorkerStopped, KeyboardInterrupt):  # (KeyboardInterrupt: Ctrl-C, SIGTERM, SIGHUP too)
             kill = True
             raise
         finally:
@@ -295,12 +299,12 @@ class _Scheduler:
     def _close(self, kill: bool) -> None:
         self.stop.set()
         if self.pool is not None:
-            # On failure or Ctrl-C, queued tasks are cancelled and the workers finish the task in hand
-            # (a chunk or one unit's packing: seconds) and exit; killed at once only for a stopped
-            # worker, or on a second Ctrl-C meanwhile (procs.close).
+            # On a failure, queued tasks are cancelled and the workers finish the task in hand (a chunk
+            # or one unit's packing: seconds, more on a busy machine) and exit; on a stop (Ctrl-C, SIGTERM,
+            # SIGHUP) or a stopped worker they are killed at once (procs.give_up).
             procs.close(self.pool, kill_first=kill)
         self._remove_folder()
-        self.reader.join(timeout=5)
+        self.reader.join(timeout=0.5 if kill else 5)  # (it leaves at its next chunk; a daemon, it ends with the process)
 
     def _remove_folder(self) -> None:
         if self.folder is not None:
