@@ -58,7 +58,10 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, on_no
     their defaults: config.OPTIONS), validated the same way. Raises ``PackerError``
     (one line) for a user mistake, and when the build produced no document at all
     (naming the fields the records have). ``progress`` (optional) is called as
-    progress(done_bytes, docs, tokens, units_done, units, total_bytes); ``on_sized``
+    progress(done_bytes, docs, tokens, units_done, units, total_bytes): once at the start (a resumed build's
+    finished units counted done), then as chunks are tokenized and units written, every figure only growing;
+    ``done_bytes`` are input bytes whose documents are tokenized, so a rate and an ETA over them are the
+    work's. A tqdm bar (anything with ``update`` and ``n``) is driven the same way, over bytes. ``on_sized``
     as on_sized(files_done, files) while input files are sized; ``on_note`` as
     on_note(line) for each of the tokenizer's notes once it is resolved, before any
     input is read (a model folder whose tokenizer.json and transformers disagree);
@@ -72,6 +75,8 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, on_no
     except PackerError as e:
         in_python_terms(e, OPTIONS)  # resume=True, not --resume, for a caller in Python (the CLI keeps flags)
         raise
+    if progress is not None and not callable(progress) and hasattr(progress, "update"):
+        progress = _drive(progress)
     try:
         result = _build(cfg, progress, on_sized, on_note, exit_on_stop)
     except PackerError as e:
@@ -125,6 +130,17 @@ class Plan:
 
     found: object  # formats.Discovered: files, ignored, duplicates, special
     units: list[Unit]
+
+
+def _drive(bar):
+    """A progress callback that moves tqdm bar ``bar`` over the input bytes, the counts beside it."""
+
+    def update(done: int, docs: int, tokens: int, units_done: int, units: int, total: int) -> None:
+        bar.total = total
+        bar.set_postfix_str(f"{docs:,} docs, {tokens:,} tokens, units {units_done}/{units}", refresh=False)
+        bar.update(done - bar.n)
+
+    return update
 
 
 def _build(cfg: BuildConfig, progress, on_sized, on_note=None, exit_on_stop: bool = False) -> BuildResult:
@@ -231,6 +247,7 @@ def run(cfg: BuildConfig, job: Job, todo: list[Unit], units: list[Unit], records
     """Step 4: the engine builds ``todo``; their records join ``records``. Returns the job as decided
     (a deferred backend check may have changed its tokenizer) and the engine's notes."""
     counter = Progress(progress, units, records)
+    counter.report()  # at once: a bar shows from the start, and what a resumed build had done counts from there
     if check is not None and not todo:  # nothing left to build (--resume): the check still decides the manifest
         check.task.run_here(job)
     engine = engine_for(cfg.run, exit_on_stop)

@@ -22,6 +22,7 @@ one line instead of hanging it: packer/procs.py, the signal path that
 
 from __future__ import annotations
 
+import collections
 import multiprocessing as mp
 import os
 import queue
@@ -179,7 +180,8 @@ class _Scheduler:
         self.by_index = {u.index: u for u in todo}
         # unit -> {seq: its chunks' results}: one for a Chunk, a Span's in order
         self.chunks: dict[int, dict[int, list[ChunkResult]]] = {u.index: {} for u in todo}
-        self.span_bytes: dict[tuple[int, int], int] = {}  # (unit, seq) of a Span in flight -> its bytes on disk
+        self.span_bytes: dict[tuple[int, int], int] = {}  # (unit, seq) of a chunk or Span in flight -> its bytes on disk
+        self.ready: collections.deque = collections.deque()  # tasks done as they were submitted (--workers 1)
         self.n_chunks: dict[int, int] = {}
         self.in_flight = 0  # tasks submitted whose result event has not been handled
         self.waiting = first is not None  # no unit is assembled before the first task's result is in
@@ -204,6 +206,7 @@ class _Scheduler:
                     continue
                 if isinstance(ev, Chunk):
                     self.unit = ev.unit.index
+                    self.span_bytes[ev.unit.index, ev.seq] = ev.nbytes
                     self._submit("chunk", ev.unit.index, ev.seq, self.encode(ev.unit.index, ev.seq, ev.parts))
                 elif isinstance(ev, Span):
                     self.unit = ev.unit.index
@@ -234,6 +237,8 @@ class _Scheduler:
 
     def _next_event(self):
         """The next event, or None after a quiet period (having checked that one can still come)."""
+        if self.ready:
+            return self.ready.popleft()
         if time.monotonic() - self.watched >= QUIET_S:
             self.watch()
         try:
@@ -253,7 +258,10 @@ class _Scheduler:
 
     def _submit(self, kind: str, u: int, seq: int | None, fut: Future) -> None:
         self.in_flight += 1
-        fut.add_done_callback(lambda f: self.events.put(TaskDone(kind, u, seq, f)))
+        if fut.done():  # run here (--workers 1): told next, not after the chunks read ahead meanwhile (its
+            self.ready.append(TaskDone(kind, u, seq, fut))  # progress came 4 chunks at a time)
+        else:
+            fut.add_done_callback(lambda f: self.events.put(TaskDone(kind, u, seq, f)))
 
     def _maybe_assemble(self, u: int) -> None:
         got = self.chunks[u]
@@ -285,10 +293,8 @@ class _Scheduler:
             res = res if isinstance(res, list) else [res]
             self.chunks[ev.unit][ev.seq] = res
             self._maybe_assemble(ev.unit)
-            span = self.span_bytes.pop((ev.unit, ev.seq), None)
-            if span is not None:
-                self.progress.read(span)
-            self.progress.tokenized(sum(len(r.lengths) for r in res), sum(len(r.tokens) for r in res))
+            self.progress.tokenized(sum(len(r.lengths) for r in res), sum(len(r.tokens) for r in res),
+                                    self.by_index[ev.unit], self.span_bytes.pop((ev.unit, ev.seq), 0))
         else:
             unit = self.by_index[ev.unit]
             self.left -= 1
