@@ -13,7 +13,7 @@ if __name__ == "__main__":  # python -m packer.cli: as packer._entry's main, bef
 
 import click  # noqa: E402
 
-from .cli_common import _build_at, _user_errors, resumable  # noqa: E402
+from .cli_common import StopExit, _build_at, _user_errors, resumable  # noqa: E402
 from .cli_reuse import export, repack  # noqa: E402
 from .errors import PackerError, flag_spelling  # noqa: E402
 from .formats import SKIP_REASONS  # noqa: E402
@@ -94,7 +94,7 @@ def build(inputs, **options):
     with resumable(bar), flag_spelling():  # its errors name --resume, not resume=True
         result = run_build(ins, out, progress=bar.update if bar else None, on_sized=bar.sized if bar else None,
                            on_note=None if quiet else lambda n: said.append(n) or click.echo(f"note: {n}", err=True),
-                           **options)
+                           exit_on_stop=True, **options)
     if result.plan is not None:
         for line in plan_lines(result.plan):
             click.echo(line, err=summary_json == "-")
@@ -231,14 +231,17 @@ def run() -> None:
     interpreter's teardown only frees memory: the tokenizer's tables, the arrays,
     the modules. That took 0.1-0.14 s after every build, serial, on the wall
     clock of a 16-worker build that does its work in 3 s. A Ray driver is left to
-    exit normally (its atexit hook stops the cluster it started).
+    exit normally (its atexit hook stops the cluster it started), except after a
+    stop (``StopExit``: Ctrl-C, SIGTERM, SIGHUP), which the build left to its
+    watchdog (``exit_on_stop``): Ray's hook and teardown took seconds under load.
     """
+    stopped = False
     try:
         main()
         code = 0
     except SystemExit as e:
-        code = e.code
-    if "ray" in sys.modules:
+        code, stopped = e.code, isinstance(e, StopExit)
+    if "ray" in sys.modules and not stopped:
         sys.exit(code)
     if code is not None and not isinstance(code, int):  # sys.exit("message"): printed, status 1
         click.echo(code, err=True)

@@ -26,6 +26,11 @@ class Terminated(KeyboardInterrupt):
 _TERMINATED: list[int] = []  # the signals ``_on_sigterm`` took (no lock in a handler)
 
 
+class StopExit(SystemExit):
+    """The exit after Ctrl-C, SIGTERM or SIGHUP stopped a command: its process ends at once (packer.cli.run),
+    a Ray driver's too, whose build left its Ray to the watchdog (``build(exit_on_stop=True)``)."""
+
+
 def _on_sigterm(signum, frame):
     _TERMINATED.append(int(signum))
     raise Terminated(signum)
@@ -79,7 +84,7 @@ def resume_exit(e: KeyboardInterrupt, what: str = "units") -> None:
     signum = terminated_by(e)
     how = f"terminated ({signal.Signals(signum).name})" if signum else "interrupted"
     click.echo(f"\npacker: {how}; finished {what} are kept. Resume with:\n  packer {argv} --resume", err=True)
-    sys.exit(128 + signum if signum else 130)
+    raise StopExit(128 + signum if signum else 130)
 
 
 def _user_errors(fn):
@@ -104,7 +109,7 @@ def _user_errors(fn):
             sys.exit(1)
         except KeyboardInterrupt as e:
             click.echo(f"\npacker: {'terminated' if isinstance(e, Terminated) else 'interrupted'}", err=True)
-            sys.exit(128 + e.signum if isinstance(e, Terminated) else 130)
+            raise StopExit(128 + e.signum if isinstance(e, Terminated) else 130) from None
 
     return wrapper
 

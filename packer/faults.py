@@ -10,7 +10,8 @@ only while unit k is built) in a build's environment. Points:
 - ``enospc``: an atomic write fails with "No space left on device"
 - ``slow``: every chunk takes 2 s longer to tokenize, every shard 2 s longer to check in a ``packer stats
   --workers`` checker (a run long enough to be signalled); with ``PACKER_FAULT_READY=<folder>`` each process
-  touches ``<folder>/<pid>`` as it begins such a wait (a test waits for that, not for a guessed time)
+  touches ``<folder>/<pid>`` as it begins such a wait (a test waits for that, not for a guessed time);
+  ``PACKER_FAULT_SLOW_S=<seconds>`` waits that long instead (a task in hand that a stop must not wait for)
 
 Any other point kills the whole process group with SIGKILL, as a power cut
 would. With the variable unset, ``point`` costs one dict lookup.
@@ -55,7 +56,7 @@ def point(name: str) -> None:
         if ready:
             with open(os.path.join(ready, str(os.getpid())), "a"):
                 pass
-        time.sleep(2.0)
+        time.sleep(float(os.environ.get("PACKER_FAULT_SLOW_S", "2")))
         return
     if name == "kill-worker":
         os.kill(os.getpid(), signal.SIGKILL)

@@ -6,8 +6,9 @@ Used by the build's pool (``pipeline/engines/local.py``) and by ``packer stats -
 - A worker asks the kernel for SIGKILL when its parent dies (``die_with_parent``): SIGTERM,
   SIGKILL or a crash of the main process leaves no worker running.
 - Ctrl-C reaches the whole process group. A worker does not stop on it
-  (``start_worker``): the main process decides. It stops the pool with ``close``: queued tasks
-  are cancelled, the task in hand finishes; a second Ctrl-C meanwhile kills the workers. A worker
+  (``start_worker``): the main process decides. ``packer stats`` stops the pool with ``close``:
+  queued tasks are cancelled, the task in hand finishes; a second Ctrl-C meanwhile kills the
+  workers. A build kills them at once (``give_up``): a task in hand took 10-17 s at load 16. A worker
   started with ``note_interrupt`` only notes it (``interrupted``), so a task that polls it can end
   early (stats' checkers do, between shards); ``close(nudge=True)`` tells the workers too, for a
   Ctrl-C sent to the main process alone.

@@ -135,7 +135,8 @@ def _given_to_build(monkeypatch, *flags) -> "BuildConfig":
 
     seen = {}
 
-    def fake_build(ins, out, progress=None, on_sized=None, on_note=None, **options):
+    def fake_build(ins, out, progress=None, on_sized=None, on_note=None, exit_on_stop=False, **options):
+        assert exit_on_stop  # the command's process ends after a stop: its build may leave that to it (issue 55.5)
         seen["cfg"] = BuildConfig.of(ins, out, **options)
         raise PackerError("stop")
 

@@ -11,11 +11,13 @@ closed stderr silences it instead of failing the check.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 
 EVERY = 30.0  # seconds between plain lines where stderr is not a terminal
+NO_SIZE_COLUMNS, NO_SIZE_LINES = 80, 24  # a bar's terminal where it reports no size (a pty left at 0x0: docker exec, CI)
 
 
 def bar(**kw):
@@ -24,14 +26,25 @@ def bar(**kw):
     copies other threads' locks) and starts them from a forkserver, where each parses the tokenizer
     again (Llama 3, 2 workers, 20 MB: 5.6 s against 2.65 s with -q). Whoever makes a bar updates it;
     the monitor only nudges bars that nothing updates. tqdm's setting is put back for the caller's
-    own bars."""
+    own bars. On a terminal of no size (TIOCGWINSZ 0x0), a bar sized to it printed nothing at all: it is
+    ``NO_SIZE_COLUMNS`` wide there."""
     from tqdm import tqdm
 
+    if kw.get("dynamic_ncols") and _columns(kw.get("file")) == 0:
+        kw.update(dynamic_ncols=False, ncols=NO_SIZE_COLUMNS, nrows=NO_SIZE_LINES)  # (0 lines: tqdm hid the bar)
     old, tqdm.monitor_interval = tqdm.monitor_interval, 0
     try:
         return tqdm(**kw)
     finally:
         tqdm.monitor_interval = old
+
+
+def _columns(stream) -> int | None:
+    """The width of the terminal ``stream`` is (0: one that reports no size), or None."""
+    try:
+        return os.get_terminal_size((stream if stream is not None else sys.stderr).fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 class Progress:
@@ -109,10 +122,14 @@ class BuildBar:
             self.sizing.close()
 
     def update(self, done_bytes: int, docs: int, tokens: int, units_done: int, units: int, total_bytes: int) -> None:
+        """``done_bytes``: input bytes tokenized (pipeline/progress.py), so the bar's rate and ETA are the
+        work's; the first call (before any unit runs) gives what a resumed build had done: counted as
+        ``initial``, not as done in the first interval (which made a resume's first ETA far too short)."""
         if self.bar is None:
             tty = sys.stderr.isatty()  # in a log file, a line every 15 s rather than a redraw every 0.5 s
-            self.bar = bar(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
-                           desc="build", file=sys.stderr, dynamic_ncols=tty, mininterval=0.5 if tty else 15)
+            self.bar = bar(total=total_bytes, initial=min(done_bytes, total_bytes), unit="B", unit_scale=True,
+                           unit_divisor=1024, desc="build", file=sys.stderr, dynamic_ncols=tty,
+                           mininterval=0.5 if tty else 15)
         dt = max(1e-9, time.perf_counter() - self.t0)
         self.bar.set_postfix_str(f"{docs:,} docs, {tokens / dt / 1e6:.2f}M tok/s, units {units_done}/{units}", refresh=False)
         # update() redraws at most every mininterval; the bar never runs backwards.

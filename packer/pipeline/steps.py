@@ -48,7 +48,8 @@ class BuildResult:
     plan: dict | None = None  # --dry-run: what would be built (packer.pipeline.report.plan_dict); nothing was written
 
 
-def build(inputs, out: str | None = None, *, progress=None, on_sized=None, on_note=None, **options) -> BuildResult:
+def build(inputs, out: str | None = None, *, progress=None, on_sized=None, on_note=None, exit_on_stop: bool = False,
+          **options) -> BuildResult:
     """Run a build: ``build("corpus/", "out/", seq_len=2048, tokenizer="gpt2/tokenizer.json")``.
 
     ``inputs``: a path (folder, file, glob, URI) or a list of them, or a whole
@@ -57,19 +58,27 @@ def build(inputs, out: str | None = None, *, progress=None, on_sized=None, on_no
     their defaults: config.OPTIONS), validated the same way. Raises ``PackerError``
     (one line) for a user mistake, and when the build produced no document at all
     (naming the fields the records have). ``progress`` (optional) is called as
-    progress(done_bytes, docs, tokens, units_done, units, total_bytes); ``on_sized``
+    progress(done_bytes, docs, tokens, units_done, units, total_bytes): once at the start (a resumed build's
+    finished units counted done), then as chunks are tokenized and units written, every figure only growing;
+    ``done_bytes`` are input bytes whose documents are tokenized, so a rate and an ETA over them are the
+    work's. A tqdm bar (anything with ``update`` and ``n``) is driven the same way, over bytes. ``on_sized``
     as on_sized(files_done, files) while input files are sized; ``on_note`` as
     on_note(line) for each of the tokenizer's notes once it is resolved, before any
     input is read (a model folder whose tokenizer.json and transformers disagree);
-    they stay in ``notes`` as well.
+    they stay in ``notes`` as well. ``exit_on_stop``: the caller ends its process as soon as a
+    KeyboardInterrupt (Ctrl-C, or SIGTERM made one) leaves the build, as the ``packer`` command does; what
+    that end stops anyway is then left to it (a Ray the build started: its watchdog kills it, where
+    ``ray.shutdown()`` took 6 s at load 16). Otherwise the build stops everything it started first.
     """
     try:
         cfg = _config(inputs, out, options)
     except PackerError as e:
         in_python_terms(e, OPTIONS)  # resume=True, not --resume, for a caller in Python (the CLI keeps flags)
         raise
+    if progress is not None and not callable(progress) and hasattr(progress, "update"):
+        progress = _drive(progress)
     try:
-        result = _build(cfg, progress, on_sized, on_note)
+        result = _build(cfg, progress, on_sized, on_note, exit_on_stop)
     except PackerError as e:
         if cfg.run.summary_json:
             write_summary(cfg.run.summary_json, {"ok": False, "out": cfg.out, "error": str(e)})
@@ -123,7 +132,18 @@ class Plan:
     units: list[Unit]
 
 
-def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
+def _drive(bar):
+    """A progress callback that moves tqdm bar ``bar`` over the input bytes, the counts beside it."""
+
+    def update(done: int, docs: int, tokens: int, units_done: int, units: int, total: int) -> None:
+        bar.total = total
+        bar.set_postfix_str(f"{docs:,} docs, {tokens:,} tokens, units {units_done}/{units}", refresh=False)
+        bar.update(done - bar.n)
+
+    return update
+
+
+def _build(cfg: BuildConfig, progress, on_sized, on_note=None, exit_on_stop: bool = False) -> BuildResult:
     phase = Timeline()
     early: list[Plan] = []
 
@@ -172,7 +192,7 @@ def _build(cfg: BuildConfig, progress, on_sized, on_note=None) -> BuildResult:
             records, held = prepare(cfg, out, settings, plan.units)
             phase("prepare output")
             todo = [u for u in plan.units if u.index not in records]
-            job, notes = run(cfg, job, todo, plan.units, records, progress, check)
+            job, notes = run(cfg, job, todo, plan.units, records, progress, check, exit_on_stop)
             phase("units (workers)")
             m, warn = finish(cfg, job, settings, plan, records, out, held, lock)
             phase("manifest")
@@ -223,19 +243,20 @@ def prepare(cfg: BuildConfig, out: Storage, settings: dict, units: list[Unit]) -
 
 
 def run(cfg: BuildConfig, job: Job, todo: list[Unit], units: list[Unit], records: dict, progress,
-        check: backend_check.DeferredCheck | None) -> tuple[Job, list[str]]:
+        check: backend_check.DeferredCheck | None, exit_on_stop: bool = False) -> tuple[Job, list[str]]:
     """Step 4: the engine builds ``todo``; their records join ``records``. Returns the job as decided
     (a deferred backend check may have changed its tokenizer) and the engine's notes."""
     counter = Progress(progress, units, records)
+    counter.report()  # at once: a bar shows from the start, and what a resumed build had done counts from there
     if check is not None and not todo:  # nothing left to build (--resume): the check still decides the manifest
         check.task.run_here(job)
-    engine = engine_for(cfg.run)
+    engine = engine_for(cfg.run, exit_on_stop)
     if todo:
         records.update((u.index, rec) for u, rec in engine.run(todo, job, counter, check.task if check else None))
     if check is not None:
         job = replace(job, tokenizer=check.tok)
         if check.fell_back and todo:  # tiktoken differed on the input: HF encodes everything, from the start
-            engine = engine_for(cfg.run)
+            engine = engine_for(cfg.run, exit_on_stop)
             records.update((u.index, rec) for u, rec in engine.run(todo, job, Progress(progress, units, records)))
     return job, engine.notes
 

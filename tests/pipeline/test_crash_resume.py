@@ -129,8 +129,8 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, corpus, clean):
     if p.returncode == 0:
         pytest.skip("build finished before Ctrl-C arrived")
     assert p.returncode == 130, err
-    # Bounded by what the build does, not by the clock: after Ctrl-C each worker finishes the task in hand
-    # (a chunk, or one unit's packing) and no new one starts, so at most one unit a worker is written since.
+    # Bounded by what the build does, not by the clock: after Ctrl-C the workers are killed and no new task
+    # starts, so at most the unit each worker was writing at that moment is written since.
     workers = int(ARGS[ARGS.index("--workers") + 1])
     assert len(os.listdir(units)) <= written + workers, (written, os.listdir(units))
     assert "Traceback" not in err

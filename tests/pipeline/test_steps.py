@@ -316,7 +316,7 @@ def test_build_takes_every_option_by_keyword_typed_with_its_default(tmp_path):
     from packer.pipeline import OPTIONS
 
     params = inspect.signature(build).parameters
-    keywords = [p for p in params.values() if p.kind is p.KEYWORD_ONLY and p.name not in ("progress", "on_sized", "on_note")]
+    keywords = [p for p in params.values() if p.kind is p.KEYWORD_ONLY and p.name not in ("progress", "on_sized", "on_note", "exit_on_stop")]
     assert [(p.name, p.default) for p in keywords] == [(o.name, o.default) for o in OPTIONS]
     assert params["unit_mb"].annotation is float and params["limit"].annotation == (int | None)
     with pytest.raises(PackerError, match="unknown build option 'seqlen'; options are: .*seq_len"):

@@ -12,12 +12,13 @@ from .local import LocalEngine
 __all__ = ["Engine", "FirstTask", "Progress", "LocalEngine", "engine_for", "ray_engine"]
 
 
-def engine_for(run) -> Engine:
-    """The engine that ``RunSettings`` ``run`` asks for (``run.engine``: "local" | "ray")."""
+def engine_for(run, exit_on_stop: bool = False) -> Engine:
+    """The engine that ``RunSettings`` ``run`` asks for (``run.engine``: "local" | "ray"); ``exit_on_stop``:
+    the process ends once a stop (KeyboardInterrupt) leaves the engine (steps.build)."""
     if run.engine == "ray":
         from .ray import RayEngine
 
-        return RayEngine(run.workers, run.ray_address, run.quiet)
+        return RayEngine(run.workers, run.ray_address, run.quiet, exit_on_stop=exit_on_stop)
     return LocalEngine(run.workers)
 
 

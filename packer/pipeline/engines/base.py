@@ -57,6 +57,7 @@ class Chunk:
     unit: Unit
     seq: int  # the chunk's place in its unit
     parts: "list[Part] | object"  # the Parts; for a pool worker, a spill.SpilledParts holding them
+    nbytes: int = 0  # input bytes read for it (on disk; 0 where the format reports them with its unit), for progress
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,18 @@ def cut_chunks(units: Iterable[Unit], text_field, max_record: int, on_bytes=None
         if size >= PART_BYTES:
             yield Chunk(u, seq, parts)
             parts, size, seq = [], 0, seq + 1
+
+
+PLAIN_FORMATS = ("jsonl", "json", "text")  # whose records' bytes are the file's, where it is not compressed
+
+
+def input_bytes(parts, read: int) -> int:
+    """A chunk's input bytes, for progress: its records' own where they are the file's (a plain jsonl, json or
+    text file: exact), else ``read``, the bytes read from disk since the chunk before (compressed files: the
+    stream reads ahead in blocks; parquet and arrow report theirs with the unit, 0 here)."""
+    if parts and all(p.sl.file.compression is None and p.sl.file.format in PLAIN_FORMATS for p in parts):
+        return sum(p.nbytes for p in parts)
+    return read
 
 
 def chunks_at_most(todo: list[Unit]) -> int:

@@ -10,14 +10,19 @@ build's backend check) runs before any unit is assembled. At most
 ``2 * workers + 2`` chunks are read ahead of the tokenizers, and units are let
 in by a ``reader.Window``.
 
-Workers die with the build's process, a second Ctrl-C kills them, and a
-worker that stops answering because it was stopped (SIGSTOP) fails the build
-with one line instead of hanging it: packer/procs.py, the signal path that
+Workers die with the build's process; Ctrl-C, SIGTERM and SIGHUP kill them at
+once (what they held is a chunk, whose tokens the stopped build drops, or a
+unit's packing, which ``--resume`` does again: a unit's shard and record are
+each written whole, so a killed one leaves nothing that counts). Waiting for
+the task in hand took 10-17 s on a machine at load 16 (issue 55.5). A worker
+that stops answering because it was stopped (SIGSTOP) fails the build with
+one line instead of hanging it: packer/procs.py, the signal path that
 ``packer stats --workers`` shares.
 """
 
 from __future__ import annotations
 
+import collections
 import multiprocessing as mp
 import os
 import queue
@@ -175,7 +180,8 @@ class _Scheduler:
         self.by_index = {u.index: u for u in todo}
         # unit -> {seq: its chunks' results}: one for a Chunk, a Span's in order
         self.chunks: dict[int, dict[int, list[ChunkResult]]] = {u.index: {} for u in todo}
-        self.span_bytes: dict[tuple[int, int], int] = {}  # (unit, seq) of a Span in flight -> its bytes on disk
+        self.span_bytes: dict[tuple[int, int], int] = {}  # (unit, seq) of a chunk or Span in flight -> its bytes on disk
+        self.ready: collections.deque = collections.deque()  # tasks done as they were submitted (--workers 1)
         self.n_chunks: dict[int, int] = {}
         self.in_flight = 0  # tasks submitted whose result event has not been handled
         self.waiting = first is not None  # no unit is assembled before the first task's result is in
@@ -200,6 +206,7 @@ class _Scheduler:
                     continue
                 if isinstance(ev, Chunk):
                     self.unit = ev.unit.index
+                    self.span_bytes[ev.unit.index, ev.seq] = ev.nbytes
                     self._submit("chunk", ev.unit.index, ev.seq, self.encode(ev.unit.index, ev.seq, ev.parts))
                 elif isinstance(ev, Span):
                     self.unit = ev.unit.index
@@ -219,7 +226,7 @@ class _Scheduler:
         except BrokenProcessPool:  # from a result, or from submitting to the pool once it broke
             raise PackerError(f"a worker process died (killed, or out of memory) while building unit {self.unit}; "
                               "nothing half-written was kept: rerun with --resume") from None
-        except procs.WorkerStopped:
+        except (procs.WorkerStopped, KeyboardInterrupt):  # (KeyboardInterrupt: Ctrl-C, SIGTERM, SIGHUP too)
             kill = True
             raise
         finally:
@@ -230,6 +237,8 @@ class _Scheduler:
 
     def _next_event(self):
         """The next event, or None after a quiet period (having checked that one can still come)."""
+        if self.ready:
+            return self.ready.popleft()
         if time.monotonic() - self.watched >= QUIET_S:
             self.watch()
         try:
@@ -249,7 +258,10 @@ class _Scheduler:
 
     def _submit(self, kind: str, u: int, seq: int | None, fut: Future) -> None:
         self.in_flight += 1
-        fut.add_done_callback(lambda f: self.events.put(TaskDone(kind, u, seq, f)))
+        if fut.done():  # run here (--workers 1): told next, not after the chunks read ahead meanwhile (its
+            self.ready.append(TaskDone(kind, u, seq, fut))  # progress came 4 chunks at a time)
+        else:
+            fut.add_done_callback(lambda f: self.events.put(TaskDone(kind, u, seq, f)))
 
     def _maybe_assemble(self, u: int) -> None:
         got = self.chunks[u]
@@ -281,10 +293,8 @@ class _Scheduler:
             res = res if isinstance(res, list) else [res]
             self.chunks[ev.unit][ev.seq] = res
             self._maybe_assemble(ev.unit)
-            span = self.span_bytes.pop((ev.unit, ev.seq), None)
-            if span is not None:
-                self.progress.read(span)
-            self.progress.tokenized(sum(len(r.lengths) for r in res), sum(len(r.tokens) for r in res))
+            self.progress.tokenized(sum(len(r.lengths) for r in res), sum(len(r.tokens) for r in res),
+                                    self.by_index[ev.unit], self.span_bytes.pop((ev.unit, ev.seq), 0))
         else:
             unit = self.by_index[ev.unit]
             self.left -= 1
@@ -295,12 +305,12 @@ class _Scheduler:
     def _close(self, kill: bool) -> None:
         self.stop.set()
         if self.pool is not None:
-            # On failure or Ctrl-C, queued tasks are cancelled and the workers finish the task in hand
-            # (a chunk or one unit's packing: seconds) and exit; killed at once only for a stopped
-            # worker, or on a second Ctrl-C meanwhile (procs.close).
+            # On a failure, queued tasks are cancelled and the workers finish the task in hand (a chunk
+            # or one unit's packing: seconds, more on a busy machine) and exit; on a stop (Ctrl-C, SIGTERM,
+            # SIGHUP) or a stopped worker they are killed at once (procs.give_up).
             procs.close(self.pool, kill_first=kill)
         self._remove_folder()
-        self.reader.join(timeout=5)
+        self.reader.join(timeout=0.5 if kill else 5)  # (it leaves at its next chunk; a daemon, it ends with the process)
 
     def _remove_folder(self) -> None:
         if self.folder is not None:

@@ -29,7 +29,8 @@ local Ray this build started is shut down at its end, and also after a
 SIGKILL of the build: a watchdog process (``_Watchdog``) waits for the build's
 end on a pipe and then kills every process of that Ray (those started with
 its mark in their environment, and their descendants): Ray's own fate sharing stops its GCS and
-raylet, but left the raylet's agents and starting workers running.
+raylet, but left the raylet's agents and starting workers running. A stopped
+``packer`` command leaves it to the watchdog alone (``exit_on_stop``, issue 55.5).
 
 Ray is imported only here, only when ``--engine ray`` is asked for
 (``pip install packer[ray]``).
@@ -52,7 +53,7 @@ from ...io import storage_for
 from ...io import cpu_limit
 from ..plan import Unit
 from ..unit import Job, assemble_unit, encode_chunk
-from .base import Chunk, FirstTask, Progress, cut_chunks
+from .base import Chunk, FirstTask, Progress, cut_chunks, input_bytes
 from .worker import prepare_worker
 
 MAX_RETRIES = 3  # a unit is run again this many times after its worker dies
@@ -64,25 +65,27 @@ OWNER_ENV = "PACKER_RAY_OWNER"  # marks the processes of a local Ray this build 
 
 def run_unit(job: Job, unit: Unit) -> dict:
     """Read, tokenize, pack and write one unit in this process; return its record."""
-    steps = unit_steps(job, unit)
-    for rec in steps:
-        if rec is not None:
+    for rec in unit_steps(job, unit):
+        if isinstance(rec, dict):
             return rec
 
 
-def unit_steps(job: Job, unit: Unit) -> Iterator[dict | None]:
-    """``run_unit`` a step at a time: None after each chunk tokenized, then the unit's record."""
-    chunks = []
-    for ev in cut_chunks([unit], job.read_field, job.output.max_record_bytes):
+def unit_steps(job: Job, unit: Unit) -> Iterator[dict | int]:
+    """``run_unit`` a step at a time: after each chunk tokenized, the input bytes read for it (the driver's
+    progress inside the unit), then the unit's record."""
+    chunks, read = [], [0, 0]
+    for ev in cut_chunks([unit], job.read_field, job.output.max_record_bytes, lambda n: read.__setitem__(0, read[0] + n)):
         if isinstance(ev, Chunk):
             chunks.append(encode_chunk(job, unit.index, ev.parts))
-            yield None
+            yield input_bytes(ev.parts, read[0] - read[1])
+            read[1] = read[0]
     yield assemble_unit(job, unit, chunks)
 
 
-def packer_unit(job: Job, unit: Unit, cwd: str) -> Iterator[dict | None]:
+def packer_unit(job: Job, unit: Unit, cwd: str) -> Iterator[dict | int | None]:
     """What a Ray worker runs for one unit, streamed (its process title reads ray::packer_unit meanwhile):
-    None as each chunk is tokenized (the driver's sign of progress), then the unit's record."""
+    a step as each chunk is tokenized (the driver's sign of progress: its input bytes, or None), then the
+    unit's record."""
     prepare_worker()
     local = [p for p in [job.out] + [sl.file.path for sl in unit.slices] if storage_for(p).local]
     if local and os.getcwd() != cwd and any(not os.path.isabs(p) for p in local):
@@ -107,8 +110,12 @@ class RayEngine:
 
     name = "ray"
 
-    def __init__(self, workers: int = 0, address: str | None = None, quiet: bool = False, task=None):
+    def __init__(self, workers: int = 0, address: str | None = None, quiet: bool = False, task=None,
+                 exit_on_stop: bool = False):
         self.workers, self.address, self.quiet = workers, address, quiet
+        # the process ends once a stop leaves run() (the packer command): a Ray this build started is left to
+        # the watchdog, which kills it at that end, rather than shut down here (6 s at load 16, issue 55.5)
+        self.exit_on_stop = exit_on_stop
         # ``task(job, unit, cwd)``: what a Ray worker runs for one unit, yielding None per step and then the
         # unit's record (``packer_unit``; ``packer repack`` gives its own: packer/repacking/run.py)
         self.task = task or packer_unit
@@ -127,6 +134,7 @@ class RayEngine:
             raise
         import ray
 
+        stopped = False
         try:
             cpus = int(ray.cluster_resources().get("CPU", 1))
             in_flight = max(1, min(self.workers or cpus, len(todo)))
@@ -134,10 +142,14 @@ class RayEngine:
             nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
             self.notes.append(f"engine ray: {len(todo)} unit(s) as tasks on {cpus} CPU(s), {nodes} node(s), "
                               f"at most {in_flight} at once")
+        except KeyboardInterrupt:
+            stopped = True
+            raise
         finally:
-            if started:
-                ray.shutdown()
-            watchdog.close()  # (and what the shutdown left, it kills)
+            if not (stopped and self.exit_on_stop):  # (else the process's end closes the watchdog's pipe)
+                if started:
+                    ray.shutdown()
+                watchdog.close()  # (and what the shutdown left, it kills)
 
 
 def _stall_bound() -> float:
@@ -227,7 +239,9 @@ def _run_tasks(todo: list[Unit], job: Job, progress: Progress, in_flight: int,
                 u = running[gen][0]
                 running[gen][1] = time.monotonic()
                 rec = _result(gen, u, job)
-                if rec is None:
+                if not isinstance(rec, dict):  # a step: None, or a chunk's input bytes
+                    if rec:
+                        progress.tokenized(0, 0, u, rec)
                     continue
                 del running[gen]
                 progress.unit_done(u, rec["documents"], rec["tokens"])
@@ -247,9 +261,9 @@ def _check_stall(running: dict, stall: float) -> None:
                           f"finished units are kept: rerun with --resume ({STALL_ENV} sets the bound)")
 
 
-def _result(gen, u: Unit, job: Job) -> dict | None:
-    """A task's next step (``gen``: its stream, with a step ready): None for a chunk, its record at
-    the end, or the one-line error a local build would give."""
+def _result(gen, u: Unit, job: Job) -> dict | int | None:
+    """A task's next step (``gen``: its stream, with a step ready): a chunk's input bytes (or None) for a
+    chunk, its record at the end, or the one-line error a local build would give."""
     import ray
     from ray.exceptions import RayError, RayTaskError
 
@@ -268,8 +282,8 @@ def _result(gen, u: Unit, job: Job) -> dict | None:
     except StopIteration:
         raise PackerError(f"unit {u.index}'s Ray task ended without its record (an internal error; please "
                           "report it); finished units are kept: rerun with --resume") from None
-    if rec is None:
-        return None
+    if not isinstance(rec, dict):
+        return rec
     if storage_for(job.out).size(rec["path"]) != rec["bytes"]:
         raise PackerError(f"unit {u.index}'s shard was written on a Ray node but is not in {job.out} here: "
                           "with --engine ray, OUT must be on a filesystem every node shares, or a URI")
@@ -281,7 +295,8 @@ def _result(gen, u: Unit, job: Job) -> dict | None:
 # descendants (Ray's agents and workers: their process titles overwrite what /proc shows of their
 # environment, and they are reparented the moment the raylet dies). At EOF on its stdin (the build's end,
 # however it ends) it SIGKILLs every one noted (pid and start time, so a reused pid is spared), until none
-# is left for three looks in a row (at most 60 s).
+# is left for three looks in a row (at most 60 s); those after the first read only the noted and their descendants
+# (a look at every process took 0.3-0.5 s at load 20: the watchdog outlived the build by 2-3 s, issue 55.5).
 _GUARD = r"""
 import os, select, signal, sys, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -315,13 +330,30 @@ def look():
             if pid not in known and ppid in known and procs.get(ppid, (0, b""))[1] == known[ppid]:
                 known[pid], grew = start, True
     return procs
+def look_known():
+    procs, todo = {}, list(known)
+    while todo:
+        pid = todo.pop()
+        try:
+            with open("/proc/%d/stat" % pid, "rb") as f:
+                st = f.read().rsplit(b")", 1)[1].split()
+            if pid in procs or known.setdefault(pid, st[19]) != st[19]:  # (a reused pid: not Ray's)
+                continue
+            procs[pid] = (int(st[1]), st[19])
+            for t in os.listdir("/proc/%d/task" % pid):
+                with open("/proc/%d/task/%s/children" % (pid, t)) as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (OSError, IndexError, ValueError):
+            pass
+    return procs
 while True:
     look()
     if select.select([0], [], [], 1.0)[0] and not os.read(0, 4096):
         break
 quiet, end = 0, time.monotonic() + 60
+looks = 0  # the noted first (killed at once), then one look at every process (one just started), then the noted
 while quiet < 3 and time.monotonic() < end:
-    procs = look()
+    procs, looks = look() if looks == 1 else look_known(), looks + 1
     found = [pid for pid, start in known.items() if pid in procs and procs[pid][1] == start]
     for pid in found:
         try:
@@ -329,7 +361,7 @@ while quiet < 3 and time.monotonic() < end:
         except OSError:
             pass
     quiet = 0 if found else quiet + 1
-    time.sleep(0.2)
+    time.sleep(0.1)
 """
 
 

@@ -24,7 +24,7 @@ from ...formats import PART_BYTES, Slice, iter_parts
 from ...io import is_uri
 from .. import spill
 from ..plan import Unit
-from .base import Chunk, UnitEnd, cut_chunks
+from .base import Chunk, UnitEnd, cut_chunks, input_bytes
 
 RANGE_BYTES = 1 << 20  # plain jsonl per Span: 4 chunks, few enough tasks that scheduling stays ~0.1 CPU-s a GB
 WHOLE_MAX = 4 << 20  # on disk: a compressed jsonl slice up to this is one Span (~20 MB of text, ~0.25 s of a core)
@@ -162,6 +162,14 @@ def read_units(todo, job, events: queue.Queue, slots: threading.Semaphore, windo
             if stop.is_set():
                 raise Stopped
 
+    read, lock = [0, 0], threading.Lock()  # bytes read so far, and by the last chunk posted
+
+    def counted(n: int) -> None:  # (also from the threads that read small files ahead)
+        with lock:
+            read[0] += n
+        if on_bytes is not None:
+            on_bytes(n)
+
     try:
         for run, spans in _runs(todo, folder is not None):
             if spans is not None:  # one unit, read by the workers
@@ -173,14 +181,16 @@ def read_units(todo, job, events: queue.Queue, slots: threading.Semaphore, windo
                     events.put(Span(run[0], seq, sl, last, sl.end - sl.start if sl.file.compression is None else sl.file.size))
                 events.put(UnitEnd(run[0], len(spans)))
                 continue
-            for ev in cut_chunks(run, job.read_field, job.output.max_record_bytes, on_bytes, on_unit=enter):
+            for ev in cut_chunks(run, job.read_field, job.output.max_record_bytes, counted, on_unit=enter):
                 if stop.is_set():
                     return
                 if isinstance(ev, Chunk):
                     slot()
-                    if folder is not None:
-                        parts = spill.put_parts(ev.parts, os.path.join(folder, f"{ev.unit.index}.{ev.seq}.in"))
-                        ev = Chunk(ev.unit, ev.seq, parts)
+                    with lock:
+                        nbytes, read[1] = input_bytes(ev.parts, read[0] - read[1]), read[0]
+                    parts = ev.parts if folder is None else \
+                        spill.put_parts(ev.parts, os.path.join(folder, f"{ev.unit.index}.{ev.seq}.in"))
+                    ev = Chunk(ev.unit, ev.seq, parts, nbytes)
                 events.put(ev)
         events.put(ReaderDone())
     except Stopped:

@@ -44,14 +44,17 @@ def test_progress_counts_bytes_documents_and_units():
     units = [U(0, 100), U(1, 200), U(2, 700)]
     calls = []
     p = Progress(lambda *a: calls.append(a), units, done=[1])
-    p.read(50)
-    p.tokenized(3, 40)
-    assert calls[-1] == (250, 3, 40, 1, 3, 1000)  # a resumed unit's bytes count as done
-    p.unit_done(units[2], docs=2, tokens=10)
-    assert calls[-1] == (900, 5, 50, 2, 3, 1000)
-    p.read(10_000)
     p.report()
-    assert calls[-1][0] == 1000  # never more than the total
+    assert calls[-1] == (200, 0, 0, 1, 3, 1000)  # a resumed unit's bytes count as done from the start
+    p.read(500)  # read ahead by the reader: not done
+    p.tokenized(3, 40, units[2], 50)
+    assert calls[-1] == (250, 3, 40, 1, 3, 1000)  # a chunk's bytes count once it is tokenized
+    p.tokenized(1, 10, units[2], 10_000)
+    assert calls[-1][0] == 900  # a unit's chunks count at most its bytes
+    p.unit_done(units[2], docs=2, tokens=10)
+    assert calls[-1] == (900, 6, 60, 2, 3, 1000)  # (its chunks' bytes become the unit's: counted once)
+    p.unit_done(units[0])
+    assert calls[-1][0] == 1000 and [c[0] for c in calls] == sorted(c[0] for c in calls)  # only ever grows
 
 
 def test_first_task_run_here_returns_its_verdict():

@@ -46,14 +46,15 @@ def alive(pid: int) -> bool:
         return False
 
 
-def start_slow_build(corpus, out):
-    """A build whose chunks take 2 s each (faults point "slow"); returns it once both workers are inside a chunk
-    (each says so: PACKER_FAULT_READY), with their pids."""
+def start_slow_build(corpus, out, seconds: float = 2.0):
+    """A build whose chunks take ``seconds`` each (faults point "slow"); returns it once both workers are inside a
+    chunk (each says so: PACKER_FAULT_READY), with their pids."""
     ready = out + "-ready"
     os.makedirs(ready)
     p = subprocess.Popen([sys.executable, "-m", "packer.cli", "build", corpus, out, *ARGS], start_new_session=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "PACKER_FAULT": "slow", "PACKER_FAULT_READY": ready})
+                         env={**os.environ, "PACKER_FAULT": "slow", "PACKER_FAULT_READY": ready,
+                              "PACKER_FAULT_SLOW_S": str(seconds)})
     deadline = time.time() + 60
     while time.time() < deadline and alive(p.pid):
         at_work = {int(pid) for pid in os.listdir(ready)}
@@ -96,6 +97,28 @@ def test_ctrl_c_twice_leaves_no_worker_and_resume_works(tmp_path, corpus, clean)
     assert p.returncode == 130, err
     assert "Traceback" not in err
     assert not wait_gone(workers, 1.0), "workers outlived the build"  # (a chunk in hand takes 2 s)
+    assert_resumes_to(corpus, out, clean)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_one_stop_signal_ends_the_build_without_waiting_for_the_task_in_hand(tmp_path, corpus, clean, sig):
+    """Ctrl-C (to the group, as a terminal sends it) or SIGTERM (to the main process, as kill and docker stop
+    send it) kills the workers at once: waiting for the chunk in hand took 10-17 s at load 16 (issue 55.5).
+    Each worker's chunk here takes 10 minutes, so the build ends long before any could finish."""
+    out = str(tmp_path / "out")
+    p, workers = start_slow_build(corpus, out, seconds=600)
+    if sig == signal.SIGINT:
+        os.killpg(p.pid, sig)
+    else:
+        os.kill(p.pid, sig)
+    try:
+        _, err = p.communicate(timeout=60)  # (a hang guard: before, this waited out the 10-minute chunk)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 128 + sig, err
+    assert "--resume" in err and "Traceback" not in err
+    assert not wait_gone(workers, 5.0), "workers outlived the build"
     assert_resumes_to(corpus, out, clean)
 
 

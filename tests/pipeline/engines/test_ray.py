@@ -91,9 +91,11 @@ def test_a_ray_build_is_byte_identical_to_a_local_build(cluster, local_build, tm
     assert folder_files(out) == folder_files(local_build)
     assert r.units_run == len(r.manifest["shards"]) >= 10
     assert any(n.startswith("engine ray:") for n in r.notes)
-    # Progress: one report per unit, never backwards, ending at the manifest's totals.
+    # Progress: a report at the start, one per chunk tokenized (a task streams its input bytes) and one per
+    # unit; never backwards, ending at the manifest's totals.
     done, docs, tokens, units_done, units, total = zip(*seen)
-    assert list(units_done) == list(range(1, units[0] + 1)) and units[0] == r.units_run
+    assert sorted(set(units_done)) == list(range(units[0] + 1)) and units[0] == r.units_run
+    assert list(units_done) == sorted(units_done) and len(seen) > units[0] + 1
     assert list(done) == sorted(done) and done[-1] == total[0]
     t = r.manifest["totals"]
     assert (docs[-1], tokens[-1]) == (t["documents"], t["tokens"])
@@ -407,3 +409,30 @@ def test_sigterm_on_ray_ends_as_on_every_engine_then_resumes(tmp_path):
     clean = str(tmp_path / "clean")
     build(path, clean, **cfg)
     assert folder_files(out) == folder_files(clean)
+
+
+@pytest.mark.skipif(ray is None, reason="needs ray")
+@pytest.mark.parametrize("exit_on_stop", [True, False])
+def test_a_stop_leaves_its_own_ray_to_the_watchdog_only_where_the_process_ends(monkeypatch, exit_on_stop):
+    """A KeyboardInterrupt (Ctrl-C, SIGTERM) in a build whose process then ends (the packer command:
+    exit_on_stop) does not shut its Ray down here: ray.shutdown() stops each process gracefully and took 6.4 s
+    at load 18 (issue 55.5); the watchdog kills that Ray when the process ends. Called from Python, the build
+    still stops what it started before the KeyboardInterrupt reaches the caller."""
+    from packer.pipeline.engines import ray as ray_engine_module
+    from packer.pipeline.engines.ray import RayEngine
+
+    done = []
+    monkeypatch.setattr(ray_engine_module, "_connect", lambda *a: True)  # a Ray this build started
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2})
+    monkeypatch.setattr(ray, "shutdown", lambda *a, **k: done.append("shutdown"))
+    monkeypatch.setattr(ray_engine_module._Watchdog, "close", lambda self: done.append("watchdog closed"))
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+        yield
+
+    monkeypatch.setattr(ray_engine_module, "_run_tasks", stopped)
+    unit = type("U", (), {"index": 0})()
+    with pytest.raises(KeyboardInterrupt):
+        list(RayEngine(2, exit_on_stop=exit_on_stop).run([unit], job=None, progress=None))
+    assert done == ([] if exit_on_stop else ["shutdown", "watchdog closed"])
