@@ -27,7 +27,7 @@ from . import info_cache, long_texts, view_child
 from .sources import _load_hf, _local_file  # noqa: F401 (where a tokenizer.json comes from)
 from . import specials as around_text
 from ..errors import PackerError
-from .backends import check_backend
+from .backends import FORCED, check_backend
 from .memo import remember, store
 
 BYTES_NAME = "bytes"
@@ -251,8 +251,8 @@ def _choose(info: TokenizerInfo, requested: str, sample, defer: bool, fast: bool
 
     check_backend(requested)
     if info.kind != "hf":
-        if requested == "tiktoken":
-            raise PackerError("--tokenizer-backend tiktoken needs a --tokenizer: the built-in byte tokenizer has no BPE")
+        if requested in FORCED:
+            raise PackerError(f"--tokenizer-backend {requested} needs a --tokenizer: the built-in byte tokenizer has no BPE")
         return info, None
     hf = _LOADED.get((info.fingerprint, info.split_special))
     if hf is None:
