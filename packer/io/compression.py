@@ -63,7 +63,8 @@ def decompress_all(data: bytes, compression: str | None, limit: int | None = Non
 def expanded_length(data: bytes, compression: str | None, cap: int = 128 << 20) -> int:
     """How many bytes ``data``, the start of a ``compression`` stream (or all of it), decompresses to:
     counted as it streams, none kept; a cut or corrupt stream counts what came before the break, and
-    the count stops at ``cap`` (a decompression bomb costs that much work, no more)."""
+    the count stops once at ``cap`` or past it by less than a 1 MiB read (a decompression bomb costs
+    that much work, no more)."""
     if compression is None:
         return len(data)
     n = 0
