@@ -37,7 +37,10 @@ class InputRecord:
     stamp (then nothing is read or written). ``load()``: the recorded ``CheckResult`` or None."""
 
     def __init__(self, tok: T.TokenizerInfo, backend: str, ordered: list, text_field: str):
-        ver = fastokens_backend.version() if backend == fastokens_backend.BACKEND else ""
+        from . import gigatoken_backend
+
+        ver = {fastokens_backend.BACKEND: fastokens_backend.version, gigatoken_backend.BACKEND: gigatoken_backend.version
+               }.get(backend, lambda: "")()
         parts = ["input", tok.fingerprint, tok.split_special, backend, ver, text_field, SAMPLE_DOCS, SAMPLE_CHARS,
                  SAMPLE_TEXT_CHARS, len(ordered)]
         for sl in ordered:
@@ -112,7 +115,7 @@ def said(tok: T.TokenizerInfo, requested: str, size: tuple[int, str]) -> T.Token
     if requested != "auto":
         return replace(tok, backend_reason=f"asked for (--tokenizer-backend {requested}); {tok.backend_reason}") \
             if requested == tok.backend else tok
-    if tok.backend not in ("tiktoken", fastokens_backend.BACKEND):
+    if tok.backend not in ("tiktoken", fastokens_backend.BACKEND):  # (gigatoken: by name only)
         return tok
     j = len(tok.json)
     line = (f"; input {size[0]:,} bytes of text ({size[1]}); auto loads fastokens from "

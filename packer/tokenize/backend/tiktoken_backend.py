@@ -209,7 +209,8 @@ class InputCheck:
         """The Choice once the input check gave ``r``; "tiktoken" refused raises PackerError."""
         if not r.ok:
             return _refuse(self.requested, f"{self.backend} gave other ids than HF on {r.difference}", True)
-        by = ", encoded by fastokens (faster, same ids)" if self.backend != "tiktoken" else ""
+        by = {"fastokens": ", encoded by fastokens (faster, same ids)", "gigatoken": ", encoded by gigatoken (same ids)"
+              }.get(self.backend, "")
         what = f"byte-level BPE that tiktoken runs exactly ({self.note}){by}"
         if self.alone:
             what = f"fastokens runs it exactly ({self.note}; tiktoken cannot express it)"
@@ -252,6 +253,10 @@ def encoder_for(tokenizer_json: str, fingerprint: str, hf=None, split_special: b
     if getattr(enc, "backend", "tiktoken") == backend:
         return enc
     # the one checked, or a new one over the tiktoken encoder (same ids)
+    if backend == "gigatoken":
+        from . import gigatoken_backend
+
+        return gigatoken_backend.encoder_for(tokenizer_json, getattr(enc, "base", enc))
     return enc.base if backend == "tiktoken" else fastokens_backend.encoder_for(tokenizer_json, enc)
 
 
@@ -343,6 +348,14 @@ def _choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf, s
                    "PACKER_FASTOKENS=off" if os.environ.get("PACKER_FASTOKENS") == "off" else
                    "fastokens cannot load this tokenizer, or gave other ids than HF on the hard strings")
             return _refuse(requested, why, False)
+    if requested == "gigatoken":  # by name only (gigatoken_backend.py): over the checked tiktoken conversion
+        from . import gigatoken_backend
+
+        got = gigatoken_backend.checked(enc, tokenizer_json, fingerprint, get_hf)
+        if got is None:
+            return _refuse(requested, "gigatoken is not installed (pip install gigatoken)" if gigatoken_backend.version()
+                           is None else "gigatoken cannot load this tokenizer, or gave other ids than HF on the hard strings", False)
+        enc, backend = got[0], gigatoken_backend.BACKEND
     if backend == "tiktoken":
         enc.ready()  # built here, before the workers fork: they share it
     store(_ENCODERS, (fingerprint, split_special), enc)
