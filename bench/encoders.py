@@ -24,10 +24,10 @@ import tempfile
 
 from common import child_env, emit_json, measure, pin  # bench/common.py
 
-HOME = os.path.expanduser("~/.cache/packer-test-tokenizers")
-SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+HOME = os.environ.get("BENCH_TOKENIZERS") or os.path.expanduser("~/.cache/packer-test-tokenizers")  # BENCH_TOKENIZERS: all in one
+SHARED = os.environ.get("BENCH_TOKENIZERS") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../shared/data")
 FAMILIES = {"gpt2": os.path.join(SHARED, "gpt2-tokenizer.json"), "llama3": os.path.join(SHARED, "llama3"),
-            "qwen3": os.path.join(HOME, "qwen3"), "deepseek-v3": os.path.join(HOME, "deepseek-v3"),
+            "qwen3": os.path.join(HOME, "qwen3"), "deepseek-v3": os.path.join(HOME, "deepseek_v3"),
             "llama2": os.path.join(HOME, "llama2"), "gemma3": os.path.join(HOME, "gemma3"),
             "mistral-v3": os.path.join(SHARED, "mistral-v3")}
 ENGINES = ("hf", "tiktoken", "fastokens", "gigatoken", "gigatoken files")

@@ -159,6 +159,7 @@ def test_fastokens_forced_by_name_runs_or_stops_in_one_line(tmp_path, corpus, sm
     assert t["backend"] == "fastokens" and t["backend_reason"].startswith("asked for (--tokenizer-backend fastokens)")
     hf = build(str(small), str(tmp_path / "h"), tokenizer=tok, seq_len=256, workers=1, quiet=True, tokenizer_backend="hf")
     assert _shards(str(tmp_path / "f")) == _shards(str(tmp_path / "h"))
+    assert hf.manifest["tokenizer"]["backend_reason"] == "asked for (--tokenizer-backend hf)"  # said once
     monkeypatch.setenv("PACKER_FASTOKENS", "off")
     forget_parsed()
     with pytest.raises(PackerError, match=r"^--tokenizer-backend fastokens: PACKER_FASTOKENS=off; nothing was built"):

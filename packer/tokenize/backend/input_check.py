@@ -114,7 +114,7 @@ def said(tok: T.TokenizerInfo, requested: str, size: tuple[int, str]) -> T.Token
     (OVER_HF where HF is the other), counted in bytes of text as the encoder sees them."""
     if requested != "auto":
         return replace(tok, backend_reason=f"asked for (--tokenizer-backend {requested}); {tok.backend_reason}") \
-            if requested == tok.backend else tok
+            if requested == tok.backend and not tok.backend_reason.startswith("asked for") else tok
     if tok.backend not in ("tiktoken", fastokens_backend.BACKEND):  # (gigatoken: by name only)
         return tok
     j = len(tok.json)
