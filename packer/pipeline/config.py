@@ -124,7 +124,8 @@ class RunSettings:
     tokenizer_backend: str = option(
         "auto", "Encoder for an HF tokenizer: auto = the fastest that gives HF's ids, checked first (fastokens, "
                 "else tiktoken, else HF; chosen by the input's size as text, decompressed; docs/tokenizers.md); hf, "
-                "tiktoken or fastokens to force one (stops where it is not exact). Same shards.",
+                "tiktoken, fastokens or gigatoken (packer[gigatoken]; never auto's) to force one (stops where it is not "
+                "exact). Same shards.",
         choices=BACKENDS)
     engine: str = option("local", "local: worker processes on this machine. ray: each unit a Ray task, on a cluster "
                                   "(packer[ray]; docs/distributed.md). The output is the same.", choices=ENGINES)
