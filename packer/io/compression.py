@@ -60,6 +60,26 @@ def decompress_all(data: bytes, compression: str | None, limit: int | None = Non
     return None if limit is not None and len(out) > limit else out
 
 
+def expanded_length(data: bytes, compression: str | None, cap: int = 128 << 20) -> int:
+    """How many bytes ``data``, the start of a ``compression`` stream (or all of it), decompresses to:
+    counted as it streams, none kept; a cut or corrupt stream counts what came before the break, and
+    the count stops once at ``cap`` or past it by less than a 1 MiB read (a decompression bomb costs
+    that much work, no more)."""
+    if compression is None:
+        return len(data)
+    n = 0
+    f = decompressing(io.BytesIO(data), compression)
+    try:
+        while n < cap:
+            got = f.read1(1 << 20)
+            if not got:
+                break
+            n += len(got)
+    except (*truncation_errors(compression), OSError):
+        pass  # a prefix ends mid-stream: what came before is the count
+    return n
+
+
 class CorruptStream(EOFError):
     """A compressed stream that is corrupt (rather than cut short); an EOFError so readers treat both alike."""
 

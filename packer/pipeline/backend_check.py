@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..errors import PackerError
 from ..formats import REGISTRY, Skip, read_slice
-from ..io import cpu_limit
+from ..io import cpu_limit, expanded_length, open_stream
 from ..tokenize import TokenizerInfo, backend, loaded_hf
 from ..tokenize.backend import SAMPLE_CHARS, SAMPLE_DOCS, SAMPLE_TEXT_CHARS, PendingCheck, sample_slices
 from .config import BuildConfig
@@ -42,8 +42,9 @@ def decide(cfg: BuildConfig, tok: TokenizerInfo, units, chat) -> tuple[Tokenizer
     """The backend of the build: decided by ``choose_for_build``, here after a check on input texts,
     or (a local build on more than one core) left to a worker."""
     slices = [s for u in units for s in u.slices]
+    size = None if chat is not None or tok.kind != "hf" else text_bytes(slices, backend.enough_bytes(tok))
     tok, pending = backend.choose_for_build(tok, cfg.run.tokenizer_backend, slices, cfg.output.text_field,
-                                            chat is not None)
+                                            chat is not None, size)
     if pending is None:
         return tok, None
     workers = cfg.run.workers or cpu_limit().count  # the CPUs this process may use (affinity, cgroup quota)
@@ -60,9 +61,68 @@ def prefetch(cfg: BuildConfig, tok: TokenizerInfo, units) -> None:
     where the view differs from the file. A refusal is said by ``decide``, on the tokenizer it gets."""
     slices = [s for u in units for s in u.slices]
     try:
-        backend.choose_for_build(tok, cfg.run.tokenizer_backend, slices, cfg.output.text_field)
+        size = text_bytes(slices, backend.enough_bytes(tok)) if tok.kind == "hf" else None
+        backend.choose_for_build(tok, cfg.run.tokenizer_backend, slices, cfg.output.text_field, size=size)
     except PackerError:
         pass
+
+
+PREFIX_BYTES = 1 << 20  # compressed bytes read from each sampled file
+SAMPLED_FILES = 4  # files of each kind (compression, parquet) sampled, spread over them
+
+
+def text_bytes(slices, enough: int | None = None) -> tuple[int, str]:
+    """(bytes the encoder will see, estimated; how, in words): the input's size as the tokenizer reads
+    it, not as it lies on disk. Plain files count their size; a compressed file what its first
+    PREFIX_BYTES decompress to, scaled to its size (the whole file where it is smaller); a parquet file
+    its row groups' uncompressed size. Of each kind up to SAMPLED_FILES files are measured, spread
+    over them, and the others scaled by their ratio. A file that cannot be read counts its size:
+    the build reports it. Where the size on disk is already ``enough`` (the most the choice asks),
+    nothing is read: decompressed, it is no less."""
+    files = list({s.file.path: s.file for s in slices}.values())
+    disk = sum(f.size for f in files)
+    if enough is not None and disk >= enough:
+        return disk, f"{disk:,} on disk, no less decompressed"
+    kinds: dict = {}
+    for f in files:
+        kind = "parquet" if f.format == "parquet" else f.compression
+        kinds.setdefault(kind, []).append(f)
+    total, said = 0, []
+    for kind, group in kinds.items():
+        size = sum(f.size for f in group)
+        if kind is None:
+            total += size
+            continue
+        n = min(SAMPLED_FILES, len(group))
+        picked = [group[i] for i in sorted({round(i * (len(group) - 1) / max(1, n - 1)) for i in range(n)})]
+        seen = [(_expanded(f), min(f.size, PREFIX_BYTES) if kind != "parquet" else f.size) for f in picked]
+        ratio = sum(e for e, _ in seen) / max(1, sum(b for _, b in seen))
+        total += round(size * ratio)
+        said.append(f"{kind} {ratio:.1f}x on {len(picked)} of {len(group)} file{'s' * (len(group) != 1)}")
+    how = f"{disk:,} on disk" + (f"; estimated: {', '.join(said)}" if said else "")
+    return total, how
+
+
+def _expanded(f) -> int:
+    """What ``_ratio`` measures of ``f``: its first PREFIX_BYTES decompressed, or a parquet file's row groups."""
+    import threading
+
+    before = set(threading.enumerate())
+    try:
+        if f.format == "parquet":
+            import pyarrow.parquet as pq
+
+            from ..io import storage_for
+
+            meta = pq.ParquetFile(storage_for(f.path).arrow_file()).metadata
+            return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        with open_stream(f.path, None, 0, PREFIX_BYTES) as s:
+            return expanded_length(s.read(PREFIX_BYTES), f.compression)
+    except Exception:  # unreadable here: the build says so, with its file
+        return min(f.size, PREFIX_BYTES) if f.format != "parquet" else f.size
+    finally:
+        for t in set(threading.enumerate()) - before:  # read-ahead threads: the build forks after this
+            t.join(timeout=2.0)
 
 
 def check_input(job: Job, slices: list, text_field: str):

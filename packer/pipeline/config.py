@@ -123,7 +123,9 @@ class RunSettings:
     quiet: bool = option(False, "No progress or summary; errors only.", short="-q")
     tokenizer_backend: str = option(
         "auto", "Encoder for an HF tokenizer: auto = the fastest that gives HF's ids, checked first (fastokens, "
-                "else tiktoken, else HF; docs/tokenizers.md); hf or tiktoken to force one. Same shards.",
+                "else tiktoken, else HF; chosen by the input's size as text, decompressed; docs/tokenizers.md); hf, "
+                "tiktoken, fastokens or gigatoken (packer[gigatoken]; never auto's) to force one (stops where it is not "
+                "exact). Same shards.",
         choices=BACKENDS)
     engine: str = option("local", "local: worker processes on this machine. ray: each unit a Ray task, on a cluster "
                                   "(packer[ray]; docs/distributed.md). The output is the same.", choices=ENGINES)

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from ..errors import PackerError
 
-BACKENDS = ("auto", "hf", "tiktoken")  # auto = tiktoken where it gives HF's ids exactly, else hf
+# auto = the fastest encoder that gives HF's ids exactly for the tokenizer and input size (fastokens, else
+# tiktoken, else hf); any other name forces that encoder, and stops the build in one line where it is not exact.
+BACKENDS = ("auto", "hf", "tiktoken", "fastokens", "gigatoken")  # gigatoken: by name only
+FORCED = ("tiktoken", "fastokens", "gigatoken")  # exact encoders a build may force: refused, they stop it
 
 
 def check_backend(name: str) -> str:

@@ -27,7 +27,7 @@ from . import info_cache, long_texts, view_child
 from .sources import _load_hf, _local_file  # noqa: F401 (where a tokenizer.json comes from)
 from . import specials as around_text
 from ..errors import PackerError
-from .backends import check_backend
+from .backends import FORCED, check_backend
 from .memo import remember, store
 
 BYTES_NAME = "bytes"
@@ -251,8 +251,8 @@ def _choose(info: TokenizerInfo, requested: str, sample, defer: bool, fast: bool
 
     check_backend(requested)
     if info.kind != "hf":
-        if requested == "tiktoken":
-            raise PackerError("--tokenizer-backend tiktoken needs a --tokenizer: the built-in byte tokenizer has no BPE")
+        if requested in FORCED:
+            raise PackerError(f"--tokenizer-backend {requested} needs a --tokenizer: the built-in byte tokenizer has no BPE")
         return info, None
     hf = _LOADED.get((info.fingerprint, info.split_special))
     if hf is None:
@@ -280,10 +280,10 @@ def forget_parsed() -> None:
     """Forget the HF tokenizers, cut rules, tiktoken encoders and checks this process parsed or ran
     (their records on disk, ``PACKER_CACHE``, stay): the state of a new process. For tests and
     benchmarks of a build's start."""
-    from .backend import fastokens_alone, fastokens_backend, tiktoken_backend
+    from .backend import fastokens_alone, fastokens_backend, gigatoken_backend, tiktoken_backend
 
     for cache in (_LOADED, _CUT_RULE, tiktoken_backend._STATIC, tiktoken_backend._ENCODERS, fastokens_alone._ALONE,
-                  fastokens_backend._FASTER):
+                  fastokens_backend._FASTER, gigatoken_backend._CHECKED):
         cache.clear()
 
 
@@ -308,7 +308,7 @@ class Encoder:
         self._specials = dict(info.specials) if not info.split_special else {}
         self._plain = dict(info.plain_added)  # cut out of text whatever --split-special-tokens says
         self._tk = None
-        if info.kind == "hf" and info.backend in ("tiktoken", "fastokens"):  # fastokens: backend/fastokens_backend.py
+        if info.kind == "hf" and info.backend in ("tiktoken", "fastokens", "gigatoken"):  # fastokens: backend/fastokens_backend.py
             from .backend.tiktoken_backend import encoder_for
 
             self._tk = encoder_for(info.json, info.fingerprint, _LOADED.get((info.fingerprint, info.split_special)),

@@ -118,3 +118,25 @@ def test_every_suffix_names_a_compression_it_reads():
     for kind in set(SUFFIXES.values()):
         with decompressing(io.BytesIO(_compress(kind, b"x\n")), kind) as f:
             assert f.read() == b"x\n"
+
+
+@pytest.mark.parametrize("kind", ["gzip", "zstd", "bz2", "xz"])
+def test_expanded_length_counts_a_prefix_and_stops_at_its_cap(kind):
+    """Issue 52.3: what the start of a compressed stream decompresses to (the build's size estimate):
+    the whole stream exactly, a prefix about in proportion, a cut stream without raising, and never past ``cap``."""
+    import bz2
+    import gzip
+    import lzma
+
+    from packer.io import expanded_length
+
+    raw = b"".join(b'{"text": "line %d of some text"}\n' % i for i in range(100000))  # 3.7 MB
+    pack = {"gzip": gzip.compress, "zstd": zstandard.ZstdCompressor().compress, "bz2": bz2.compress,
+            "xz": lzma.compress}[kind]
+    data = pack(raw)
+    assert expanded_length(data, kind) == len(raw)
+    half = expanded_length(data[: len(data) // 2], kind)
+    assert 0.2 * len(raw) < half < len(raw)
+    assert expanded_length(data, kind, cap=1000) <= 1 << 20  # (counted a read of at most 1 MiB at a time)
+    assert expanded_length(b"not compressed at all", kind) == 0
+    assert expanded_length(raw, None) == len(raw)

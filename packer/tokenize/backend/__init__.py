@@ -8,12 +8,12 @@ and ``input_check`` decides a build's backend (``choose_for_build``): from the t
 record, or a check on input texts left to the caller (``PendingCheck``).
 """
 
-from .input_check import CHAT_REASON, InputRecord, PendingCheck, choose_for_build, sample_slices
+from .input_check import CHAT_REASON, InputRecord, PendingCheck, choose_for_build, enough_bytes, sample_slices
 from .normalize import Normalizer
 from .tiktoken_backend import SAMPLE_CHARS, SAMPLE_DOCS, SAMPLE_TEXT_CHARS, TiktokenEncoder, run_input_check
 from .tiktoken_check import CheckResult, check
 from .tiktoken_convert import convert
 
 __all__ = ["CHAT_REASON", "CheckResult", "InputRecord", "Normalizer", "PendingCheck", "SAMPLE_CHARS", "SAMPLE_DOCS",
-           "SAMPLE_TEXT_CHARS", "TiktokenEncoder", "check", "choose_for_build", "convert", "run_input_check",
+           "SAMPLE_TEXT_CHARS", "TiktokenEncoder", "check", "choose_for_build", "convert", "enough_bytes", "run_input_check",
            "sample_slices"]

@@ -37,7 +37,10 @@ class InputRecord:
     stamp (then nothing is read or written). ``load()``: the recorded ``CheckResult`` or None."""
 
     def __init__(self, tok: T.TokenizerInfo, backend: str, ordered: list, text_field: str):
-        ver = fastokens_backend.version() if backend == fastokens_backend.BACKEND else ""
+        from . import gigatoken_backend
+
+        ver = {fastokens_backend.BACKEND: fastokens_backend.version, gigatoken_backend.BACKEND: gigatoken_backend.version
+               }.get(backend, lambda: "")()
         parts = ["input", tok.fingerprint, tok.split_special, backend, ver, text_field, SAMPLE_DOCS, SAMPLE_CHARS,
                  SAMPLE_TEXT_CHARS, len(ordered)]
         for sl in ordered:
@@ -62,34 +65,64 @@ class PendingCheck:
     texts of ``ordered`` (the sampled slices), field ``text_field``, are checked by the caller; ``accept``
     takes the ``CheckResult`` and returns the tokenizer with the backend decided."""
 
-    def __init__(self, later, tok: T.TokenizerInfo, ordered: list, text_field: str, record: InputRecord):
+    def __init__(self, later, tok: T.TokenizerInfo, ordered: list, text_field: str, record: InputRecord,
+                 size: tuple[int, str] = (0, ""), requested: str = "auto"):
         self.later, self.tok, self.ordered, self.text_field, self.record = later, tok, ordered, text_field, record
+        self.size, self.requested = size, requested
 
     def accept(self, result) -> T.TokenizerInfo:
         """``tok`` with the backend the check decided (HF where the encoder differed; a refused
         ``--tokenizer-backend tiktoken`` raises PackerError). A passed check is recorded."""
         self.record.store(result)
-        return T.with_choice(self.tok, self.later.outcome(result))
+        return said(T.with_choice(self.tok, self.later.outcome(result)), self.requested, self.size)
 
 
 def choose_for_build(tok: T.TokenizerInfo, requested: str, slices: list, text_field: str,
-                     chat: bool = False) -> tuple[T.TokenizerInfo, PendingCheck | None]:
+                     chat: bool = False, size: tuple[int, str] | None = None) -> tuple[T.TokenizerInfo, PendingCheck | None]:
     """The backend of a build over ``slices`` (all its input slices, in order): (tok decided, None)
     from the tokenizer alone, a chat build (HF), or the record of a passed input check; else
     (tok with the encoder to check, its ``PendingCheck``). It needs the HF tokenizer, which a build
-    whose tokenizer and check are on record would otherwise parse first (0.5 s for Llama 3, serial)."""
+    whose tokenizer and check are on record would otherwise parse first (0.5 s for Llama 3, serial).
+    ``size``: (bytes of text the encoder will see, how they were counted; pipeline/backend_check.py's
+    ``text_bytes``), which decides whether fastokens' load pays (``fastokens_backend.worth_it``; never the
+    worker count); None: the input files' sizes on disk."""
     if chat:
         return replace(tok, backend="hf", backend_reason=CHAT_REASON), None
-    fast = sum({s.file.path: s.file.size for s in slices}.values())  # input bytes (fastokens_backend.worth_it); not workers
-    tok, later = T.choose_backend_later(tok, requested, fast)
+    if size is None:
+        disk = sum({s.file.path: s.file.size for s in slices}.values())
+        size = (disk, f"{disk:,} on disk")
+    tok, later = T.choose_backend_later(tok, requested, size[0])
     if later is None:  # decided from the tokenizer alone
-        return tok, None
+        return said(tok, requested, size), None
     ordered = sample_slices(slices)
     record = InputRecord(tok, later.backend, ordered, text_field)
     passed = record.load()
     if passed is not None:
-        return T.with_choice(tok, later.outcome(passed)), None
-    return tok, PendingCheck(later, tok, ordered, text_field, record)
+        return said(T.with_choice(tok, later.outcome(passed)), requested, size), None
+    return tok, PendingCheck(later, tok, ordered, text_field, record, size, requested)
+
+
+def enough_bytes(tok: T.TokenizerInfo) -> int:
+    """The input size (bytes of text) from which the backend choice no longer depends on it: fastokens'
+    load pays over tiktoken (the larger of ``worth_it``'s two thresholds)."""
+    return round(len(tok.json) * max(fastokens_backend.OVER_TIKTOKEN, fastokens_backend.OVER_HF))
+
+
+def said(tok: T.TokenizerInfo, requested: str, size: tuple[int, str]) -> T.TokenizerInfo:
+    """``tok`` whose backend reason also says, where auto chose between the exact encoders, the input
+    size that chose: fastokens' load pays from OVER_TIKTOKEN times its tokenizer.json over tiktoken
+    (OVER_HF where HF is the other), counted in bytes of text as the encoder sees them."""
+    if requested != "auto":
+        return replace(tok, backend_reason=f"asked for (--tokenizer-backend {requested}); {tok.backend_reason}") \
+            if requested == tok.backend and not tok.backend_reason.startswith("asked for") else tok
+    if tok.backend not in ("tiktoken", fastokens_backend.BACKEND):  # (gigatoken: by name only)
+        return tok
+    j = len(tok.json)
+    line = (f"; input {size[0]:,} bytes of text ({size[1]}); auto loads fastokens from "
+            f"{round(j * fastokens_backend.OVER_TIKTOKEN):,} bytes where tiktoken is the other choice, from "
+            f"{round(j * fastokens_backend.OVER_HF):,} where HF is ({fastokens_backend.OVER_TIKTOKEN:g}x, "
+            f"{fastokens_backend.OVER_HF:g}x its tokenizer.json)")
+    return replace(tok, backend_reason=tok.backend_reason + line)
 
 
 def sample_slices(slices: list, max_slices: int = 64) -> list:

@@ -209,7 +209,8 @@ class InputCheck:
         """The Choice once the input check gave ``r``; "tiktoken" refused raises PackerError."""
         if not r.ok:
             return _refuse(self.requested, f"{self.backend} gave other ids than HF on {r.difference}", True)
-        by = ", encoded by fastokens (faster, same ids)" if self.backend != "tiktoken" else ""
+        by = {"fastokens": ", encoded by fastokens (faster, same ids)", "gigatoken": ", encoded by gigatoken (same ids)"
+              }.get(self.backend, "")
         what = f"byte-level BPE that tiktoken runs exactly ({self.note}){by}"
         if self.alone:
             what = f"fastokens runs it exactly ({self.note}; tiktoken cannot express it)"
@@ -226,9 +227,10 @@ def run_input_check(enc: "TiktokenEncoder", hf, texts: list[str]) -> CheckResult
 
 def _refuse(requested: str, why: str, notice: bool) -> Choice:
     from ...errors import PackerError
+    from ..backends import FORCED
 
-    if requested == "tiktoken":  # the build stops: say so, and what to pass instead
-        raise PackerError(f"--tokenizer-backend tiktoken: {why}; nothing was built (drop the option, or pass "
+    if requested in FORCED:  # the build stops: say so, and what to pass instead
+        raise PackerError(f"--tokenizer-backend {requested}: {why}; nothing was built (drop the option, or pass "
                           "--tokenizer-backend hf, to encode with HF tokenizers)")
     return Choice("hf", why + ", so HF tokenizers encodes", notice)
 
@@ -251,6 +253,10 @@ def encoder_for(tokenizer_json: str, fingerprint: str, hf=None, split_special: b
     if getattr(enc, "backend", "tiktoken") == backend:
         return enc
     # the one checked, or a new one over the tiktoken encoder (same ids)
+    if backend == "gigatoken":
+        from . import gigatoken_backend
+
+        return gigatoken_backend.encoder_for(tokenizer_json, getattr(enc, "base", enc))
     return enc.base if backend == "tiktoken" else fastokens_backend.encoder_for(tokenizer_json, enc)
 
 
@@ -291,11 +297,13 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
     def pays(versus: str) -> bool:  # fast: True/False, or the build's input bytes (fastokens_backend.worth_it)
         from .fastokens_backend import worth_it
 
+        if requested == "fastokens":  # forced: whatever the size
+            return True
         return fast if isinstance(fast, bool) else worth_it(fast, len(tokenizer_json), versus)
 
     from . import fastokens_backend
 
-    if requested == "auto" and pays("tiktoken") and (fingerprint, split_special) not in fastokens_backend._FASTER \
+    if requested in ("auto", "fastokens") and pays("tiktoken") and (fingerprint, split_special) not in fastokens_backend._FASTER \
             and '"Metaspace"' not in tokenizer_json:  # (fastokens alone loads another JSON for Metaspace)
         fastokens_backend.preload(tokenizer_json)  # in a thread, while the checks below run
     try:
@@ -309,7 +317,7 @@ def _choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf, s
     """``choose`` from the fastokens check on; ``get_hf`` and ``pays`` are its."""
     from . import fastokens_alone
 
-    may_alone = requested == "auto" and pays("hf") and os.environ.get("PACKER_FASTOKENS") != "off"
+    may_alone = requested == "fastokens" or (requested == "auto" and pays("hf") and os.environ.get("PACKER_FASTOKENS") != "off")
     alone = fastokens_alone.on_record(tokenizer_json, fingerprint, split_special, hf if not callable(hf) else None) \
         if may_alone else None  # on record only where tiktoken refused it: neither HF nor the conversion is needed
     static = "" if alone is not None else remember(_STATIC, (fingerprint, split_special), lambda: _static_check(
@@ -329,12 +337,25 @@ def _choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf, s
             run_input_check(enc, get_hf(), sample()))
     enc, hard = static
     backend = "tiktoken"
-    if requested == "auto" and pays("tiktoken"):  # fastokens where installed and exact on the same hard strings (fastokens_backend.py)
+    if requested in ("auto", "fastokens") and pays("tiktoken"):  # fastokens where installed and exact on the same hard strings (fastokens_backend.py)
         from . import fastokens_backend
 
         fast, fast_hard = fastokens_backend.faster(enc, tokenizer_json, fingerprint, get_hf)
         if fast_hard is not None:
             enc, backend = fast, fastokens_backend.BACKEND
+        elif requested == "fastokens":
+            why = ("fastokens is not installed (pip install fastokens)" if fastokens_backend.version() is None else
+                   "PACKER_FASTOKENS=off" if os.environ.get("PACKER_FASTOKENS") == "off" else
+                   "fastokens cannot load this tokenizer, or gave other ids than HF on the hard strings")
+            return _refuse(requested, why, False)
+    if requested == "gigatoken":  # by name only (gigatoken_backend.py): over the checked tiktoken conversion
+        from . import gigatoken_backend
+
+        got = gigatoken_backend.checked(enc, tokenizer_json, fingerprint, get_hf)
+        if got is None:
+            return _refuse(requested, "gigatoken is not installed (pip install gigatoken)" if gigatoken_backend.version()
+                           is None else "gigatoken cannot load this tokenizer, or gave other ids than HF on the hard strings", False)
+        enc, backend = got[0], gigatoken_backend.BACKEND
     if backend == "tiktoken":
         enc.ready()  # built here, before the workers fork: they share it
     store(_ENCODERS, (fingerprint, split_special), enc)
