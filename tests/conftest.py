@@ -39,6 +39,19 @@ if not os.environ.get("PACKER_TEST_NO_SHARED"):
                             if os.path.exists(os.path.join(FETCHED, n, "tokenizer.json"))})
 
 
+def full_run(config) -> bool:
+    """Was the unsampled sweep asked for (``-m`` naming full, or PACKER_TEST_FULL=1)? A sampled test asks it
+    (``request.config``) to take its whole range there."""
+    return bool(os.environ.get("PACKER_TEST_FULL")) or "full" in (config.getoption("markexpr", "") or "")
+
+
+def _starts_ray(item) -> bool:
+    """Does the test start a Ray of its own? Such tests find Ray's workers by process title across the
+    machine (tests/pipeline/engines/test_ray.py kills the first ``ray::packer_unit`` it sees), so under
+    pytest-xdist (the README's ``-n``; ``--dist loadgroup``) they share one worker and never overlap."""
+    return item.path.name in ("test_ray.py", "test_ray_cluster.py") or "ray" in item.name.split("[")[0].split("_")
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``full`` (the unsampled rest of a sweep) run only where asked: ``-m`` naming full, or
     PACKER_TEST_FULL=1; otherwise they are deselected (counted as such in pytest's summary). A test module
@@ -48,7 +61,9 @@ def pytest_collection_modifyitems(config, items):
         pick = getattr(getattr(item, "module", None), "in_full_sweep", None)
         if pick is not None and pick(item):
             item.add_marker(pytest.mark.full)
-    if os.environ.get("PACKER_TEST_FULL") or "full" in (config.getoption("markexpr", "") or ""):
+        if _starts_ray(item):  # one xdist worker runs them all, one after another 
+            item.add_marker(pytest.mark.xdist_group("ray"))
+    if full_run(config):
         return
     left = [item for item in items if item.get_closest_marker("full")]
     if left:

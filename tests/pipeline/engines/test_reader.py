@@ -162,27 +162,39 @@ def test_a_file_changed_since_found_is_counted_once_however_many_spans(tmp_path,
     assert sum(1 for r in recs if not isinstance(r, Skip)) == 100
 
 
-def test_pool_workers_read_local_jsonl_themselves(tmp_path, monkeypatch):
-    """With a pool, no jsonl byte passes through the main process: the workers open the file."""
-    import os
+_OPENS = """
+import os, sys
+from packer import build
+from packer.io import readahead
+real = readahead.ReadAhead.__init__
+def init(self, path, *a, **k):
+    with open(sys.argv[2], "a") as fh:
+        fh.write(f"{os.getpid()}\\n")
+    real(self, path, *a, **k)
+readahead.ReadAhead.__init__ = init
+sys.modules["packer.pipeline.engines.reader"].RANGE_BYTES = 64 << 10
+build(sys.argv[1], sys.argv[3], seq_len=128, workers=2, quiet=True)
+print(os.getpid())
+"""
+
+
+def test_pool_workers_read_local_jsonl_themselves(tmp_path):
+    """With a pool, no jsonl byte passes through the main process: the workers open the file. (In a child
+    of its own: a thread an earlier test left in this process would make the pool start from a forkserver,
+    which the patched reader does not reach.)"""
+    import subprocess
+    import sys
 
     from packer import build
-    from packer.io import readahead
 
     write_jsonl(tmp_path / "c.jsonl", [f"document {i} " + "word " * (i % 50) for i in range(20000)])
-    opened, real = tmp_path / "opened", readahead.ReadAhead.__init__
-
-    def init(self, path, *a, **k):
-        with open(opened, "a") as fh:
-            fh.write(f"{os.getpid()}\n")
-        real(self, path, *a, **k)
-
-    monkeypatch.setattr(readahead.ReadAhead, "__init__", init)
-    monkeypatch.setattr("packer.pipeline.engines.reader.RANGE_BYTES", 64 << 10)
-    a = build(str(tmp_path / "c.jsonl"), str(tmp_path / "a"), seq_len=128, workers=2, quiet=True)
+    opened = tmp_path / "opened"
+    run = subprocess.run([sys.executable, "-c", _OPENS, str(tmp_path / "c.jsonl"), str(opened), str(tmp_path / "a")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
     pids = opened.read_text().split()
-    assert len(pids) >= 10 and str(os.getpid()) not in pids
-    b = build(str(tmp_path / "c.jsonl"), str(tmp_path / "b"), seq_len=128, workers=1, quiet=True)
+    assert len(pids) >= 10 and run.stdout.strip() not in pids
+    build(str(tmp_path / "c.jsonl"), str(tmp_path / "b"), seq_len=128, workers=1, quiet=True)
     for name in ("manifest.json", "shards/000000.arrow", "units/000000.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
