@@ -122,9 +122,9 @@ def _encode_chunk(job: Job, parts: list[Part]) -> ChunkResult:
         at = [i for i, k in enumerate(keep) if k]
         held_texts = [t for t, k in zip(texts, keep) if not k]
         texts = [texts[i] for i in at]
-        h_ids, h_lengths = _encode(enc, held_texts)
+        h_ids, h_lengths = _encode(enc, held_texts, job.dtype)
         held = ChunkResult(h_ids.astype(job.dtype, copy=False), h_lengths[h_lengths > 0], (), 0)
-    ids, lengths = _encode(enc, texts)
+    ids, lengths = _encode(enc, texts, job.dtype)
     faults.point("tokenize")
     faults.point("slow")
 
@@ -146,8 +146,8 @@ def _encode_chunk(job: Job, parts: list[Part]) -> ChunkResult:
                        specials=found, held=held)
 
 
-def _encode(enc: Encoder, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    return enc.encode_flat(texts) if texts else (np.zeros(0, np.uint32), np.zeros(0, np.int64))
+def _encode(enc: Encoder, texts: list[str], dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    return enc.encode_flat(texts, dtype) if texts else (np.zeros(0, dtype), np.zeros(0, np.int64))
 
 
 def holdout_split(texts: list[str], fraction: float) -> list[bool]:
