@@ -141,10 +141,8 @@ class Jsonl(Format):
         return json_keys((line for part in self.parts(sl, "", None, 64 << 10) for line in part.items), records)
 
     def let_go(self, part: Part) -> None:
-        items = part.items
-        for i, line in enumerate(items):
-            if len(line) >= LET_GO_BYTES:
-                items[i] = Spent(len(line))
+        if part.nbytes >= LET_GO_BYTES:  # (else no line of it is that long: the usual part costs one compare)
+            part.items[:] = [Spent(len(x)) if len(x) >= LET_GO_BYTES else x for x in part.items]
 
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         if type(field) is ChatFields:
@@ -238,9 +236,6 @@ class Spent(bytes):
         self = super().__new__(cls, b"x")
         self.nbytes = nbytes
         return self
-
-    def __reduce__(self):
-        return Spent, (self.nbytes,)
 
 
 def _blank_run(s, first: bytes) -> bytes:

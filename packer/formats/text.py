@@ -46,10 +46,8 @@ class Text(Format):
             yield Document(text) if text else Skip("empty", path)
 
     def let_go(self, part: Part) -> None:
-        items = part.items  # (where_of names the file: nothing of the bytes is needed)
-        for i, data in enumerate(items):
-            if len(data if type(data) is bytes else data[0]) >= LET_GO_BYTES:
-                items[i] = b""
+        if part.nbytes >= LET_GO_BYTES:  # (where_of names the file: nothing of the bytes is needed)
+            part.items[:] = [b"" if len(x if type(x) is bytes else x[0]) >= LET_GO_BYTES else x for x in part.items]
 
     def head(self, sl: Slice, chars: int) -> str | None:
         # One document per file: its start is sample enough (reading it would read it all).
