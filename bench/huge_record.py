@@ -97,7 +97,7 @@ def main() -> None:
             base, _ = build(tiny, os.path.join(tmp, name + "-tiny"), BACKENDS[name], env)
             peak, sha = build(big, os.path.join(tmp, name), BACKENDS[name], env)
             print(json.dumps({"backend": name, "line_mb": round(size / 1e6, 1), "tiny_mib": base >> 20,
-                              "peak_mib": peak >> 20, "x_line": round((peak - base) / size, 2), "shards": sha}))
+                              "peak_mib": peak >> 20, "x_line": round((peak - base) / size, 2), "shards": sha}), flush=True)
 
 
 if __name__ == "__main__":
