@@ -47,19 +47,40 @@ def cut(text: str, piece_chars: int = PIECE_CHARS) -> list[str]:
     """``text`` as consecutive pieces of about ``piece_chars`` characters or
     fewer, each after the first starting at a ``"\\n"`` that follows an ASCII
     letter or digit. A stretch with no such place stays whole."""
+    at = cut_at(text, piece_chars)
+    return [text[a:b] for a, b in zip(at, at[1:])]
+
+
+def cut_at(text: str, piece_chars: int = PIECE_CHARS) -> list[int]:
+    """Where ``cut`` cuts ``text``: 0, each piece's start after the first, then ``len(text)``."""
     if len(text) <= piece_chars:
-        return [text]
-    pieces, start, half = [], 0, piece_chars // 2
+        return [0, len(text)]
+    at, start, half = [0], 0, piece_chars // 2
     while len(text) - start > piece_chars:
         p = text.find("\n", start + half)
         while p != -1 and not _ok_cut(text, p):
             p = text.find("\n", p + 1)
         if p == -1:
             break
-        pieces.append(text[start:p])
+        at.append(p)
         start = p
-    pieces.append(text[start:])
-    return pieces
+    return at + [len(text)]
+
+
+def cut_batches(texts: list[str], at: list[list[int]], batch_chars: int = BATCH_CHARS):
+    """The pieces of ``texts`` (``at[i]``: ``cut_at(texts[i])``), in order, in runs of at most
+    ``batch_chars`` characters (a longer piece alone), each piece sliced only as its run is made: a
+    long text is never held twice over (a str of one emoji is 4 bytes a character)."""
+    cur, n = [], 0
+    for t, bounds in zip(texts, at):
+        for a, b in zip(bounds, bounds[1:]):
+            if cur and n + b - a > batch_chars:
+                yield cur
+                cur, n = [], 0
+            cur.append(t[a:b])
+            n += b - a
+    if cur:
+        yield cur
 
 
 def _types(node: dict | None, key: str) -> list[dict]:
@@ -197,8 +218,9 @@ def flat_in_pieces(texts: list[str], encode_flat, pre: tuple[int, ...], post: tu
             continue
         n = len(pre) + len(post)
         out.append(np.array(pre, dtype=dtype))
-        for piece in cut(texts[i], LONG_PIECE_CHARS):
-            ids = encode_flat([piece], None, ())[0].astype(dtype, copy=False)
+        at = cut_at(texts[i], LONG_PIECE_CHARS)
+        for a, b in zip(at, at[1:]):  # (sliced one at a time: the pieces are never all held)
+            ids = encode_flat([texts[i][a:b]], None, ())[0].astype(dtype, copy=False)
             out.append(ids)
             n += len(ids)
         out.append(np.array(post, dtype=dtype))

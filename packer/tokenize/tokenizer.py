@@ -344,11 +344,9 @@ class Encoder:
         # Long texts go in pieces, a few at a time (packer/tokenize/long_texts.py): HF
         # holds ~250 bytes per token of what one call encodes.
         if self._cut and any(len(t) > long_texts.PIECE_CHARS for t in texts):
-            pieces, ends = [], []  # ends[i]: pieces up to and including text i's
-            for t in texts:
-                pieces.extend(long_texts.cut(t))
-                ends.append(len(pieces))
-            calls = long_texts.batches(pieces)
+            at = [long_texts.cut_at(t) for t in texts]
+            ends = np.cumsum([len(b) - 1 for b in at]).tolist()  # ends[i]: pieces up to and including text i's
+            calls = long_texts.cut_batches(texts, at)
         else:
             ends, calls = range(1, len(texts) + 1), [texts]
         # e.ids builds a Python list per text; that getter is the one copy we
