@@ -32,6 +32,7 @@ __all__ = [
     "REGISTRY", "FORMATS", "no_inputs_error", "PART_BYTES", "DEFAULT_MAX_RECORD", "SKIP_REASONS", "Document", "Format",
     "InputFile", "Part", "Record", "Skip", "Slice", "Discovery", "detect_format", "discover", "plan_slices", "iter_parts",
     "parse_part", "read_slice", "iter_parts_many", "record_fields", "strict_error", "where_of_document",
+    "where_of_record", "let_go",
     "ChatFields", "Conversation", "consumed_digest",
 ]
 
@@ -206,6 +207,16 @@ def parse_part(part: Part, field: tuple[str, ...]) -> Iterator[Record]:
     yield from REGISTRY[part.sl.file.format].parse(part, field)
     if part.tail is not None:
         yield part.tail
+
+
+def where_of_record(part: Part, record: int) -> str:
+    """Where record number ``record`` (0-based, as ``parse_part`` gave them, Skips too) of ``part`` is."""
+    return REGISTRY[part.sl.file.format].where_of(part, record)
+
+
+def let_go(part: Part) -> None:
+    """Drop, in place, the raw bytes of ``part``'s huge records, once parsed (``Format.let_go``)."""
+    REGISTRY[part.sl.file.format].let_go(part)
 
 
 def where_of_document(part: Part, field: tuple[str, ...], k: int) -> str:

@@ -21,6 +21,7 @@ PART_BYTES = 256 << 10  # raw input per Part and per chunk: a tokenizer batch, ~
 # bytes; a longer one is skipped and counted (``too_long``), so a reader's
 # memory is bounded by this setting, not by the input. ``--max-record-mb``.
 DEFAULT_MAX_RECORD = 256 << 20
+LET_GO_BYTES = 1 << 20  # a raw record this big is dropped once parsed (Format.let_go)
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,11 @@ class Format:
         ``record`` (0-based, Documents and Skips alike) of ``part``. Called
         only to name an example, so it may re-read the part."""
         return part.sl.file.path
+
+    def let_go(self, part: Part) -> None:
+        """Drop, in place, what ``part`` holds of a parsed record of ``LET_GO_BYTES`` or more, keeping what
+        ``where_of`` needs: once its text is a str, the raw bytes are one more copy of a huge record
+        (docs/reliability.md). The part cannot be parsed again. Formats that hold nothing worth it: no-op."""
 
 
 def changed(sl: Slice, now) -> Skip | None:

@@ -17,7 +17,7 @@ from typing import Iterator
 import orjson
 
 from ..io import COMPRESSION_SUFFIXES, open_stream, storage_for, truncation_errors
-from .base import (DEFAULT_MAX_RECORD, Document, Format, InputFile, Part, Record, Skip, Slice, changed, first_line,
+from .base import (DEFAULT_MAX_RECORD, LET_GO_BYTES, Document, Format, InputFile, Part, Record, Skip, Slice, changed, first_line,
                    keys_of, unreadable)
 from .chat import ChatFields, Conversation, conversation_of, dict_getter, paths
 
@@ -101,6 +101,7 @@ class Jsonl(Format):
                     if line_no is not None:
                         line_no += 1
                 if n_bytes >= part_bytes:
+                    line = None  # the Part holds it (and may let it go: Jsonl.let_go), not this frame
                     yield Part(sl, lines, line0, pos0, None, n_bytes)
                     lines, n_bytes, line0, pos0 = [], 0, line_no, pos
         except OSError as e:
@@ -138,6 +139,10 @@ class Jsonl(Format):
 
     def fields(self, sl: Slice, records: int = 50) -> list[str] | None:
         return json_keys((line for part in self.parts(sl, "", None, 64 << 10) for line in part.items), records)
+
+    def let_go(self, part: Part) -> None:
+        if part.nbytes >= LET_GO_BYTES:  # (else no line of it is that long: the usual part costs one compare)
+            part.items[:] = [Spent(len(x)) if len(x) >= LET_GO_BYTES else x for x in part.items]
 
     def parse(self, part: Part, field: tuple[str, ...]) -> Iterator[Record]:
         if type(field) is ChatFields:
@@ -224,6 +229,15 @@ class BlankRun(bytes):
         return BlankRun, (self.lines, self.nbytes)
 
 
+class Spent(bytes):
+    """A line let go of once parsed (``Jsonl.let_go``): ``b"x"`` (a record, not blank), ``nbytes`` long."""
+
+    def __new__(cls, nbytes: int):
+        self = super().__new__(cls, b"x")
+        self.nbytes = nbytes
+        return self
+
+
 def _blank_run(s, first: bytes) -> bytes:
     """``first`` (a blank line) and the blank lines right after it in ``s``, taken from the
     buffer in blocks (C-speed ``lstrip``, no per-line Python): ``first`` itself if none follow,
@@ -300,6 +314,8 @@ def lines_of(part: Part) -> Iterator[tuple[bytes, int | None, int]]:
         if type(line) is BlankRun:
             pos += line.nbytes - len(line)
             line_no = None if line_no is None else line_no + line.lines - 1
+        elif type(line) is Spent:
+            pos += line.nbytes - len(line)
 
 
 def json_keys(raws, records: int) -> list[str]:

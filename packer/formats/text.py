@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..io import COMPRESSION_SUFFIXES, decompress_all, open_stream, storage_for, truncation_errors
-from .base import DEFAULT_MAX_RECORD, Document, Format, Part, Record, Skip, Slice, first_line, unreadable
+from .base import DEFAULT_MAX_RECORD, LET_GO_BYTES, Document, Format, Part, Record, Skip, Slice, first_line, unreadable
 
 
 class Text(Format):
@@ -44,6 +44,10 @@ class Text(Format):
                 yield Skip("invalid_utf8", f"{path}: byte {e.start}")
                 continue
             yield Document(text) if text else Skip("empty", path)
+
+    def let_go(self, part: Part) -> None:
+        if part.nbytes >= LET_GO_BYTES:  # (where_of names the file: nothing of the bytes is needed)
+            part.items[:] = [b"" if len(x if type(x) is bytes else x[0]) >= LET_GO_BYTES else x for x in part.items]
 
     def head(self, sl: Slice, chars: int) -> str | None:
         # One document per file: its start is sample enough (reading it would read it all).

@@ -22,6 +22,11 @@ from .config import BuildConfig
 from .engines import FirstTask
 from .unit import Job, encoder_for
 
+# A record over this is left out of the sample (read past in 1 MB steps, as --max-record-mb does), not read
+# whole for its first SAMPLE_TEXT_CHARS: the check runs on a worker beside the encoding, and a 50 MB line
+# read for it cost that worker 3x the line again while another encoded the same line (issue 53.3).
+SAMPLE_RECORD_BYTES = 16 << 20
+
 
 class DeferredCheck:
     """The check left to a worker: ``task`` is the engine's FirstTask; after it ran, ``tok`` is the
@@ -176,7 +181,7 @@ def _sample(ordered, text_field: str, max_docs: int, max_chars: int) -> list[str
             if chars >= max_chars or len(out) >= max_docs:
                 break
             continue
-        it = read_slice(sl, text_field)
+        it = read_slice(sl, text_field, max_record=SAMPLE_RECORD_BYTES)
         try:
             for rec in it:
                 if isinstance(rec, Skip):

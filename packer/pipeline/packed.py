@@ -91,12 +91,15 @@ def lay_out(tokens: "list[np.ndarray] | Scattered", doc_chunk: np.ndarray, doc_s
     documents a ``Scattered`` holds back to back. ``pack_shard``'s second half; ``packer repack --buckets``
     lays out its power-of-two pieces with it."""
     seq_len = layout.seq_len
+    if masks is None:  # the tokens go straight into the file's bytes: no shard-sized array besides them
+        data, rows_at = _in_place(tokens, doc_chunk, doc_start, layout, pad_id, dtype)
+        return PackedShard(data, layout, lengths, None, rows_at)
     if isinstance(tokens, Scattered):
         out = gather_scattered(tokens, doc_start, layout, pad_id, dtype)
-        mask = None if masks is None else gather_scattered(masks, doc_start, layout, 0, "uint8")
+        mask = gather_scattered(masks, doc_start, layout, 0, "uint8")
     else:
         out = gather(tokens, doc_chunk, doc_start, layout, pad_id, dtype)
-        mask = None if masks is None else gather(masks, doc_chunk, doc_start, layout, 0, "uint8")
+        mask = gather(masks, doc_chunk, doc_start, layout, 0, "uint8")
     table = S.shard_table(out, seq_len, layout.row, layout.length, layout.doc, layout.offset, layout.num_rows,
                           loss_mask=mask)
     data = S.table_bytes(table)
@@ -106,32 +109,63 @@ def lay_out(tokens: "list[np.ndarray] | Scattered", doc_chunk: np.ndarray, doc_s
     return PackedShard(data, layout, lengths, trained, rows_at)
 
 
+def _in_place(tokens, doc_chunk: np.ndarray, doc_start: np.ndarray, layout: Layout, pad_id: int,
+              dtype: str) -> tuple:
+    """(the shard's bytes, its ``rows_at``): the file laid out over a token column of zeros (``np.zeros``
+    of that size is pages never touched: reading them costs no memory), then every piece copied to its
+    slots in the file's own token buffers, one per record batch. Byte for byte the file ``gather``'s
+    array made (the layout does not depend on the values), without that array: a unit of one 200 MB
+    document held 2 bytes a token of it twice (docs/reliability.md)."""
+    seq_len, rows = layout.seq_len, layout.num_rows
+    table = S.shard_table(np.zeros(rows * seq_len, dtype), seq_len, layout.row, layout.length, layout.doc,
+                          layout.offset, rows)
+    data = S.table_bytes(table)
+    del table
+    at = S.layout.shard_layout(data, rows, seq_len, dtype, False)
+    if rows:
+        per = at[0] * seq_len  # tokens in each record batch but the last
+        views = [np.frombuffer(data, dtype, count=min(per, rows * seq_len - k * per), offset=int(o))
+                 for k, o in enumerate(at[3])]
+        for v in views:
+            v.fill(pad_id)
+        if isinstance(tokens, Scattered):
+            gather_scattered(tokens, doc_start, layout, pad_id, dtype, into=(views, per))
+        else:
+            gather(tokens, doc_chunk, doc_start, layout, pad_id, dtype, into=(views, per))
+    return data, S.layout.to_record(at)
+
+
 def gather(tokens: list[np.ndarray], doc_chunk: np.ndarray, doc_start: np.ndarray, layout: Layout, fill: int,
-           dtype: str) -> np.ndarray:
+           dtype: str, into: tuple | None = None) -> np.ndarray | None:
     """Copy every piece's tokens to its slots; returns (rows * seq_len,) of ``dtype``, ``fill`` elsewhere.
 
     ``tokens`` holds each chunk's tokens; document d starts at ``doc_start[d]`` in
     ``tokens[doc_chunk[d]]``. One slice copy per piece: pieces are runs of hundreds of tokens on real
     text, so this moves memory at memcpy speed, where per-token fancy indexing built three int64 index
-    arrays the size of the unit.
+    arrays the size of the unit. ``into``: (views, per): write there instead (slot i at
+    ``views[i // per][i % per]``, filled already) and return None.
     """
     seq_len = layout.seq_len
-    out = np.full(layout.num_rows * seq_len, fill, dtype=dtype)
+    out = np.full(layout.num_rows * seq_len, fill, dtype=dtype) if into is None else None
     if not len(layout.doc):
         return out
-    chunk = doc_chunk[layout.doc].tolist()
-    src = (doc_start[layout.doc] + layout.offset).tolist()
-    dst = (layout.row * seq_len + layout.slot).tolist()
-    for c, s, d, n in zip(chunk, src, dst, layout.length.tolist()):
-        out[d : d + n] = tokens[c][s : s + n]
-    return out
+    chunk = doc_chunk[layout.doc]
+    src = doc_start[layout.doc] + layout.offset
+    dst = layout.row * seq_len + layout.slot
+    if into is None:
+        for c, s, d, n in zip(chunk.tolist(), src.tolist(), dst.tolist(), layout.length.tolist()):
+            out[d : d + n] = tokens[c][s : s + n]
+        return out
+    copy_pieces(tokens, chunk, src, dst, layout.length, *into)
+    return None
 
 
-def gather_scattered(src: Scattered, doc_start: np.ndarray, layout: Layout, fill: int, dtype: str) -> np.ndarray:
+def gather_scattered(src: Scattered, doc_start: np.ndarray, layout: Layout, fill: int, dtype: str,
+                     into: tuple | None = None) -> np.ndarray | None:
     """``gather`` from a ``Scattered``: each new piece cut where the runs it spans meet (one slice copy
-    per part; a piece within one run, the common case, is one copy)."""
+    per part; a piece within one run, the common case, is one copy). ``into``: as ``gather``'s."""
     L = layout.seq_len
-    out = np.full(layout.num_rows * L, fill, dtype=dtype)
+    out = np.full(layout.num_rows * L, fill, dtype=dtype) if into is None else None
     if not len(layout.doc):
         return out
     run_end = np.cumsum(src.length)
@@ -147,6 +181,58 @@ def gather_scattered(src: Scattered, doc_start: np.ndarray, layout: Layout, fill
     hi = np.minimum(b[piece], run_end[run])
     dst = (layout.row * L + layout.slot)[piece] + (lo - a[piece])
     srcs = src.start[run] + (lo - run_at[run])
+    if into is not None:
+        copy_pieces(src.flat, src.chunk[run], srcs, dst, hi - lo, *into)
+        return None
     for c, s, d, n in zip(src.chunk[run].tolist(), srcs.tolist(), dst.tolist(), (hi - lo).tolist()):
         out[d : d + n] = src.flat[c][s : s + n]
     return out
+
+
+RELEASE_BYTES = 64 << 20  # a mapped source this big is copied in its own order and let go as it goes
+RELEASE_STEP = 16 << 20  # ... this many bytes of it at a time
+
+
+def copy_pieces(srcs: list, chunk: np.ndarray, src: np.ndarray, dst: np.ndarray, length: np.ndarray,
+                views: list[np.ndarray], per: int) -> None:
+    """Copy piece i, ``srcs[chunk[i]][src[i] : src[i] + length[i]]``, to slots ``dst[i]`` on, slot j
+    being ``views[j // per][j % per]`` (a piece never spans two views: it lies in one row).
+
+    A source mapped from a file (a chunk's spilled ids, pipeline/spill.py) of ``RELEASE_BYTES`` or more
+    is copied in its own order, and the pages already copied are let go (``MADV_DONTNEED``) every
+    ``RELEASE_STEP``: the assembler of a 200 MB document holds its output and a step of its input, not
+    both whole. The copies land where they would in any order, so the bytes do not change."""
+    k, dst = np.divmod(dst, per)
+    maps = {c: m for c, a in enumerate(srcs) if a.nbytes >= RELEASE_BYTES and (m := _mapping(a)) is not None}
+    if maps:
+        order = np.lexsort((src, chunk))
+        chunk, src, k, dst, length = chunk[order], src[order], k[order], dst[order], length[order]
+    gone = dict.fromkeys(maps, 0)  # source -> bytes of it let go
+    for c, s, v, d, n in zip(chunk.tolist(), src.tolist(), k.tolist(), dst.tolist(), length.tolist()):
+        views[v][d : d + n] = srcs[c][s : s + n]
+        if c in maps and s * srcs[c].itemsize - gone[c] >= RELEASE_STEP:
+            gone[c] = _let_go(maps[c], s * srcs[c].itemsize)
+    for c, m in maps.items():
+        _let_go(m, len(m))
+
+
+def _mapping(a: np.ndarray):
+    """The ``mmap`` that ``a`` views from its first byte on, or None."""
+    import mmap
+
+    base = a
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = getattr(base, "base", None)
+    if base is None or np.frombuffer(base, np.uint8, count=1).ctypes.data != a.ctypes.data:
+        return None
+    return base
+
+
+def _let_go(m, upto: int) -> int:
+    """Drop the pages of mapping ``m`` below ``upto`` from this process (read again from the file if touched)."""
+    import mmap
+
+    upto -= upto % mmap.PAGESIZE
+    if upto and hasattr(mmap, "MADV_DONTNEED"):
+        m.madvise(mmap.MADV_DONTNEED, 0, upto)
+    return upto

@@ -20,7 +20,7 @@ import numpy as np
 from .. import faults
 from .. import shards as S
 from ..formats import consumed_digest
-from ..formats import Document, Part, Skip, parse_part, strict_error, where_of_document
+from ..formats import Document, Part, Skip, let_go, parse_part, strict_error, where_of_record
 from ..io import storage_for
 from ..tokenize import Encoder, TokenizerInfo
 from .chat_unit import encode_chat_chunk
@@ -105,15 +105,18 @@ def _encode_chunk(job: Job, parts: list[Part]) -> ChunkResult:
     texts: list[str] = []
     skipped: list[Skip] = []
     first_doc = []  # per part: the index in texts of its first document (to name a document's file:line)
+    doc_record = []  # per document: its record's number in its part (where_of_record)
     for part in parts:
         first_doc.append(len(texts))
-        for rec in parse_part(part, field):
+        for r, rec in enumerate(parse_part(part, field)):
             if type(rec) is Document:
                 texts.append(rec.text)
+                doc_record.append(r)
             elif job.strict:
                 raise strict_error(rec)
             else:
                 skipped.append(rec)
+        let_go(part)  # a huge record's raw bytes: its str is all that is needed now
     faults.point("read")
     held = None
     at = None  # kept document -> its index among all the chunk's documents (to name its file:line)
@@ -122,16 +125,16 @@ def _encode_chunk(job: Job, parts: list[Part]) -> ChunkResult:
         at = [i for i, k in enumerate(keep) if k]
         held_texts = [t for t, k in zip(texts, keep) if not k]
         texts = [texts[i] for i in at]
-        h_ids, h_lengths = _encode(enc, held_texts)
+        h_ids, h_lengths = _encode(enc, held_texts, job.dtype)
         held = ChunkResult(h_ids.astype(job.dtype, copy=False), h_lengths[h_lengths > 0], (), 0)
-    ids, lengths = _encode(enc, texts)
+    ids, lengths = _encode(enc, texts, job.dtype)
     faults.point("tokenize")
     faults.point("slow")
 
     def where(d: int) -> str:
         d = at[d] if at is not None else d
         p = int(np.searchsorted(first_doc, d, side="right")) - 1
-        return where_of_document(parts[p], field, d - first_doc[p])
+        return where_of_record(parts[p], doc_record[d])
 
     found = tuple((s, where(d)) for d, s in enc.specials_found(texts, ids, lengths)
                   + enc.added_found(texts, ids, lengths)) if texts else ()  # (assemble_unit tells them apart)
@@ -146,8 +149,8 @@ def _encode_chunk(job: Job, parts: list[Part]) -> ChunkResult:
                        specials=found, held=held)
 
 
-def _encode(enc: Encoder, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    return enc.encode_flat(texts) if texts else (np.zeros(0, np.uint32), np.zeros(0, np.int64))
+def _encode(enc: Encoder, texts: list[str], dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    return enc.encode_flat(texts, dtype) if texts else (np.zeros(0, dtype), np.zeros(0, np.int64))
 
 
 def holdout_split(texts: list[str], fraction: float) -> list[bool]:

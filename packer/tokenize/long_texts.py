@@ -23,8 +23,15 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 PIECE_CHARS = 32 << 10  # a cut is looked for from half this on
 BATCH_CHARS = 256 << 10  # characters per encode call when pieces are in play
+# tiktoken and fastokens hold about 1-2 bytes per character of what one call encodes, besides the ids
+# (measured on a 50 MB text: +55 and +111 MB); a text over LONG_CHARS goes to them in pieces of about
+# LONG_PIECE_CHARS, and the byte tokenizer makes a longer text's UTF-8 that many characters at a time.
+LONG_CHARS = 4 << 20
+LONG_PIECE_CHARS = 1 << 20
 
 _NORMALIZERS = {"NFC", "NFD", "NFKC", "NFKD"}
 _PRE_TOKENIZERS = {"ByteLevel", "Split", "Digits", "Whitespace", "WhitespaceSplit", "Punctuation"}
@@ -40,19 +47,40 @@ def cut(text: str, piece_chars: int = PIECE_CHARS) -> list[str]:
     """``text`` as consecutive pieces of about ``piece_chars`` characters or
     fewer, each after the first starting at a ``"\\n"`` that follows an ASCII
     letter or digit. A stretch with no such place stays whole."""
+    at = cut_at(text, piece_chars)
+    return [text[a:b] for a, b in zip(at, at[1:])]
+
+
+def cut_at(text: str, piece_chars: int = PIECE_CHARS) -> list[int]:
+    """Where ``cut`` cuts ``text``: 0, each piece's start after the first, then ``len(text)``."""
     if len(text) <= piece_chars:
-        return [text]
-    pieces, start, half = [], 0, piece_chars // 2
+        return [0, len(text)]
+    at, start, half = [0], 0, piece_chars // 2
     while len(text) - start > piece_chars:
         p = text.find("\n", start + half)
         while p != -1 and not _ok_cut(text, p):
             p = text.find("\n", p + 1)
         if p == -1:
             break
-        pieces.append(text[start:p])
+        at.append(p)
         start = p
-    pieces.append(text[start:])
-    return pieces
+    return at + [len(text)]
+
+
+def cut_batches(texts: list[str], at: list[list[int]], batch_chars: int = BATCH_CHARS):
+    """The pieces of ``texts`` (``at[i]``: ``cut_at(texts[i])``), in order, in runs of at most
+    ``batch_chars`` characters (a longer piece alone), each piece sliced only as its run is made: a
+    long text is never held twice over (a str of one emoji is 4 bytes a character)."""
+    cur, n = [], 0
+    for t, bounds in zip(texts, at):
+        for a, b in zip(bounds, bounds[1:]):
+            if cur and n + b - a > batch_chars:
+                yield cur
+                cur, n = [], 0
+            cur.append(t[a:b])
+            n += b - a
+    if cur:
+        yield cur
 
 
 def _types(node: dict | None, key: str) -> list[dict]:
@@ -135,3 +163,66 @@ def batches(pieces: list[str], batch_chars: int = BATCH_CHARS) -> list[list[str]
     if cur:
         out.append(cur)
     return out
+
+
+def bytes_flat(texts: list[str], eos: np.ndarray, dtype="uint32") -> tuple[np.ndarray, np.ndarray]:
+    """The byte tokenizer's ``Encoder.encode_flat``: each text's UTF-8 bytes, then ``eos`` (0 or 1
+    id), in ``dtype``. A text over ``LONG_CHARS`` is encoded ``LONG_PIECE_CHARS`` at a time straight
+    into the result: neither its UTF-8 nor a wider copy of its ids is ever whole in memory."""
+    extra = len(eos)
+    if any(len(t) > LONG_CHARS for t in texts):
+        lengths = np.fromiter((_utf8_len(t) + extra for t in texts), dtype=np.int64, count=len(texts))
+        out, at = np.empty(int(lengths.sum()), dtype=dtype), 0
+        for t in texts:
+            for k in range(0, len(t), LONG_PIECE_CHARS):
+                b = np.frombuffer(t[k:k + LONG_PIECE_CHARS].encode("utf-8", "surrogatepass"), dtype=np.uint8)
+                out[at:at + len(b)] = b
+                at += len(b)
+            out[at:at + extra] = eos
+            at += extra
+        return out, lengths
+    raw = [t.encode("utf-8", "surrogatepass") for t in texts]
+    lengths = np.fromiter((len(b) + extra for b in raw), dtype=np.int64, count=len(raw))
+    data = np.frombuffer(b"".join(raw), dtype=np.uint8)
+    if not extra:
+        return data.astype(dtype), lengths
+    out = np.empty(int(lengths.sum()), dtype=dtype)
+    ends = np.cumsum(lengths) - 1  # where each text's EOS goes
+    is_text = np.ones(len(out), dtype=bool)
+    is_text[ends] = False
+    out[is_text] = data
+    out[ends] = eos[0]
+    return out, lengths
+
+
+def _utf8_len(t: str) -> int:
+    if t.isascii():  # (a flag of the str: no pass over it)
+        return len(t)
+    return sum(len(t[k:k + LONG_PIECE_CHARS].encode("utf-8", "surrogatepass")) for k in range(0, len(t), LONG_PIECE_CHARS))
+
+
+def flat_in_pieces(texts: list[str], encode_flat, pre: tuple[int, ...], post: tuple[int, ...],
+                   dtype="uint32") -> tuple[np.ndarray, np.ndarray]:
+    """``encode_flat(texts, post, pre)`` (tiktoken's or fastokens': uint32 ids, lengths) in ``dtype``, with
+    each text over ``LONG_CHARS`` encoded as its ``cut`` pieces of about ``LONG_PIECE_CHARS``, one call
+    each: the same ids (where ``cut_rule`` allows cuts), the encoder's own memory that of one piece."""
+    out, lengths, i = [], np.zeros(len(texts), dtype=np.int64), 0
+    while i < len(texts):
+        j = i
+        while j < len(texts) and len(texts[j]) <= LONG_CHARS:
+            j += 1
+        if j > i:  # a run of ordinary texts: one call, as always
+            ids, lengths[i:j] = encode_flat(texts[i:j], post, pre)
+            out.append(ids.astype(dtype, copy=False))
+            i = j
+            continue
+        n = len(pre) + len(post)
+        out.append(np.array(pre, dtype=dtype))
+        at = cut_at(texts[i], LONG_PIECE_CHARS)
+        for a, b in zip(at, at[1:]):  # (sliced one at a time: the pieces are never all held)
+            ids = encode_flat([texts[i][a:b]], None, ())[0].astype(dtype, copy=False)
+            out.append(ids)
+            n += len(ids)
+        out.append(np.array(post, dtype=dtype))
+        lengths[i], i = n, i + 1
+    return (np.concatenate(out) if out else np.zeros(0, dtype)), lengths

@@ -324,32 +324,36 @@ class Encoder:
         """The ``TiktokenEncoder`` that encodes (backend "tiktoken"), else None."""
         return self._tk
 
-    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def encode_flat(self, texts: list[str], dtype="uint32") -> tuple[np.ndarray, np.ndarray]:
         """Encode ``texts``; return (ids, lengths).
 
-        ``ids`` is uint32 of shape (sum(lengths),): each text's prefix (BOS),
-        its ids, then its suffix (EOS, if on), texts in order. ``lengths`` is
-        int64 of shape (len(texts),), prefix and suffix included.
+        ``ids`` is of shape (sum(lengths),): each text's prefix (BOS), its ids, then its suffix
+        (EOS, if on), texts in order; in ``dtype`` (uint32, or the shard dtype, which holds every id:
+        made in it, a huge text's ids are never held twice). ``lengths`` is int64 of shape
+        (len(texts),), prefix and suffix included. A text over ``long_texts.LONG_CHARS`` is encoded
+        in pieces (long_texts.py): memory follows the piece, not the text.
         """
         if self.info.kind == "bytes":
-            return self._bytes_flat(texts)
+            return long_texts.bytes_flat(texts, self._eos, dtype)
         if self._tk is not None:
-            return self._tk.encode_flat(texts, tuple(self._post), tuple(self._pre))
+            pre, post = tuple(self._pre), tuple(self._post)
+            if any(len(t) > long_texts.LONG_CHARS for t in texts) and self._may_cut():
+                return long_texts.flat_in_pieces(texts, self._tk.encode_flat, pre, post, dtype)
+            ids, lengths = self._tk.encode_flat(texts, post, pre)
+            return ids.astype(dtype, copy=False), lengths
         # Long texts go in pieces, a few at a time (packer/tokenize/long_texts.py): HF
         # holds ~250 bytes per token of what one call encodes.
         if self._cut and any(len(t) > long_texts.PIECE_CHARS for t in texts):
-            pieces, ends = [], []  # ends[i]: pieces up to and including text i's
-            for t in texts:
-                pieces.extend(long_texts.cut(t))
-                ends.append(len(pieces))
-            calls = long_texts.batches(pieces)
+            at = [long_texts.cut_at(t) for t in texts]
+            ends = np.cumsum([len(b) - 1 for b in at]).tolist()  # ends[i]: pieces up to and including text i's
+            calls = long_texts.cut_batches(texts, at)
         else:
             ends, calls = range(1, len(texts) + 1), [texts]
         # e.ids builds a Python list per text; that getter is the one copy we
         # cannot avoid. array('I').extend is the cheapest way from those lists
         # to one buffer (about 10 ns/token, vs ~18 for np.array per text).
         pre, post = self._pre, self._post
-        buf = array("I")
+        buf = array("H" if np.dtype(dtype) == np.uint16 else "I")  # (the shard dtype holds every id)
         lengths = np.zeros(len(texts), dtype=np.int64)
         doc, piece, start = 0, 0, 0
         for call in calls:
@@ -361,7 +365,14 @@ class Encoder:
                 if piece == ends[doc]:
                     buf.extend(post)
                     lengths[doc], start, doc = len(buf) - start, len(buf), doc + 1
-        return np.frombuffer(buf, dtype=np.uint32), lengths
+        return np.frombuffer(buf, dtype=buf.typecode).astype(dtype, copy=False), lengths
+
+    def _may_cut(self) -> bool:
+        """Whether texts may be cut for this tokenizer (long_texts.cut_rule), for tiktoken and fastokens:
+        they give HF's ids on every text, so on the pieces too. Asked only when a text over
+        ``long_texts.LONG_CHARS`` comes, so a build of ordinary texts never parses the HF tokenizer."""
+        key = (self.info.fingerprint, self.info.split_special)
+        return remember(_CUT_RULE, key, lambda: long_texts.cut_rule(loaded_hf(self.info))) is None
 
     def specials_found(self, texts: list[str], ids: np.ndarray, lengths: np.ndarray) -> list[tuple[int, str]]:
         """(document index, token string) for every special token's string met in a text and encoded
@@ -377,21 +388,6 @@ class Encoder:
         """Return one uint32 array per text: its ids, then EOS (if on)."""
         ids, lengths = self.encode_flat(texts)
         return np.split(ids, np.cumsum(lengths)[:-1]) if len(lengths) else []
-
-    def _bytes_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        raw = [t.encode("utf-8", "surrogatepass") for t in texts]
-        extra = len(self._eos)
-        lengths = np.fromiter((len(b) + extra for b in raw), dtype=np.int64, count=len(raw))
-        data = np.frombuffer(b"".join(raw), dtype=np.uint8)
-        if not extra:
-            return data.astype(np.uint32), lengths
-        out = np.empty(int(lengths.sum()), dtype=np.uint32)
-        ends = np.cumsum(lengths) - 1  # where each text's EOS goes
-        is_text = np.ones(len(out), dtype=bool)
-        is_text[ends] = False
-        out[is_text] = data
-        out[ends] = self._eos[0]
-        return out, lengths
 
 
 def describe(info: TokenizerInfo) -> str:

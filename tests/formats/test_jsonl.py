@@ -69,3 +69,21 @@ def test_line_counts_from_kept_marks_match_a_count_from_the_start_and_a_rewrite_
         assert jsonl._count_lines_before(str(p), byte) == data[:byte].count(b"\n")
     p.write_bytes(b"\n" * len(data))  # same size, rewritten: the old marks must not be used
     assert jsonl._count_lines_before(str(p), 5000) == 5000
+
+
+def test_a_huge_line_let_go_once_parsed_keeps_every_records_file_line(tmp_path):
+    """Issue 53.3: Format.let_go drops a parsed line of LET_GO_BYTES or more from its Part (its str is
+    all a build needs); where_of_record names every record as before, and the bytes are gone."""
+    from packer.formats import let_go, parse_part, where_of_record
+    from packer.formats.base import LET_GO_BYTES
+
+    huge = '{"text": "' + "w" * LET_GO_BYTES + '"}'
+    path = tmp_path / "h.jsonl"
+    path.write_text("\n".join(['{"text": "a"}', "", huge, "not json", '{"text": "b"}']) + "\n")
+    parts = [p for sl, _ in plan_slices(discover([str(path)]).files, 1 << 30) for p in iter_parts(sl, "text")]
+    before = [[where_of_record(p, r) for r, _ in enumerate(parse_part(p, ("text",)))] for p in parts]
+    for p in parts:
+        let_go(p)
+    assert max(len(x) for p in parts for x in p.items) < LET_GO_BYTES
+    assert [[where_of_record(p, r) for r in range(len(w))] for p, w in zip(parts, before)] == before
+    assert sum(before, []) == [f"{path}:1", f"{path}:3", f"{path}:4", f"{path}:5"]

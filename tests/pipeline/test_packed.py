@@ -64,3 +64,59 @@ def test_documents_in_scattered_runs_give_the_bytes_of_documents_back_to_back(se
         want = pack_shard([tokens], [lengths], 256, mode, 65535, "uint16")
         got = pack_shard(runs, [lengths], 256, mode, 65535, "uint16")
         assert bytes(got.data) == bytes(want.data)
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32"])
+def test_tokens_copied_into_the_file_give_the_bytes_of_a_shard_array(dtype):
+    """lay_out writes the tokens straight into the file's own buffers (issue 53.3): the same bytes and
+    row layout as the shard-sized array it used to fill and lay out, across several record batches."""
+    from packer import shards as S
+    from packer.pack import pack
+    from packer.pipeline import Scattered, lay_out
+    from packer.pipeline.packed import gather
+
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(1, 40, 3000)
+    tokens = rng.integers(0, 60000, int(lengths.sum())).astype(dtype)
+    starts = np.cumsum(lengths) - lengths
+    for mode in ("bfd", "concat"):
+        layout = pack(lengths, 16, mode)
+        assert layout.num_rows > 3 * 1024  # several record batches, the last one short
+        out = gather([tokens], np.zeros(len(lengths), np.int64), starts, layout, 7, dtype)
+        table = S.shard_table(out, 16, layout.row, layout.length, layout.doc, layout.offset, layout.num_rows)
+        want = S.table_bytes(table)
+        got = lay_out([tokens], np.zeros(len(lengths), np.int64), starts, lengths, layout, 7, dtype)
+        assert bytes(got.data) == bytes(want)
+        assert got.rows_at == S.layout.to_record(S.layout.shard_layout(want, layout.num_rows, 16, dtype, False))
+        runs = Scattered([tokens], np.zeros(1, np.int64), np.zeros(1, np.int64), np.array([len(tokens)]))
+        assert bytes(lay_out(runs, None, starts, lengths, layout, 7, dtype).data) == bytes(want)
+
+
+def _mapped_rss(path: str) -> int:
+    """Resident bytes of this process's mappings of ``path`` (/proc/self/smaps)."""
+    total, mine = 0, False
+    for line in open("/proc/self/smaps"):
+        if "-" in line.split(" ", 1)[0] and len(line.split()) >= 5:
+            mine = line.rstrip().endswith(path)
+        elif mine and line.startswith("Rss:"):
+            total += int(line.split()[1]) << 10
+    return total
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/smaps"), reason="reads /proc/self/smaps")
+def test_a_big_mapped_chunk_is_let_go_as_it_is_copied(tmp_path, monkeypatch):
+    """A chunk's ids mapped from its spill file, copied into the shard, leave (almost) nothing of the
+    file resident in the assembler (issue 53.3): its output and one step of input, not both whole."""
+    from packer.pipeline import packed, spill
+    from packer.pipeline.plan import ChunkResult
+
+    monkeypatch.setattr(packed, "RELEASE_BYTES", 1 << 20)
+    monkeypatch.setattr(packed, "RELEASE_STEP", 1 << 20)
+    rng = np.random.default_rng(2)
+    lengths = rng.integers(1, 5000, 4000)
+    tokens = rng.integers(0, 60000, int(lengths.sum())).astype(np.uint16)  # ~20 MB
+    res = spill.put(ChunkResult(tokens, lengths, (), 0), str(tmp_path / "c"))
+    mapped = spill.take(res).tokens
+    shard = pack_shard([mapped], [lengths], 2048, "bfd", 65535, "uint16")
+    assert _mapped_rss(res.tokens.path) <= 2 << 20, "the mapped chunk stayed resident"
+    assert bytes(shard.data) == bytes(pack_shard([tokens], [lengths], 2048, "bfd", 65535, "uint16").data)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 
 import numpy as np
+import pytest
 
 from packer.formats import discover, iter_parts, plan_slices
 from packer.pipeline import Job, OutputSettings, RunSettings, assemble_unit, encode_chunk, plan_units
@@ -155,3 +157,62 @@ def test_a_job_holds_the_settings_and_pickles_whole(tmp_path):
     back = pickle.loads(pickle.dumps(job))
     assert back == job and back.output == out and back.output.limit == 7
     assert (back.seq_len, back.pack, back.text_field, back.holdout, back.strict) == (32, "bfd", "text", 0.25, True)
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and its descendants, summed (the build's workers are its children)."""
+    import glob
+
+    todo, total = [pid], 0
+    while todo:
+        p = todo.pop()
+        for t in glob.glob(f"/proc/{p}/task/*/children"):
+            try:
+                todo += [int(c) for c in open(t).read().split()]
+            except OSError:
+                pass
+        try:
+            total += int([x.split()[1] for x in open(f"/proc/{p}/status") if x.startswith("VmRSS:")][0]) << 10
+        except (OSError, IndexError):
+            pass
+    return total
+
+
+def _build_peak(src, out) -> int:
+    """Peak resident bytes of ``packer build SRC OUT`` (a child, 2 workers), its process tree sampled every 5 ms."""
+    import subprocess
+    import sys
+    import threading
+
+    import packer
+
+    here = os.path.dirname(os.path.dirname(packer.__file__))  # the child runs the packer these tests import
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here] + [x for x in [os.environ.get("PYTHONPATH")] if x])}
+    p = subprocess.Popen([sys.executable, "-m", "packer", "build", str(src), str(out), "--seq-len", "2048", "-q",
+                          "--workers", "2"], env=env, cwd=os.path.dirname(src))
+    peak, done = [0], threading.Event()
+
+    def sample():
+        while not done.wait(0.005):
+            peak[0] = max(peak[0], _tree_rss(p.pid))
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    assert p.wait(timeout=600) == 0
+    done.set()
+    t.join()
+    return peak[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc")
+def test_one_huge_line_costs_at_most_four_times_its_size(tmp_path):
+    """One 64 MB jsonl line, byte tokenizer (2 bytes of ids per byte of text): the build's process tree
+    peaks at most 4x the line above the same build of a one-line file. Before issue 53.3 it was 7.6x
+    (the line, orjson's copy, the str, its UTF-8, the ids as uint32 and a mask; then the shard twice)."""
+    line = b'{"text": "' + b"a few words of text, then a newline\\n" * (64_000_000 // 37) + b'"}\n'
+    (tmp_path / "big.jsonl").write_bytes(line)
+    (tmp_path / "tiny.jsonl").write_bytes(b'{"text": "a few words"}\n')
+    base = _build_peak(tmp_path / "tiny.jsonl", tmp_path / "o1")
+    big = _build_peak(tmp_path / "big.jsonl", tmp_path / "o2")
+    assert big - base <= 4 * len(line), f"peak {(big - base) / len(line):.2f}x the line above a tiny build"
+    assert json.loads((tmp_path / "o2" / "manifest.json").read_text())["totals"]["tokens"] > 60_000_000

@@ -139,3 +139,49 @@ def test_cut_rule_says_no_when_a_component_cannot_be_read():
         normalizer = Broken()
 
     assert "unreadable" in long_texts.cut_rule(Tok())
+
+
+def test_a_long_text_encoded_in_pieces_gives_the_ids_of_the_whole(monkeypatch):
+    """Issue 53.3: the byte tokenizer makes a long text's ids a piece at a time, straight into the
+    shard dtype, and tiktoken/fastokens get it in cut pieces: the ids are those of the whole text."""
+    texts = ["short", "ab\n" * 3000 + "é中🙂\ud800 tail", "", "x\n" * 5000, "🙂" * 2000]
+    eos = np.array([256], dtype=np.uint32)
+    want, want_len = long_texts.bytes_flat(texts, eos)  # no text is long: the one-buffer path
+    monkeypatch.setattr(long_texts, "LONG_CHARS", 1000)
+    monkeypatch.setattr(long_texts, "LONG_PIECE_CHARS", 333)  # cuts inside multi-byte characters' text
+    for dtype in ("uint16", "uint32"):
+        got, got_len = long_texts.bytes_flat(texts, eos, dtype)
+        assert got.dtype == dtype and np.array_equal(got, want) and np.array_equal(got_len, want_len)
+    got, got_len = long_texts.bytes_flat(texts, eos[:0], "uint16")
+    assert np.array_equal(got_len, want_len - 1) and np.array_equal(got, want[want != 256])
+
+    calls = []
+
+    def encode_flat(batch, eos, prefix):  # one id per character; prefix and suffix around each text
+        calls.append([len(t) for t in batch])
+        arrays = [np.array(list(prefix) + [ord(c) % 60000 for c in t] + list(eos or ()), np.uint32) for t in batch]
+        return np.concatenate(arrays), np.array([len(a) for a in arrays], np.int64)
+
+    ids, lengths = long_texts.flat_in_pieces(texts, encode_flat, (1,), (2, 3), "uint16")
+    whole, whole_len = encode_flat(texts, (2, 3), (1,))
+    assert ids.dtype == np.uint16 and np.array_equal(ids, whole) and np.array_equal(lengths, whole_len)
+    assert len(calls) > 40 and [2000] in calls  # cut texts went a piece a call; one with no cut place, whole
+
+
+@pytest.mark.parametrize("backend", ["tiktoken", "fastokens", "hf"])
+def test_every_backend_gives_a_long_texts_ids_in_the_shard_dtype(gpt2_path, monkeypatch, backend):
+    """The Encoder on texts over LONG_CHARS (tiktoken and fastokens: in cut pieces; HF: in its pieces
+    as before): the ids of the whole text, made in uint16."""
+    from packer.tokenize import choose_backend
+
+    if backend == "fastokens":
+        pytest.importorskip("fastokens")
+    info = choose_backend(resolve_tokenizer(gpt2_path), "tiktoken" if backend != "hf" else "hf")
+    if backend == "tiktoken":
+        monkeypatch.setenv("PACKER_FASTOKENS", "off")
+    texts = ["one", long_real_texts()[0], "two\n", long_real_texts()[3]]
+    want, want_len = Encoder(info).encode_flat(texts)
+    monkeypatch.setattr(long_texts, "LONG_CHARS", 20000)
+    monkeypatch.setattr(long_texts, "LONG_PIECE_CHARS", 4096)
+    got, got_len = Encoder(info).encode_flat(texts, "uint16")
+    assert got.dtype == np.uint16 and np.array_equal(got, want) and np.array_equal(got_len, want_len)
