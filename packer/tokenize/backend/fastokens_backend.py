@@ -218,7 +218,7 @@ def faster(base, tokenizer_json: str, fingerprint: str, get_hf) -> tuple[object,
     key = (fingerprint, base.split_special)
     if key not in _FASTER:
         _FASTER.clear()
-        _FASTER[key] = _checked(base, tokenizer_json, fingerprint, get_hf)
+        _FASTER[key] = checked_over(FastokensEncoder, BACKEND, version(), base, tokenizer_json, fingerprint, get_hf)
     got = _FASTER[key]
     return (base, None) if got is None else got
 
@@ -235,16 +235,18 @@ def encoder_for(tokenizer_json: str, base):
         return base
 
 
-def _checked(base, tokenizer_json: str, fingerprint: str, get_hf):
-    ver = version()
+def checked_over(make, backend: str, ver: str | None, base, tokenizer_json: str, fingerprint: str, get_hf):
+    """(encoder, its hard-string CheckResult) for ``make(tokenizer_json, base)`` (fastokens' or gigatoken's
+    encoder over the checked tiktoken conversion ``base``), the pass recorded per ``backend`` and version
+    ``ver``; None where the engine is not installed (``ver`` None), cannot load the tokenizer, or differs."""
     if ver is None:
         return None
     try:
-        enc = FastokensEncoder(tokenizer_json, base)
-    except Exception:  # a component fastokens lacks: tiktoken stays
+        enc = make(tokenizer_json, base)
+    except Exception:  # a component the engine lacks: tiktoken stays
         return None
     strings = hard_strings(base.conv.added) + suspect_strings(base.conv.suspects)
-    rec_key = f"{fingerprint}\0{BACKEND} {ver}"
+    rec_key = f"{fingerprint}\0{backend} {ver}"
     passed = check_cache.load(rec_key, base.split_special, strings)
     if passed is not None:
         return enc, CheckResult(True, passed["texts"], passed["tokens"], "")

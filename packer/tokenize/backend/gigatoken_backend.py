@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import check_cache
-from .fastokens_backend import FastokensEncoder
-from .tiktoken_check import CheckResult, check, hard_strings, suspect_strings
+from .fastokens_backend import FastokensEncoder, checked_over
 
 BACKEND = "gigatoken"
 _CHECKED: dict = {}  # (fingerprint, split_special) -> (GigatokenEncoder, CheckResult), or None where it did not pass
@@ -61,7 +59,7 @@ def checked(base, tokenizer_json: str, fingerprint: str, get_hf):
     key = (fingerprint, base.split_special)
     if key not in _CHECKED:
         _CHECKED.clear()
-        _CHECKED[key] = _check(base, tokenizer_json, fingerprint, get_hf)
+        _CHECKED[key] = checked_over(GigatokenEncoder, BACKEND, version(), base, tokenizer_json, fingerprint, get_hf)
     return _CHECKED[key]
 
 
@@ -69,23 +67,3 @@ def encoder_for(tokenizer_json: str, base):
     """A ``GigatokenEncoder`` over ``base`` for a worker that did not inherit the checked one."""
     got = [v[0] for v in _CHECKED.values() if v is not None and v[0].base is base]
     return got[0] if got else GigatokenEncoder(tokenizer_json, base)
-
-
-def _check(base, tokenizer_json: str, fingerprint: str, get_hf):
-    ver = version()
-    if ver is None:
-        return None
-    try:
-        enc = GigatokenEncoder(tokenizer_json, base)
-    except Exception:  # a component gigatoken lacks
-        return None
-    strings = hard_strings(base.conv.added) + suspect_strings(base.conv.suspects)
-    rec_key = f"{fingerprint}\0{BACKEND} {ver}"
-    passed = check_cache.load(rec_key, base.split_special, strings)
-    if passed is not None:
-        return enc, CheckResult(True, passed["texts"], passed["tokens"], "")
-    r = check(enc, get_hf(), strings, "hard string")
-    if not r.ok:
-        return None
-    check_cache.store(rec_key, base.split_special, strings, base.conv.note, r.texts, r.tokens)
-    return enc, r
