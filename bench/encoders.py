@@ -3,10 +3,10 @@
 ``--encode INPUTS``: per family (FAMILIES, where here) and engine (hf encode_batch_fast, tiktoken of packer's
 conversion, fastokens encode_batch_flat, gigatoken encode_batch on strings, gigatoken files: encode_files reads
 the JSON Lines itself) every document encoded once (after the first 5% warmed caches) in a child pinned to N
-cores (1, --threads); only the encode timed; ids of every document compared with HF's (else no rate).
+cores (each of --threads); only the encode timed; ids of every document compared with HF's (else no rate).
 ``--builds FILE``: packer build of FILE with --tokenizer-backend auto and each exact engine forced, in a
 rotating order, --rounds times: auto's wall and CPU over the fastest forced engine's; shards must be identical.
-    python bench/encoders.py --encode bench_out/real/real.jsonl --threads 2
+    python bench/encoders.py --encode bench_out/real/real.jsonl --threads 1 2
     python bench/encoders.py --builds bench_out/real.jsonl.zst --tokenizer ../shared/data/llama3 --rounds 5
 
 Wheels for a host without internet: tokenizers tiktoken fastokens gigatoken==0.10.0 awkward awkward-cpp lazy-importer.
@@ -81,7 +81,7 @@ def encode(args) -> None:
             continue  # (not here, or not asked for)
         with tempfile.TemporaryDirectory() as tmp:
             ref = os.path.join(tmp, "hf")
-            for n in sorted({1, args.threads}):
+            for n in sorted(set(args.threads)):
                 for engine in ENGINES:
                     cmd = pin(n) + [sys.executable, "-c", _ENCODE, "\0".join(args.inputs), path, engine, str(n), ref]
                     try:
@@ -125,7 +125,7 @@ def builds(args) -> None:
 def main() -> None:
     ap, cores = argparse.ArgumentParser(description=__doc__.splitlines()[0]), len(os.sched_getaffinity(0))
     for flag, kw in (("--encode", dict(nargs="+", dest="inputs", help="JSON Lines files (field text)")),
-                     ("--threads", dict(type=int, default=cores)), ("--family", dict(nargs="+", choices=sorted(FAMILIES))),
+                     ("--threads", dict(type=int, nargs="+", default=[1, cores], help="thread counts (default: 1 and all)")), ("--family", dict(nargs="+", choices=sorted(FAMILIES))),
                      ("--builds", dict(metavar="FILE")), ("--tokenizer", dict(default=FAMILIES["llama3"])),
                      ("--workers", dict(type=int, default=cores)), ("--rounds", dict(type=int, default=3)),
                      ("--with-hf", dict(action="store_true", help="--builds: HF forced too")), ("--json", {})):

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
 import os
 import sys
+import sysconfig
 
 ROOTS = [
     (os.path.dirname(os.__file__), (".py",)),  # Python standard library source
@@ -25,6 +27,10 @@ ROOTS = [
     ("/usr/share/doc", (".txt", ".md", ".html", ".gz", "README", "copyright", "changelog")),
     ("/usr/include", (".h",)),
 ]
+# Read only once ROOTS run out (a host with little of them: 200 MB asked for), so a corpus that ROOTS fill is
+# the same as before: the installed packages' sources and docs (.py, C/C++ headers, .md, .rst, .txt).
+MORE_ROOTS = [(p, (".py", ".h", ".hpp", ".md", ".rst", ".txt")) for p in
+              dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")) if os.path.isdir(p)]
 
 
 def _walk(root, exts):
@@ -36,8 +42,16 @@ def _walk(root, exts):
 
 
 def iter_files():
-    """Round-robin over the roots, so every kind of text is in the mix."""
-    its = [_walk(root, exts) for root, exts in ROOTS]
+    """Round-robin over the roots, so every kind of text is in the mix; then over MORE_ROOTS."""
+    seen = set()  # (a package folder can lie under the standard library's)
+    for path in itertools.chain(_round_robin(ROOTS), _round_robin(MORE_ROOTS)):
+        if (real := os.path.realpath(path)) not in seen:
+            seen.add(real)
+            yield path
+
+
+def _round_robin(roots):
+    its = [_walk(root, exts) for root, exts in roots]
     while its:
         for it in list(its):
             try:
