@@ -71,6 +71,20 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if not item.get_closest_marker("full")]
 
 
+@pytest.fixture
+def forked_workers(monkeypatch):
+    """For a test whose patches must reach the build's worker processes, which only a fork gives them: threads
+    that earlier tests left in this pytest process (a library's I/O loop, say) do not send the pool to a
+    forkserver (``procs.can_fork``), as they did under xdist's order (the patch then missed the workers)."""
+    import threading
+
+    from packer import procs
+
+    left = tuple(t.name for t in threading.enumerate() if t is not threading.current_thread())
+    real = procs.can_fork
+    monkeypatch.setattr(procs, "can_fork", lambda ignore=(): real(ignore=tuple(ignore) + left))
+
+
 @pytest.fixture(scope="session")
 def small_family(tmp_path_factory):
     """``small_family(name)``: the folder of bench/families.py's small faithful tokenizer ``name`` (gpt2-like,
