@@ -71,11 +71,12 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if not item.get_closest_marker("full")]
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def forked_workers(monkeypatch):
-    """For a test whose patches must reach the build's worker processes, which only a fork gives them: threads
-    that earlier tests left in this pytest process (a library's I/O loop, say) do not send the pool to a
-    forkserver (``procs.can_fork``), as they did under xdist's order (the patch then missed the workers)."""
+    """Threads that earlier tests left in this pytest process (a library's I/O loop, say) do not send a build's
+    pool to a forkserver (``procs.can_fork``): each test sees the process a fresh run would. Under xdist's order
+    they did, and a test whose patches must reach the workers (only a fork carries them) failed. Threads a test
+    starts itself still count (the forkserver path's own tests)."""
     import threading
 
     from packer import procs

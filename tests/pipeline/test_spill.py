@@ -86,7 +86,7 @@ def test_orphans_of_dead_builds_are_removed_and_live_ones_kept(tmp_path, monkeyp
         p.kill()
 
 
-def test_pool_build_leaves_no_spill_files_and_matches_one_worker(tmp_path, monkeypatch, forked_workers):
+def test_pool_build_leaves_no_spill_files_and_matches_one_worker(tmp_path, monkeypatch):
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(spill.shutil, "disk_usage", lambda p: type("U", (), {"free": 0})())  # force tmp
@@ -129,7 +129,7 @@ def test_parts_round_trip_and_the_file_goes(tmp_path):
     assert not os.path.exists(sent.path)  # read once, by the worker that encodes it
 
 
-def test_pool_workers_read_their_input_from_files(tmp_path, monkeypatch, forked_workers):
+def test_pool_workers_read_their_input_from_files(tmp_path, monkeypatch):
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(spill.shutil, "disk_usage", lambda p: type("U", (), {"free": 0})())

@@ -30,6 +30,14 @@ def run(build, out, devices, steps, ckpt=None):
     return [torch.load(os.path.join(out, f"rank{r}.pt")) for r in range(devices)]
 
 
+def in_full_sweep(item) -> bool:
+    """(tests/conftest.py marks these ``full``: issue 54.) The default run resumes DDP mid-epoch and one device at
+    an epoch's end (each Lightning run starts torch afresh: 17-38 s a case on two cores); the other two under
+    ``full``. Both device counts and both resume points stay in the default run."""
+    p = getattr(getattr(item, "callspec", None), "params", {})
+    return (p.get("full"), p.get("where")) in ((1, "mid_epoch"), (2, "epoch_end"))
+
+
 def epoch_steps(ds, devices):
     return len(ds) // devices // B
 

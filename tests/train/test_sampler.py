@@ -160,7 +160,7 @@ def test_the_samplers_own_state_during_a_prefetching_loader_is_the_loops_positio
     handed to the prefetching workers (50 where the loop had 42); it is the loop's position now, and a
     resume from it gives exactly the remaining batches."""
     ds = PackedDataset(sample_build)
-    B, k = 4, 3
+    B, k = 64, 3  # (343 batches: at 4 rows, 5,485 batches through two workers' pipes took 20 s on two cores)
     opts = {"seed": 3, "block_rows": None}
 
     def rows(loader, n=None):
@@ -272,6 +272,14 @@ def _train(ds, make_loader, epochs, stop=None, state=None):
 def _saved(model, opt, loader, epoch):
     return {"model": copy.deepcopy(model.state_dict()), "opt": copy.deepcopy(opt.state_dict()),
             "loader": copy.deepcopy(loader.state_dict()), "epoch": epoch}
+
+
+def in_full_sweep(item) -> bool:
+    """(tests/conftest.py marks these ``full``: issue 54.) The PackedLoader control of
+    test_stateful_dataloader_resumes_exactly runs two of its four cases in the default run (mid-epoch with 0
+    workers, an epoch's end with 2); torchdata's loader, whose bug it was, runs all four."""
+    p = getattr(getattr(item, "callspec", None), "params", {})
+    return p.get("kind") == "packed" and (p["where"], p["workers"]) in (("mid_epoch", 2), ("epoch_end", 0))
 
 
 @pytest.mark.parametrize("kind", ["stateful", "packed"])
