@@ -87,6 +87,7 @@ def parse(argv=None):
     a.batch = a.batch or (4 if t else 32)
     a.steps = a.steps or (2 if t else 15)
     a.rounds = a.rounds or (1 if t else 3)
+    a.warm = 1 if t else 3  # steps before the timed ones (the first gives the loss); tiny: its CPU steps are the test's time
     a.docs = a.docs or (300 if t else 20000)
     a.vocab = 512 if t else 50304
     a.variants = tuple(v for v in a.variants.split(",") if v)
@@ -187,7 +188,7 @@ def sync(a):
 
 
 def time_variant(a, state, var, batches, first):
-    """Median step seconds over a.steps timed steps (after 3 warm-up steps), and the first step's loss."""
+    """Median step seconds over a.steps timed steps (after a.warm warm-up steps: 3, 1 in the tiny plan), and the first step's loss."""
     runs, hf.MAX_RUNS = hf.MAX_RUNS, (10 ** 9 if var == "packer_split" else hf.MAX_RUNS)
     try:
         return _time_variant(a, state, var, batches, first)
@@ -198,13 +199,13 @@ def time_variant(a, state, var, batches, first):
 def _time_variant(a, state, var, batches, first):
     m, opt = make_model(a, state, var)
     dev = [{k: (v.to(a.device) if isinstance(v, torch.Tensor) else v) for k, v in inputs_of(var, b).items()}
-           for b in batches[:a.steps + 3]]
+           for b in batches[:a.steps + a.warm]]
     loss0 = float(step(a, m, opt, var, dev[0]).detach()) if first else None
-    for x in dev[1:3]:
+    for x in dev[1:a.warm]:
         step(a, m, opt, var, x)
     sync(a)
     times = []
-    for x in dev[3:]:
+    for x in dev[a.warm:]:
         if a.device.startswith("cuda"):
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
@@ -350,7 +351,7 @@ def main(argv=None):
             except Exception as e:
                 res["correctness"][var] = f"FAILED {type(e).__name__}: {str(e)[:300]}"
             print(f"correctness {var}:", json.dumps(res["correctness"][var]), flush=True)
-    useful = {v: float(np.mean([b["useful"] for b in data.get(v, packed)[3:a.steps + 3]])) for v in a.variants}
+    useful = {v: float(np.mean([b["useful"] for b in data.get(v, packed)[a.warm:a.steps + a.warm]])) for v in a.variants}
     tps = {v: useful[v] / float(np.nanmedian(times[v]) if not np.all(np.isnan(times[v])) else np.nan) for v in a.variants}
     res.update(times=times, useful_per_step=useful, tokens_per_s=tps, first_loss=loss0, args=vars(a))
     os.makedirs(a.out, exist_ok=True)
