@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import json
 import os
-import random
 
 import numpy as np
 import pytest
 
 from packer.errors import PackerError
 
-from tests.conftest import REAL_TOKENIZERS, REPO, SAMPLE, read_documents, write_jsonl
+from tests.conftest import REAL_TOKENIZERS, REPO, SAMPLE, one_in, read_documents, rotation, sampled_out, write_jsonl
 
 pytest.importorskip("transformers")
 
@@ -64,9 +63,7 @@ def sweep(chunk: int = 1024, part: str = "all", seed: str = "") -> list[str]:
     start seeded by ``seed``, with the runs, emoji and marks; "rest", the other code points alone."""
     cps = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
     if part != "all":
-        start = random.Random(seed).randrange(CODE_POINT_STEP)
-        kept = [c for i, c in enumerate(cps) if (i % CODE_POINT_STEP == start) == (part == "sample")]
-        cps = kept
+        cps = one_in(cps, CODE_POINT_STEP, seed, part)
     texts = ["".join(f"{c}a{c}{c} 7{c}\u3000" for c in cps[i:i + chunk]) for i in range(0, len(cps), chunk)]
     if part == "rest":
         return texts
@@ -149,21 +146,17 @@ CHECKS = (("test_real_text_is_transformers_then_eos", None), ("test_every_code_p
           ("test_flat_and_batch_views_agree", None), ("test_auto_and_hf_builds_write_identical_shards", None))
 PER_CHECK = 2  # families each check takes in the default run
 CODE_POINT_STEP = 8  # the default run's code point sweep takes one in 8 (DeepSeek V3's took 410 s whole, at load 18)
-_ROTATION = random.Random("real-families").sample(PRESENT, len(PRESENT))
-SAMPLE_RUN = {(check, _ROTATION[(i * PER_CHECK + j) % len(_ROTATION)])
-              for i, check in enumerate(CHECKS) for j in range(PER_CHECK)} if PRESENT else set()
+SAMPLE_RUN = rotation(PRESENT, CHECKS, PER_CHECK, "real-families")
 
 
 def in_full_sweep(item) -> bool:
     """(tests/conftest.py marks these ``full``.) The (check, present family) pairs outside the default run's
-    sample: PER_CHECK families per check, taken in turn from a seeded order. An absent family stays: it skips."""
+    sample: PER_CHECK families per check, taken in turn from a seeded order (conftest.rotation). An absent
+    family stays: it skips."""
     params = getattr(getattr(item, "callspec", None), "params", {})
-    name = params.get("fam")
-    if name not in PRESENT:
-        return False
-    if params.get("part") == "rest":  # the code points the default run's sample leaves out
+    if params.get("fam") in PRESENT and params.get("part") == "rest":  # the code points the sample leaves out
         return True
-    return ((item.originalname, params.get("split")), name) not in SAMPLE_RUN
+    return sampled_out(item, "fam", PRESENT, SAMPLE_RUN, lambda it: (it.originalname, params.get("split")))
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

@@ -4,6 +4,11 @@ A Qwen-like byte-level BPE (the Qwen2 split pattern, an NFC or NFKC normalizer, 
 here; HF ``tokenizers`` is the reference. packer/tokenize/backend/normalize.py skips the normalizer for a text
 whose characters are all boundaries by its table: the sweeps put those characters in texts of their own,
 so the skip is what runs on them, and compare the ids with HF's.
+
+The default run checks the ids of one item in STEP of each sweep (part "sample", from a start seeded by the
+form: conftest.one_in); the rest (part "rest") is marked full (issue 54: ``pytest -m full``, PACKER_TEST_FULL=1).
+The two parts together are the whole sweep; the sweeps' counts and the normalizer's no-op on every inert pair
+are asserted in both parts, on the whole lists.
 """
 
 from __future__ import annotations
@@ -23,8 +28,17 @@ from packer.tokenize.backend import normalize as N  # noqa: E402
 from packer.tokenize.backend import tiktoken_backend as T  # noqa: E402
 from packer.tokenize.backend import tiktoken_convert as TC  # noqa: E402
 
+from tests.conftest import one_in  # noqa: E402
+
 QWEN_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 U = {b: c for c, b in TC.byte_decoder().items()}  # byte -> its byte-level symbol
+STEP = 8  # the default run's share of each sweep: one in 8 (the code point sweep took 37 s whole under NFC)
+PARTS = pytest.mark.parametrize("part", ["sample", "rest"])
+
+
+def in_full_sweep(item) -> bool:
+    """(tests/conftest.py marks these ``full``.) The sweeps' rest: what the default run's sample leaves out."""
+    return getattr(getattr(item, "callspec", None), "params", {}).get("part") == "rest"
 
 
 def qwen_like(form: str) -> str:
@@ -99,25 +113,30 @@ def bases() -> list[int]:
     return sorted(set(range(0x20, 0x7F)) | {ord(p[0]) for p in python_pairs()})
 
 
-def test_every_code_point_gives_hf_ids(pair):
+@PARTS
+def test_every_code_point_gives_hf_ids(pair, part):
     """Every assigned code point (by Python's tables, or known to tokenizers' normalizer), in a letter
-    and a digit context; the table's boundaries in texts of their own (the normalizer is skipped there)."""
+    and a digit context; the table's boundaries in texts of their own (the normalizer is skipped there).
+    ``part``: one code point in STEP of each kind (the default run), or the others (full)."""
     form, enc, hf, table = pair
     cps = [c for c in range(0x80, 0x110000) if not 0xD800 <= c <= 0xDFFF
            and (table[c] or unicodedata.category(chr(c)) not in ("Cn", "Co"))]
     skipped = [f"a{chr(c)} {chr(c)}1" for c in cps if not table[c]]
     normalized = [f"a{chr(c)} {chr(c)}1" for c in cps if table[c]]
     assert len(skipped) > 100_000 and len(normalized) > 2_000
+    skipped, normalized = (one_in(x, STEP, f"code-points-{form}", part) for x in (skipped, normalized))
     texts = chunks(skipped, 256) + chunks(normalized, 64)
     assert all(not table[np.frombuffer(t.encode("utf-32-le"), np.uint32)].any() for t in chunks(skipped, 256))
     assert_same_ids(enc, hf, texts)
 
 
-def test_every_base_and_combining_mark_pair_gives_hf_ids(pair):
+@PARTS
+def test_every_base_and_combining_mark_pair_gives_hf_ids(pair, part):
     """Every mark after every base. The pairs of two boundaries (by the table): unchanged by HF's normalizer,
     all of them, and ids-checked (a seventh of them) in texts the normalizer skips. The other marks: after
     letters of five scripts, and every canonical pair of both libraries (Python's decompositions, and NFD
-    by tokenizers of every character its table marks), ids-checked through the normalizer."""
+    by tokenizers of every character its table marks), ids-checked through the normalizer. ``part``: the ids
+    of one item in STEP of each list (the default run), or the others (full); the no-op check is whole in both."""
     form, enc, hf, table = pair
     ms, bs = marks(table), bases()
     inert_marks = [chr(m) for m in ms if not table[m]]
@@ -130,7 +149,9 @@ def test_every_base_and_combining_mark_pair_gives_hf_ids(pair):
     nfd = normalizers.NFD().normalize_str
     by_nfd = [nfd(chr(c)) for c in np.flatnonzero(table).tolist() if not 0xD800 <= c <= 0xDFFF]
     by_python = list(python_pairs())  # U+11935 U+11930 among them (Python composes it, tokenizers does not)
-    texts = chunks(inert[::7], 512, "") + chunks(composing, 256) + chunks(by_nfd + by_python, 128)
+    inert, composing, pairs = (one_in(x, STEP, f"pairs-{form}", part)
+                               for x in (inert[::7], composing, by_nfd + by_python))
+    texts = chunks(inert, 512, "") + chunks(composing, 256) + chunks(pairs, 128)
     assert_same_ids(enc, hf, texts)
 
 

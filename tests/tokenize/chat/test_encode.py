@@ -114,7 +114,12 @@ def documents(out):
     return m, out_docs
 
 
-@pytest.mark.parametrize("name,n", [("llama3", 3000), ("chatml", 1500), ("mistral", 1500)])
+# Issue 54: the written templates' ids and mask on 500 conversations in the default run (the first 500 of the
+# 1,500: conversations() is seeded, so a prefix), all 1,500 under -m full; the real Llama 3 template keeps its
+# 3,000 in both, since its packing figures need that many rows.
+@pytest.mark.parametrize("name,n", [("llama3", 3000), ("chatml", 500), ("mistral", 500),
+                                    pytest.param("chatml", 1500, marks=pytest.mark.full),
+                                    pytest.param("mistral", 1500, marks=pytest.mark.full)])
 def test_ids_and_mask_equal_transformers(folders, tmp_path, name, n):
     """Every conversation's ids and mask; the packing figures on the 3,000 of the real Llama 3 template."""
     if name not in folders:

@@ -24,6 +24,7 @@ from packer.formats.chat import ChatFields, conversation_of, dict_getter, paths
 from packer.tokenize import resolve_tokenizer
 from packer.tokenize.chat import ChatError, chat_tokenizer, encode_conversations, mask_from_offsets
 from tests.chat_data import conversations, harmony_conversations, small_tokenizer, tool_conversations, trl_template
+from tests.conftest import rotation, sampled_out
 
 transformers = pytest.importorskip("transformers")
 REAL = os.environ.get("PACKER_TEST_TOKENIZERS") or os.path.expanduser("~/.cache/packer-test-tokenizers")
@@ -38,6 +39,23 @@ FAMILIES = {
 }
 FAMILIES["gptoss_real"] = FAMILIES["gptoss"]
 GPTOSS = ["gptoss", "gptoss_real"]  # the faithful copy, the real folder
+# Issue 54: the default run checks 2 of the present families' templates (a seeded rotation, conftest.rotation,
+# Gemma 3 last): with the seed below DeepSeek V3 (TRL trains the header: "head") and Qwen3 (the newline after
+# the end of turn: "tail"), both of docs/chat.md's differences; the others are marked full (-m full). gpt-oss
+# keeps its own two tests below on both folders.
+WHERE = {"gptoss_real": os.path.join(REAL, "gptoss", "tokenizer.json")}  # (what _folder needs; the copy is built)
+PRESENT = sorted(n for n in FAMILIES
+                 if n == "gptoss" or os.path.exists(WHERE.get(n) or os.path.join(REAL, n, "tokenizer_config.json")))
+SAMPLE_RUN = rotation(PRESENT, ["test_each_family_ids_equal_transformers_and_mask_follows_the_rule"], 2,
+                      "family-templates")
+
+
+def in_full_sweep(item) -> bool:
+    """(tests/conftest.py marks these ``full``.) The families outside the default run's sample, for the one
+    test over all of them (the gpt-oss tests take their two folders in every run)."""
+    if item.originalname != "test_each_family_ids_equal_transformers_and_mask_follows_the_rule":
+        return False
+    return sampled_out(item, "name", PRESENT, SAMPLE_RUN)
 
 
 @pytest.fixture(scope="module")
