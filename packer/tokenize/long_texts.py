@@ -150,6 +150,32 @@ def cut_rule(tok) -> str | None:
     return None
 
 
+RULE_VERSION = "1"  # bump when cut_rule's checks or probes change: records of the old answer are then not read
+
+
+def recorded_cut_rule(fingerprint: str, split_special: bool, load_hf) -> str | None:
+    """``cut_rule`` of the tokenizer that ``load_hf()`` returns, read back from this machine's record of checks
+    (backend/check_cache.py) where an earlier build recorded it, else worked out and recorded. tiktoken and
+    fastokens encode without the HF tokenizer, and parsing it for this answer alone cost each worker that met
+    a long text 2.8 s on Gemma 3's 31 MB tokenizer.json. Keyed by the tokenizer's fingerprint, the
+    split-special setting, the tokenizers version and ``RULE_VERSION``."""
+    import hashlib
+
+    import tokenizers
+
+    from .backend import check_cache
+
+    where = check_cache.folder("backend-checks")
+    key = repr((RULE_VERSION, fingerprint, bool(split_special), tokenizers.__version__)).encode()
+    name = f"cut-{hashlib.sha256(key).hexdigest()[:32]}.json"
+    got = check_cache.read_json(where, name)
+    if isinstance(got, dict) and "why_not" in got and (got["why_not"] is None or isinstance(got["why_not"], str)):
+        return got["why_not"]
+    why = cut_rule(load_hf())
+    check_cache.write_json(where, name, {"why_not": why})
+    return why
+
+
 def batches(pieces: list[str], batch_chars: int = BATCH_CHARS) -> list[list[str]]:
     """``pieces`` in order, in runs of at most ``batch_chars`` characters (a
     longer piece alone)."""

@@ -316,7 +316,8 @@ class Encoder:
         elif info.kind == "hf":
             self._tok = loaded_hf(info)
             self._batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
-            rule = remember(_CUT_RULE, (info.fingerprint, info.split_special), lambda: long_texts.cut_rule(self._tok))
+            rule = remember(_CUT_RULE, (info.fingerprint, info.split_special),
+                            lambda: long_texts.recorded_cut_rule(info.fingerprint, info.split_special, lambda: self._tok))
             self._cut = rule is None
 
     @property
@@ -370,9 +371,10 @@ class Encoder:
     def _may_cut(self) -> bool:
         """Whether texts may be cut for this tokenizer (long_texts.cut_rule), for tiktoken and fastokens:
         they give HF's ids on every text, so on the pieces too. Asked only when a text over
-        ``long_texts.LONG_CHARS`` comes, so a build of ordinary texts never parses the HF tokenizer."""
+        ``long_texts.LONG_CHARS`` comes, so a build of ordinary texts never parses the HF tokenizer, and read
+        from the machine's record where a build recorded it (``long_texts.recorded_cut_rule``)."""
         key = (self.info.fingerprint, self.info.split_special)
-        return remember(_CUT_RULE, key, lambda: long_texts.cut_rule(loaded_hf(self.info))) is None
+        return remember(_CUT_RULE, key, lambda: long_texts.recorded_cut_rule(*key, lambda: loaded_hf(self.info))) is None
 
     def specials_found(self, texts: list[str], ids: np.ndarray, lengths: np.ndarray) -> list[tuple[int, str]]:
         """(document index, token string) for every special token's string met in a text and encoded

@@ -185,3 +185,30 @@ def test_every_backend_gives_a_long_texts_ids_in_the_shard_dtype(gpt2_path, monk
     monkeypatch.setattr(long_texts, "LONG_PIECE_CHARS", 4096)
     got, got_len = Encoder(info).encode_flat(texts, "uint16")
     assert got.dtype == np.uint16 and np.array_equal(got, want) and np.array_equal(got_len, want_len)
+
+
+def test_the_cut_rule_is_recorded_and_read_back_without_parsing_the_tokenizer(gpt2_path, tmp_path, monkeypatch):
+    """Issue 52: a worker that meets a long text on tiktoken or fastokens parsed the HF tokenizer only for the
+    cut rule (2.8 s for Gemma 3); the answer is recorded per tokenizer and read back. An unreadable record
+    is worked out again; with the record off, every call works it out."""
+    from tokenizers import Tokenizer
+
+    parsed = []
+
+    def load():
+        parsed.append(1)
+        return Tokenizer.from_file(gpt2_path)
+
+    refusing = Tokenizer.from_str(_variant(gpt2_path, normalizer={"type": "Lowercase"}))
+    monkeypatch.setenv("PACKER_CACHE", str(tmp_path / "cache"))
+    assert long_texts.recorded_cut_rule("fp-gpt2", False, load) is None and len(parsed) == 1
+    assert long_texts.recorded_cut_rule("fp-gpt2", False, load) is None and len(parsed) == 1  # read back
+    why = long_texts.recorded_cut_rule("fp-lower", False, lambda: refusing)
+    assert "normalizer" in why and long_texts.recorded_cut_rule("fp-lower", False, load) == why and len(parsed) == 1
+    assert long_texts.recorded_cut_rule("fp-gpt2", True, load) is None and len(parsed) == 2  # another key
+    for f in (tmp_path / "cache" / "backend-checks").glob("cut-*.json"):
+        f.write_text("{not json")
+    assert long_texts.recorded_cut_rule("fp-gpt2", False, load) is None and len(parsed) == 3
+    monkeypatch.setenv("PACKER_CACHE", "off")
+    for n in (4, 5):
+        assert long_texts.recorded_cut_rule("fp-gpt2", False, load) is None and len(parsed) == n
