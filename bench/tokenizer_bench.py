@@ -1,22 +1,15 @@
-"""Tokenizer backends: raw ceilings of HF tokenizers and tiktoken, and whole builds with each, side by side.
+"""Tokenizer backends in whole builds, side by side: auto against HF.
 
-Everything runs on the same texts (read with ``packer.formats``: what a build tokenizes), in
-subprocesses pinned to the first N cores, over ``--rounds``. The targets are ratios of runs made next
-to each other (per round: the tiktoken ceiling, the auto build, the HF build), the median over rounds,
-in wall time and CPU seconds; single figures are the best round.
-
-``--raw``, per thread count N (the slow HF variants in the first ``--hf-raw-rounds`` rounds only):
-``hf batch`` / ``hf fast`` (``encode_batch`` / ``encode_batch_fast``, RAYON_NUM_THREADS=N);
-``tiktoken`` (``encode_ordinary_batch(num_threads=N)`` of the converted encoding); ``tiktoken procs``
-(N>1: N forked processes on contiguous shares; the slowest share's time); ``packer hf`` / ``packer
-tiktoken`` (N=1: ``Encoder.encode_flat``, what a build worker runs per chunk). Texts go in batches of
-``--batch-mb`` MB; only encode calls are timed; every variant's ids are hashed and must agree.
+Everything runs on the same texts, in subprocesses pinned to the first N cores, over ``--rounds``. The
+targets are ratios of runs made next to each other (per round: the auto build, the HF build), the median
+over rounds, in wall time and CPU seconds; single figures are the best round. (The encoders alone, each
+family and engine: bench/encoders.py --encode, which replaced this script's ``--raw`` after 0e3aa2c.)
 
 ``--build``, per worker count N: ``packer build --tokenizer-backend hf|auto --workers N`` end to end,
 shard checksums compared between backends (they must be byte-identical). ``--timeline N``: one build
 in this process, each step timed. ``--sweep``: every code point in 8 contexts, HF against tiktoken.
 
-    python bench/tokenizer_bench.py bench_out/real/real.jsonl --raw --build --rounds 5
+    python bench/tokenizer_bench.py bench_out/real/real.jsonl --build --rounds 5
     python bench/tokenizer_bench.py --sweep     # (~3 min)
 """
 
@@ -26,89 +19,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-from common import GPT2, child_env, emit_json, measure, pin  # bench/common.py
-
-
-_RAW = r"""
-import hashlib, json, os, sys, time
-import numpy as np
-from common import char_batches, corpus_texts
-from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
-from packer.tokenize import backend as T
-inputs, tok_path, variant, n, batch_chars = sys.argv[1].split("\0"), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-texts = corpus_texts(inputs)
-batches = char_batches(texts, batch_chars)
-info = resolve_tokenizer(tok_path)
-if variant in ("hf batch", "hf fast"):
-    from tokenizers import Tokenizer
-    hf = Tokenizer.from_str(info.json)
-    f = hf.encode_batch if variant == "hf batch" else hf.encode_batch_fast
-    fn = lambda b: [e.ids for e in f(b, add_special_tokens=False)]
-elif variant.startswith("tiktoken"):  # "tiktoken": its thread pool; "tiktoken procs": n processes
-    import tiktoken
-    conv = T.convert(info.json)
-    enc = tiktoken.Encoding("x", pat_str=conv.pat_str, mergeable_ranks=conv.ranks, special_tokens={})
-    fn = lambda b: enc.encode_ordinary_batch(b, num_threads=n if variant == "tiktoken" else 1)
-else:  # "packer hf" | "packer tiktoken": one build worker's encoder
-    backend = variant.split()[1]
-    e = Encoder(choose_backend(info, backend, lambda: texts[:200]))
-    fn = lambda b: e.encode_flat(b)
-fn(texts[:20])  # warm up (thread pools, caches)
-
-def run(which):
-    # encode batches[i] for i in which: [(i, seconds, cpu, tokens, digest of the ids)]; only encode calls timed
-    res = []
-    for i in which:
-        t, c = time.perf_counter(), time.process_time()
-        out = fn(batches[i])
-        dt, dc = time.perf_counter() - t, time.process_time() - c
-        if variant.startswith("packer"):  # (flat ids with EOS, lengths with EOS): drop the EOS to compare
-            ids, lengths = out
-            keep = np.ones(len(ids), bool); keep[np.cumsum(lengths) - 1] = False
-            flat, lens = ids[keep], lengths - 1
-        else:
-            lens = np.fromiter(map(len, out), np.int64, len(out))
-            flat = np.concatenate([np.asarray(ids, np.uint32) for ids in out]) if out else np.zeros(0, np.uint32)
-        res.append((i, dt, dc, int(lens.sum()), hashlib.sha256(lens.tobytes() + flat.astype(np.uint32).tobytes()).digest()))
-    return res
-
-if variant == "tiktoken procs" and n > 1:
-    # n forked processes, each a contiguous share of the batches (balanced by characters);
-    # the time is the slowest share's encode time: an upper bound on what n cores can do.
-    import multiprocessing as mp
-    sizes = np.cumsum([sum(map(len, b)) for b in batches])
-    cut = np.searchsorted(sizes, sizes[-1] * np.arange(1, n) / n)
-    shares = [list(s) for s in np.split(np.arange(len(batches)), cut)]
-    with mp.get_context("fork").Pool(n) as pool:
-        parts = pool.map(run, shares)
-    seconds = max(sum(r[1] for r in p) for p in parts)
-    res = sorted(r for p in parts for r in p)
-else:
-    res = run(range(len(batches)))
-    seconds = sum(r[1] for r in res)
-cpu = sum(r[2] for r in res)
-tokens = sum(r[3] for r in res)
-h = hashlib.sha256(b"".join(r[4] for r in res))
-print(json.dumps({"seconds": seconds, "cpu": cpu, "tokens": tokens, "docs": len(texts),
-                  "chars": sum(map(len, texts)), "digest": h.hexdigest()[:16], "to_hf": getattr(getattr(locals().get("e"), "_tk", None), "to_hf", None)}))
-"""
-
-RAW_VARIANTS = [("hf batch", 1), ("hf fast", 1), ("tiktoken", 1), ("packer hf", 1), ("packer tiktoken", 1),
-                ("hf batch", 2), ("hf fast", 2), ("tiktoken", 2), ("tiktoken procs", 2)]
-
-
-def raw(inputs: list[str], tok: str, variant: str, n: int, batch_chars: int) -> dict:
-    env = child_env(RAYON_NUM_THREADS=str(n), TOKENIZERS_PARALLELISM="true" if n > 1 else "false")
-    r = subprocess.run(pin(n) + [sys.executable, "-c", _RAW, "\0".join(inputs), tok, variant, str(n), str(batch_chars)],
-                       capture_output=True, text=True, env=env)
-    if r.returncode:
-        sys.exit(f"{variant} x{n}: {r.stderr}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+from common import GPT2, emit_json, measure, pin  # bench/common.py
 
 
 def build(inputs: list[str], tok: str, backend: str, n: int, extra: list[str]) -> dict:
@@ -120,7 +35,7 @@ def build(inputs: list[str], tok: str, backend: str, n: int, extra: list[str]) -
         with open(os.path.join(d, "out", "manifest.json")) as f:
             m = json.load(f)
     return {"seconds": b["wall"], "cpu": b["cpu"],
-            "tokens": m["totals"]["tokens"] - m["totals"]["documents"],  # EOS excluded, as in the raw figures
+            "tokens": m["totals"]["tokens"] - m["totals"]["documents"],  # EOS excluded
             "docs": m["totals"]["documents"],
             "checksums": [s["xxh3_128"] if "xxh3_128" in s else s.get(m.get("checksum", ""), "") for s in m["shards"]],
             "backend": m["tokenizer"].get("backend"), "reason": m["tokenizer"].get("backend_reason"),
@@ -179,13 +94,10 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="*")
     ap.add_argument("--tokenizer", default=GPT2)
-    ap.add_argument("--raw", action="store_true", help="time the raw tokenizers")
     ap.add_argument("--build", action="store_true", help="time whole builds with each backend")
     ap.add_argument("--sweep", action="store_true", help="compare HF and tiktoken on every code point")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--hf-raw-rounds", type=int, default=1, help="rounds that also time the (slow) raw HF variants")
-    ap.add_argument("--batch-mb", type=float, default=1, help="text per encode call (MB of chars; a build chunk is ~1 MB)")
     ap.add_argument("--build-args", default="", help="extra packer build arguments, e.g. '--unit-mb 16'")
     ap.add_argument("--timeline", type=int, default=0, metavar="N",
                     help="also run one build with N workers in this process and print the time of each step")
@@ -194,21 +106,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 class _Runs:
-    """Every timed run: raw (variant, n) -> results, builds (backend, n) -> results, and the per-round ratios."""
+    """Every timed run: builds (backend, n) -> results, and the per-round ratios."""
 
     def __init__(self, args, tok: str):
         self.args, self.tok = args, tok
-        self.raws: dict = {}
         self.builds: dict = {}
         self.ratios: list = []  # per round and n: the two targets, from runs next to each other in time
-
-    def raw(self, rnd: int, v: str, n: int) -> dict:
-        r = raw(self.args.inputs, self.tok, v, n, int(self.args.batch_mb * 1e6))
-        r["round"] = rnd
-        self.raws.setdefault((v, n), []).append(r)
-        print(f"round {rnd} raw {v:<16} x{n}: {r['tokens'] / r['seconds'] / 1e6:6.3f} Mtok/s "
-              f"({r['seconds']:.2f}s, cpu {r['cpu']:.2f}s) ids {r['digest']}", flush=True)
-        return r
 
     def build(self, rnd: int, backend: str, n: int) -> dict:
         b = build(self.args.inputs, self.tok, backend, n, self.args.build_args.split())
@@ -218,49 +121,16 @@ class _Runs:
         return b
 
     def round(self, rnd: int) -> None:
-        """Per worker count, side by side: the tiktoken ceiling(s), the auto build, the HF build."""
+        """Per worker count, side by side: the auto build, the HF build."""
         args = self.args
         for n in args.workers:
-            ceil = [self.raw(rnd, v, m) for v, m in RAW_VARIANTS if m == n and v.startswith("tiktoken")] if args.raw else []
-            if not args.build:
-                continue
             a, h = self.build(rnd, "auto", n), self.build(rnd, "hf", n)
             row = {"round": rnd, "workers": n, "auto_vs_hf": h["seconds"] / a["seconds"], "auto_vs_hf_cpu": h["cpu"] / a["cpu"]}
-            if ceil:
-                c = min(ceil, key=lambda r: r["seconds"])  # the higher ceiling
-                row["auto_vs_raw_tiktoken"] = c["seconds"] / a["seconds"] * a["tokens"] / c["tokens"]
-                row["auto_vs_raw_tiktoken_cpu"] = c["cpu"] / a["cpu"] * a["tokens"] / c["tokens"]
             self.ratios.append(row)
-        if args.raw and rnd < args.hf_raw_rounds:
-            for v, n in RAW_VARIANTS:
-                if n in args.workers and not v.startswith("tiktoken"):
-                    self.raw(rnd, v, n)
 
 
 def _best(rs):  # the least disturbed round
     return min(rs, key=lambda r: r["seconds"])
-
-
-def _report_raw(runs: _Runs, result: dict) -> None:
-    raws = runs.raws
-    first = _best(next(iter(raws.values())))
-    print(f"inputs {' '.join(runs.args.inputs)}: {first['docs']} docs, {first['tokens']:,} tokens, {first['chars'] / 1e6:.1f} M chars")
-    digests = {r["digest"] for rs in raws.values() for r in rs}
-    print(f"ids identical across all raw variants: {len(digests) == 1} ({', '.join(sorted(digests))})")
-    print("raw ceilings, best round (wall), and tokens per CPU-second:")
-    for n in runs.args.workers:
-        ref = _best(raws[("hf fast", n)]) if ("hf fast", n) in raws else None
-        for (v, m), rs in raws.items():
-            if m != n:
-                continue
-            r = _best(rs)
-            tps = r["tokens"] / r["seconds"]
-            rel = ref["seconds"] / r["seconds"] if ref else float("nan")
-            crel = ref["cpu"] / r["cpu"] if ref else float("nan")
-            print(f"  raw {v:<16} x{n}: {tps / 1e6:6.3f} Mtok/s  = {rel:5.2f}x hf fast x{n}  "
-                  f"| per CPU s: {r['tokens'] / r['cpu'] / 1e6:6.3f} Mtok = {crel:5.2f}x hf fast")
-            result["raw"][f"{v} x{n}"] = {"mtok_s": tps / 1e6, "vs_hf_fast": rel, "cpu_s": r["cpu"],
-                                          "mtok_per_cpu_s": r["tokens"] / r["cpu"] / 1e6, "digest": r["digest"]}
 
 
 def _report_builds(runs: _Runs, result: dict) -> None:
@@ -284,8 +154,7 @@ def _report_builds(runs: _Runs, result: dict) -> None:
                 print(f"  {backend:<4} x{n}: {one['seconds'] / b['seconds']:5.2f}x faster = {eff:.2f} of linear")
                 result["build"][f"{backend} x{n} of linear"] = eff
     print("targets, per round from runs side by side: median [min-max] over rounds")
-    keys = [("auto_vs_raw_tiktoken", "auto build / raw tiktoken ceiling (target >= 0.9)"),
-            ("auto_vs_hf", "auto build / HF build (target >= 3: issue 21)")]
+    keys = [("auto_vs_hf", "auto build / HF build (target >= 3: issue 21)")]
     for n in runs.args.workers:
         rows = [r for r in runs.ratios if r["workers"] == n]
         for k, label in keys:
@@ -306,7 +175,7 @@ def main(argv=None) -> None:
         sweep(tok)
     if args.timeline:
         timeline(args.inputs, tok, args.timeline)
-    if not (args.raw or args.build):
+    if not args.build:
         return
     if not args.inputs:
         ap.error("give the inputs to tokenize")
@@ -315,9 +184,7 @@ def main(argv=None) -> None:
         runs.round(rnd)
     print()
     result = {"bench": "tokenizer_bench", "inputs": args.inputs, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "raw": {}, "build": {}, "ratios": runs.ratios}
-    if runs.raws:
-        _report_raw(runs, result)
+              "build": {}, "ratios": runs.ratios}
     if runs.builds:
         _report_builds(runs, result)
     emit_json(result, args.json)
