@@ -76,6 +76,14 @@ def sampled_out(item, param: str, present, kept: set, check=None) -> bool:
     return ((check or (lambda it: it.originalname))(item), name) not in kept
 
 
+def one_check_sample(present, check: str, seed: str, per: int = 2, param: str = "name"):
+    """``in_full_sweep`` for a module whose one test ``check`` runs over real folders (its ``param`` fixture
+    param): the default run keeps ``per`` of the ``present`` ones (``rotation``, seeded by ``seed``); the rest,
+    and its other tests never, are marked full."""
+    kept = rotation(present, [check], per, seed)
+    return lambda item: item.originalname == check and sampled_out(item, param, present, kept)
+
+
 def one_in(items: list, step: int, seed: str, part: str) -> list:
     """A seeded 1-in-``step`` sample of ``items`` (part "sample": every step-th from a start that ``seed``
     picks) or the rest (part "rest"): the two parts together are ``items``, each item in exactly one."""

@@ -19,7 +19,7 @@ from packer.errors import PackerError
 from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
 from packer.tokenize import follows as F
 
-from tests.conftest import REAL_TOKENIZERS, rotation, sampled_out
+from tests.conftest import REAL_TOKENIZERS, one_check_sample
 
 TEXTS = ["  two", "two", " two  two", "<s> two", "a</s>  two", "tw<mask>o <think>two</think>", "\ttwo\n  tw", ""]
 
@@ -151,12 +151,7 @@ PRESENT = [n for n in REAL if REAL_TOKENIZERS.get(n) and os.path.isdir(REAL_TOKE
 # Issue 54: the default run takes 2 of the present folders (a seeded rotation, conftest.rotation); the rest
 # are marked full. The small folders above check the note naming each part; tests/tokenize/test_real_families.py
 # and test_follows_rule.py load the other families.
-SAMPLE_RUN = rotation(PRESENT, ["test_real_folders_agree_with_transformers"], 2, "follows")
-
-
-def in_full_sweep(item) -> bool:
-    """(tests/conftest.py marks these ``full``.) The real folders outside the default run's sample."""
-    return sampled_out(item, "name", PRESENT, SAMPLE_RUN)
+in_full_sweep = one_check_sample(PRESENT, "test_real_folders_agree_with_transformers", "follows")  # (tests/conftest.py marks them full)
 
 
 @pytest.mark.parametrize("name", REAL)

@@ -21,7 +21,7 @@ from packer.tokenize import follows_rule as R
 from packer.tokenize import transformers_table as TT
 
 from tests._cli import error_lines
-from tests.conftest import REAL_TOKENIZERS, rotation, sampled_out
+from tests.conftest import REAL_TOKENIZERS, one_check_sample
 from tests.tokenize.test_follows import llama2_like
 
 # leading spaces, text right after a special token, and the issue's Unicode shapes (NFC/NFKC, combining marks)
@@ -222,12 +222,7 @@ REAL = ["llama3", "minilm", "qwen3", "gemma3", "llama2", "deepseek_v3"]
 PRESENT = [n for n in REAL if REAL_TOKENIZERS.get(n) and os.path.isdir(REAL_TOKENIZERS[n])]
 # Issue 54: the default run takes 2 of the present folders (a seeded rotation, conftest.rotation); the rest
 # are marked full. Each class's rule is checked on the small folders above (test_the_rule_gives_the_ids_...).
-SAMPLE_RUN = rotation(PRESENT, ["test_real_folders_without_transformers"], 2, "follows-rule")
-
-
-def in_full_sweep(item) -> bool:
-    """(tests/conftest.py marks these ``full``.) The real folders outside the default run's sample."""
-    return sampled_out(item, "name", PRESENT, SAMPLE_RUN)
+in_full_sweep = one_check_sample(PRESENT, "test_real_folders_without_transformers", "follows-rule")  # (tests/conftest.py marks them full)
 
 
 @pytest.mark.parametrize("name", REAL)

@@ -21,7 +21,7 @@ from packer.tokenize.backend import fastokens_backend as F  # noqa: E402
 from packer.tokenize.backend import tiktoken_backend as T  # noqa: E402
 from packer.tokenize.backend.tiktoken_check import hard_strings  # noqa: E402
 
-from tests.conftest import SHARED, rotation, sampled_out, write_jsonl  # noqa: E402
+from tests.conftest import SHARED, one_check_sample, write_jsonl  # noqa: E402
 
 TEXTS = ["Hello world", "  two  spaces", " lead", "\u2581already", "\u2581 mixed", "", " ", "tab\tand\nnewline ",
          "\u3000ideographic", "\u00a0nbsp", "emoji 😀 and <0x41> and ▁▁x", "a" * 3000, "<s>x</s> y", "don't"]
@@ -34,12 +34,7 @@ REAL_FOLDERS = {"deepseek_v3": os.path.join(REAL, "deepseek_v3"), "gemma3": os.p
 PRESENT = sorted(n for n, p in REAL_FOLDERS.items() if os.path.exists(p))
 # Issue 54: the default run builds 2 of the present folders (a seeded rotation, conftest.rotation); the rest
 # are marked full (-m full). tests/tokenize/test_real_families.py builds auto against hf too, on its own sample.
-SAMPLE_RUN = rotation(PRESENT, ["test_real_folder_auto_and_hf_shards_are_the_same_bytes"], 2, "fastokens-alone")
-
-
-def in_full_sweep(item) -> bool:
-    """(tests/conftest.py marks these ``full``.) The real folders outside the default run's sample."""
-    return sampled_out(item, "name", PRESENT, SAMPLE_RUN)
+in_full_sweep = one_check_sample(PRESENT, "test_real_folder_auto_and_hf_shards_are_the_same_bytes", "fastokens-alone")  # (tests/conftest.py marks them full)
 
 
 @pytest.fixture(autouse=True)

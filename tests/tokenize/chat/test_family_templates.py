@@ -24,7 +24,7 @@ from packer.formats.chat import ChatFields, conversation_of, dict_getter, paths
 from packer.tokenize import resolve_tokenizer
 from packer.tokenize.chat import ChatError, chat_tokenizer, encode_conversations, mask_from_offsets
 from tests.chat_data import conversations, harmony_conversations, small_tokenizer, tool_conversations, trl_template
-from tests.conftest import rotation, sampled_out
+from tests.conftest import one_check_sample
 
 transformers = pytest.importorskip("transformers")
 REAL = os.environ.get("PACKER_TEST_TOKENIZERS") or os.path.expanduser("~/.cache/packer-test-tokenizers")
@@ -46,16 +46,9 @@ GPTOSS = ["gptoss", "gptoss_real"]  # the faithful copy, the real folder
 WHERE = {"gptoss_real": os.path.join(REAL, "gptoss", "tokenizer.json")}  # (what _folder needs; the copy is built)
 PRESENT = sorted(n for n in FAMILIES
                  if n == "gptoss" or os.path.exists(WHERE.get(n) or os.path.join(REAL, n, "tokenizer_config.json")))
-SAMPLE_RUN = rotation(PRESENT, ["test_each_family_ids_equal_transformers_and_mask_follows_the_rule"], 2,
-                      "family-templates")
-
-
-def in_full_sweep(item) -> bool:
-    """(tests/conftest.py marks these ``full``.) The families outside the default run's sample, for the one
-    test over all of them (the gpt-oss tests take their two folders in every run)."""
-    if item.originalname != "test_each_family_ids_equal_transformers_and_mask_follows_the_rule":
-        return False
-    return sampled_out(item, "name", PRESENT, SAMPLE_RUN)
+# (tests/conftest.py marks the rest full; the gpt-oss tests take their two folders in every run)
+in_full_sweep = one_check_sample(PRESENT, "test_each_family_ids_equal_transformers_and_mask_follows_the_rule",
+                                 "family-templates")
 
 
 @pytest.fixture(scope="module")
