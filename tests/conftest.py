@@ -98,6 +98,7 @@ def _starts_ray(item) -> bool:
     return item.path.name in ("test_ray.py", "test_ray_cluster.py") or "ray" in item.name.split("[")[0].split("_")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the xdist_group marks into the nodeid's "@group"
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``full`` (the unsampled rest of a sweep) run only where asked: ``-m`` naming full, or
     PACKER_TEST_FULL=1; otherwise they are deselected (counted as such in pytest's summary). A test module
