@@ -53,8 +53,17 @@ def loaded(tokenizer_json: str) -> None:
 def remember(spec: str | None) -> None:
     """Keep the JSON fastokens loaded in this build (``loaded``) for the next with ``--tokenizer spec``.
     Best effort: no error where the folder cannot be written. Nothing written where the head start
-    began with that very JSON (the record already holds it)."""
+    began with that very JSON (the record already holds it). Where the head start began and fastokens
+    never loaded (another encoder ran: gigatoken alone, tiktoken, HF), the record is removed: the next
+    build does not spend a load on it again."""
     text = _JOB.pop("loaded", None)
+    if text is None and _JOB.pop("begun", None) is not None and spec is not None:
+        for path in _paths(spec) or ():
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+        return
     paths = _paths(spec) if spec is not None and text is not None and text != _JOB.get("begun") else None
     if paths is None:
         return

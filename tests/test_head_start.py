@@ -148,3 +148,8 @@ def test_the_next_build_takes_the_head_start_and_writes_the_same_bytes(tmp_path,
         outs[backend] = {p.name: p.read_bytes() for p in (out / "shards").iterdir()}
     assert outs["auto"] == outs["tiktoken"]
 
+    # The small auto build ran no fastokens: its head start was spent for nothing, so the record is gone and
+    # the next build begins none, until a build loads fastokens again (gigatoken alone, tiktoken, HF: the same).
+    assert not os.path.exists(rec)
+    loads, _, fifth = build("fifth")
+    assert loads == ["packer-fastokens-load"] and fifth == first and os.path.exists(rec)

@@ -48,8 +48,8 @@ from .tiktoken_check import CheckResult, _AddedScan, check, hard_strings, hf_enc
 # characters, HF does not (found by the input check on a small SentencePiece-style vocabulary).
 METASPACE_STRINGS = ["", "\u2581", "\u2581a", " \u2581a", "\u2581 a", "a\u2581b", "\u2581\u2581", "  ", " ", "\u2581\u2581x y",
                      "\ta b", "\n x", "x \u2581 y", "\u3000a", "\u00a0a", "<0x41>", "a <0x0A> b<0xFF><0xE2><0x96><0x81>"]
-_ALONE: dict = {}  # (fingerprint, split_special) -> (FastokensEncoder, CheckResult), or None where it did not pass
-_RECORD = "fastokens-alone-3"
+_ALONE: dict = {}  # (fingerprint, split_special, engine) -> (encoder, CheckResult), or None where it did not pass
+_RECORD = {"fastokens": "fastokens-alone-3", "gigatoken": "gigatoken-alone-1"}  # engine -> its records' tag
 _IGNORE_MERGES = re.compile(r'"ignore_merges"\s*:\s*true')
 
 
@@ -142,17 +142,52 @@ def unreachable_scan(entries: list[str], norm: dict | None, prep):
     return lambda text: find((prep(text) if prep else text).replace(old, new))
 
 
-def _key(fingerprint: str, ver: str) -> str:
-    return f"{fingerprint}\0{_RECORD} {ver}"
+def _version(engine: str) -> str | None:
+    """The installed ``engine``'s version ("fastokens" | "gigatoken"), or None where it is not installed."""
+    if engine == "gigatoken":
+        from .gigatoken_backend import version as giga_version
+
+        return giga_version()
+    return version()
+
+
+def _note(d: dict) -> str:
+    """What a tokenizer dict ``d`` is, for the backend's reason: its model and pre-tokenizers."""
+    model, pre = d.get("model") or {}, d.get("pre_tokenizer") or {}
+    parts = [pre.get("type")] + [p.get("type") for p in pre.get("pretokenizers") or []]
+    return (f"{model.get('type')}{' with byte_fallback' if model.get('byte_fallback') else ''}, pre-tokenizer "
+            f"{'/'.join(str(p) for p in parts if p) or 'none'}")
+
+
+def _gigatoken_encoder(tokenizer_json: str, split_special: bool, hf, added, note, own: bool):
+    """``_encoder`` for gigatoken: the tokenizer.json as it is (gigatoken reads Metaspace and ignore_merges
+    itself; the check proves its ids), or None where gigatoken cannot load it."""
+    from .gigatoken_backend import GigatokenEncoder
+
+    if added is None or note is None:
+        d = json.loads(tokenizer_json)
+        added = [a["content"] for a in d.get("added_tokens") or [] if a.get("content")] if added is None else added
+        note = _note(d) if note is None else note
+    if own and split_special:
+        return None  # gigatoken has no --split-special-tokens
+    side = HFSide(tokenizer_json, tuple(added), split_special, note, hf, scan=not own)
+    side.entries = None
+    try:
+        return GigatokenEncoder(tokenizer_json, side)
+    except Exception:  # gigatoken_backend.load: a part it lacks, or its panic
+        return None
 
 
 def _encoder(tokenizer_json: str, split_special: bool, hf, added=None, note: str | None = None, own: bool = False,
-             entries: list[str] | None = None):
+             entries: list[str] | None = None, engine: str = "fastokens"):
     """A FastokensEncoder for ``tokenizer_json`` alone (no tiktoken under it), or None where the
     tokenizer has a Metaspace form fastokens cannot be given, or fastokens refuses it. With ``added``
     and ``note`` (from the record) a tokenizer without Metaspace is not parsed here. ``own``: fastokens cuts
     the added tokens out itself (None where it may not: Metaspace's prefix holds for whole texts only, and
-    fastokens has no --split-special-tokens). ``entries``: ``unreachable``'s answer, from the record."""
+    fastokens has no --split-special-tokens). ``entries``: ``unreachable``'s answer, from the record.
+    ``engine`` "gigatoken": a ``GigatokenEncoder`` instead (``_gigatoken_encoder``)."""
+    if engine == "gigatoken":
+        return _gigatoken_encoder(tokenizer_json, split_special, hf, added, note, own)
     d = fast_d = rep = None
     ignore_merges = _IGNORE_MERGES.search(tokenizer_json) is not None
     if added is None or note is None or '"Metaspace"' in tokenizer_json or (ignore_merges and entries is None):
@@ -165,10 +200,7 @@ def _encoder(tokenizer_json: str, split_special: bool, hf, added=None, note: str
         added = [a["content"] for a in d.get("added_tokens") or [] if a.get("content")]
     fresh_note = note is None
     if note is None:
-        model, pre = d.get("model") or {}, d.get("pre_tokenizer") or {}
-        parts = [pre.get("type")] + [p.get("type") for p in pre.get("pretokenizers") or []]
-        note = (f"{model.get('type')}{' with byte_fallback' if model.get('byte_fallback') else ''}, pre-tokenizer "
-                f"{'/'.join(str(p) for p in parts if p) or 'none'}")
+        note = _note(d)
         note += ", its Metaspace given to fastokens as a Replace and a prefix" if fast_d is not d else ""
     if own and (rep is not None or split_special):
         return None
@@ -195,35 +227,35 @@ def _encoder(tokenizer_json: str, split_special: bool, hf, added=None, note: str
         return None
 
 
-def checked(tokenizer_json: str, fingerprint: str, split_special: bool, get_hf, loaded=None):
-    """(FastokensEncoder, its hard-string CheckResult) where fastokens loads the tokenizer and gives HF's
-    ids on the hard strings (recorded, then read back: ``get_hf`` is called only where no pass is on
-    record); else None. ``loaded``: the HF tokenizer if already parsed (for texts HF encodes)."""
-    key = (fingerprint, split_special)
+def checked(tokenizer_json: str, fingerprint: str, split_special: bool, get_hf, loaded=None, engine: str = "fastokens"):
+    """(encoder, its hard-string CheckResult) where ``engine`` ("fastokens" | "gigatoken") loads the
+    tokenizer and gives HF's ids on the hard strings (recorded, then read back: ``get_hf`` is called only
+    where no pass is on record); else None. ``loaded``: the HF tokenizer if already parsed (for texts HF encodes)."""
+    key = (fingerprint, split_special, engine)
     if key not in _ALONE:
         _ALONE.clear()
-        _ALONE[key] = _checked(tokenizer_json, fingerprint, split_special, get_hf, loaded)
+        _ALONE[key] = _checked(tokenizer_json, fingerprint, split_special, get_hf, loaded, engine)
     return _ALONE[key]
 
 
-def _record_name(fingerprint: str, split_special: bool, ver: str) -> str:
+def _record_name(fingerprint: str, split_special: bool, ver: str, engine: str) -> str:
     strings = hard_strings() + METASPACE_STRINGS  # what the record is keyed on (the fingerprint covers added tokens)
-    return check_cache._key(f"{fingerprint}\0{_RECORD} {ver}", split_special, strings) + ".alone.json"
+    return check_cache._key(f"{fingerprint}\0{_RECORD[engine]} {ver}", split_special, strings) + ".alone.json"
 
 
-def on_record(tokenizer_json: str, fingerprint: str, split_special: bool, loaded=None):
+def on_record(tokenizer_json: str, fingerprint: str, split_special: bool, loaded=None, engine: str = "fastokens"):
     """``checked``'s answer where a pass is on record (only then: tiktoken refused this tokenizer
     when it was checked), else None; parses no HF tokenizer."""
-    key = (fingerprint, split_special)
+    key = (fingerprint, split_special, engine)
     if _ALONE.get(key) is not None:
         return _ALONE[key]
-    ver = version()
-    rec = check_cache.read_json(check_cache.folder("backend-checks"), _record_name(fingerprint, split_special, ver)) \
-        if ver is not None else None
+    ver = _version(engine)
+    rec = check_cache.read_json(check_cache.folder("backend-checks"), _record_name(fingerprint, split_special, ver,
+                                engine)) if ver is not None else None
     if not isinstance(rec, dict) or not {"note", "texts", "tokens", "added"} <= set(rec):
         return None
     enc = _encoder(tokenizer_json, split_special, loaded, rec["added"], rec["note"], rec.get("own") is True,
-                   rec.get("entries"))
+                   rec.get("entries"), engine)
     if enc is None:
         return None
     _ALONE.clear()
@@ -236,32 +268,33 @@ def added_strings(added) -> list[str]:
     return [t for a in added for t in (a, f"x{a}y {a}{a} {a}", f"\n{a[:-1]}{a}\t")]
 
 
-def _checked(tokenizer_json: str, fingerprint: str, split_special: bool, get_hf, loaded):
-    got = on_record(tokenizer_json, fingerprint, split_special, loaded)
-    if got is not None or version() is None:
+def _checked(tokenizer_json: str, fingerprint: str, split_special: bool, get_hf, loaded, engine: str):
+    got = on_record(tokenizer_json, fingerprint, split_special, loaded, engine)
+    if got is not None or _version(engine) is None:
         return got
-    for own in (True, False):  # fastokens on added tokens too where it gives HF's ids on every one; else HF on those texts
-        enc = _encoder(tokenizer_json, split_special, loaded, own=own)
+    for own in (True, False):  # the engine on added tokens too where it gives HF's ids on every one; else HF on those texts
+        enc = _encoder(tokenizer_json, split_special, loaded, own=own, engine=engine)
         if enc is None:
             continue
         strings = hard_strings(enc.conv.added) + METASPACE_STRINGS + (added_strings(enc.conv.added) if own else [])
         r = check(enc, get_hf(), strings, "hard string")
         if r.ok:
             check_cache.write_json(check_cache.folder("backend-checks"), _record_name(fingerprint, split_special,
-                                   version()), {"note": enc.conv.note, "texts": r.texts, "tokens": r.tokens,
+                                   _version(engine), engine), {"note": enc.conv.note, "texts": r.texts, "tokens": r.tokens,
                                                 "added": list(enc.conv.added), "own": own,
                                                 "entries": enc.base.entries})
             return enc, r
     return None
 
 
-def encoder_for(tokenizer_json: str, fingerprint: str, split_special: bool, hf=None):
+def encoder_for(tokenizer_json: str, fingerprint: str, split_special: bool, hf=None, engine: str = "fastokens"):
     """The checked encoder of this process (or a forked parent's), else a new one, unchecked (the parent
-    checked it); where fastokens is missing or refuses here, an encoder that sends every text to HF."""
-    got = _ALONE.get((fingerprint, split_special)) or on_record(tokenizer_json, fingerprint, split_special, hf)
+    checked it); where ``engine`` is missing or refuses here, an encoder that sends every text to HF."""
+    got = _ALONE.get((fingerprint, split_special, engine)) or on_record(tokenizer_json, fingerprint, split_special, hf,
+                                                                          engine)
     if got is not None:
         return got[0]
-    enc = _encoder(tokenizer_json, split_special, hf) if version() else None
+    enc = _encoder(tokenizer_json, split_special, hf, engine=engine) if _version(engine) else None
     if enc is None:
         added = [a["content"] for a in json.loads(tokenizer_json).get("added_tokens") or [] if a.get("content")]
         enc = FastokensEncoder(None, HFSide(tokenizer_json, tuple(added), split_special, "", hf))

@@ -9,15 +9,29 @@ and the HF fallback: a text holding an added token's literal string, or a batch 
 goes to HF, so the ids never depend on which encoder ran. One thread per encoder (``parallel=False``):
 the build runs one encoder per core. ``auto`` does not choose it: on this project's measurements it is
 not faster than fastokens on strings (docs/benchmarks.md, "Every exact encoder per family").
+
+Where tiktoken cannot express the tokenizer (SentencePiece BPE with byte_fallback: Llama 2, Gemma 3),
+gigatoken runs alone, as fastokens does (fastokens_alone.py, ``engine="gigatoken"``): over an
+``HFSide`` for the added-token scan and the HF fallback, the tokenizer.json as it is (gigatoken reads
+Metaspace, Prepend and Replace itself), proven on the same hard strings plus Metaspace's.
 """
 
 from __future__ import annotations
+
+import os
+import re
 
 import numpy as np
 
 from .fastokens_backend import FastokensEncoder, checked_over
 
 BACKEND = "gigatoken"
+# auto runs gigatoken alone, not fastokens alone, for SentencePiece-style BPE (byte_fallback: tiktoken cannot
+# express it) whose tokenizer.json is at least this big. Measured (docs/benchmarks.md, "gigatoken alone for
+# Gemma 3"): Gemma 3 (33 MB) loads in 1.2 s against fastokens' 5-7 s, and its builds cost 0.52x (50 MB) and
+# 0.80x (200 MB) fastokens' CPU-seconds; Llama 2's (1.8 MB) cost 1.4-1.7x fastokens'.
+ALONE_FROM_JSON_CHARS = 8 << 20
+_BYTE_FALLBACK = re.compile(r'"byte_fallback"\s*:\s*true')
 _CHECKED: dict = {}  # (fingerprint, split_special) -> (GigatokenEncoder, CheckResult), or None where it did not pass
 
 
@@ -37,12 +51,10 @@ class GigatokenEncoder(FastokensEncoder):
 
     backend = BACKEND
 
-    def __init__(self, tokenizer_json: str, base):
+    def __init__(self, tokenizer_json: str, base, prep=None):
         self.base, self.conv, self.split_special = base, base.conv, base.split_special
-        self._prep, self._needs_hf = None, base._needs_hf
-        import gigatoken
-
-        tk = gigatoken.Tokenizer.from_json(tokenizer_json)  # ValueError etc.: a part it lacks
+        self._prep, self._needs_hf = prep, base._needs_hf
+        tk = load(tokenizer_json)
 
         def flat(texts, add_special_tokens=False):  # as fastokens' encode_batch_flat: (ids, offsets) buffers
             if not texts:
@@ -51,6 +63,32 @@ class GigatokenEncoder(FastokensEncoder):
             return np.ascontiguousarray(lay.content.data, np.uint32), np.ascontiguousarray(lay.offsets, np.uint64)
 
         self._flat = flat
+
+
+def load(tokenizer_json: str):
+    """gigatoken's tokenizer of ``tokenizer_json``; ValueError where it cannot load it (a part it lacks, or a
+    Rust panic: gigatoken 0.10.0 panics on Mistral v3's file, and a panic is a BaseException)."""
+    import gigatoken
+
+    try:
+        return gigatoken.Tokenizer.from_json(tokenizer_json)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # pyo3's PanicException derives from BaseException
+        raise ValueError(f"gigatoken cannot load this tokenizer: {type(e).__name__}: {e}") from e
+
+
+def preferred_alone(tokenizer_json: str) -> bool:
+    """Whether ``auto`` tries gigatoken alone before fastokens alone for this tokenizer (``ALONE_FROM_JSON_CHARS``):
+    installed, not turned off (``PACKER_GIGATOKEN=off``), byte_fallback BPE, a big tokenizer.json."""
+    return (len(tokenizer_json) >= ALONE_FROM_JSON_CHARS and os.environ.get("PACKER_GIGATOKEN") != "off"
+            and _BYTE_FALLBACK.search(tokenizer_json) is not None and version() is not None)
+
+
+def refusal() -> str:
+    """Why ``--tokenizer-backend gigatoken`` stops a build: not installed, or not exact here."""
+    return ("gigatoken is not installed (pip install gigatoken)" if version() is None else
+            "gigatoken cannot load this tokenizer, or gave other ids than HF on the hard strings")
 
 
 def checked(base, tokenizer_json: str, fingerprint: str, get_hf):

@@ -115,7 +115,13 @@ def said(tok: T.TokenizerInfo, requested: str, size: tuple[int, str]) -> T.Token
     if requested != "auto":
         return replace(tok, backend_reason=f"asked for (--tokenizer-backend {requested}); {tok.backend_reason}") \
             if requested == tok.backend and not tok.backend_reason.startswith("asked for") else tok
-    if tok.backend not in ("tiktoken", fastokens_backend.BACKEND):  # (gigatoken: by name only)
+    if tok.backend == "gigatoken":  # alone, byte_fallback BPE with a big tokenizer.json (gigatoken_backend.py)
+        from .gigatoken_backend import ALONE_FROM_JSON_CHARS
+
+        return replace(tok, backend_reason=tok.backend_reason + "; auto runs gigatoken before fastokens for byte_fallback "
+                       f"BPE whose tokenizer.json is at least {ALONE_FROM_JSON_CHARS:,} characters (it loads and encodes "
+                       "such a tokenizer faster: docs/tokenizers.md)")
+    if tok.backend not in ("tiktoken", fastokens_backend.BACKEND):
         return tok
     j = len(tok.json)
     line = (f"; input {size[0]:,} bytes of text ({size[1]}); auto loads fastokens from "

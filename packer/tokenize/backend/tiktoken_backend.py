@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..memo import remember, store
-from . import check_cache
+from . import check_cache, gigatoken_backend
 from .tiktoken_check import _NEVER, CheckResult, _AddedScan, check, hard_strings, hf_encode, suspect_strings
 from .tiktoken_convert import Conversion, NotExpressible, convert
 
@@ -203,7 +203,7 @@ class InputCheck:
     hard_texts: int  # hard strings passed
     hard_tokens: int
     backend: str = "tiktoken"  # or "fastokens": the encoder checked (fastokens_backend.py)
-    alone: bool = False  # fastokens alone, where tiktoken cannot express the tokenizer (fastokens_alone.py)
+    alone: bool = False  # fastokens or gigatoken alone, where tiktoken cannot express the tokenizer (fastokens_alone.py)
 
     def outcome(self, r: CheckResult) -> Choice:
         """The Choice once the input check gave ``r``; "tiktoken" refused raises PackerError."""
@@ -213,7 +213,7 @@ class InputCheck:
               }.get(self.backend, "")
         what = f"byte-level BPE that tiktoken runs exactly ({self.note}){by}"
         if self.alone:
-            what = f"fastokens runs it exactly ({self.note}; tiktoken cannot express it)"
+            what = f"{self.backend} runs it exactly ({self.note}; tiktoken cannot express it)"
         return Choice(self.backend, f"{what}; same ids as HF on "
                                   f"{self.hard_texts} hard {'string' if self.hard_texts == 1 else 'strings'} and "
                                   f"{r.texts} input {'text' if r.texts == 1 else 'texts'} "
@@ -247,15 +247,13 @@ def encoder_for(tokenizer_json: str, fingerprint: str, hf=None, split_special: b
         except NotExpressible:  # "fastokens" chosen alone (fastokens_alone.py): no tiktoken under it
             if backend == "tiktoken":
                 raise
-            return fastokens_alone.encoder_for(tokenizer_json, fingerprint, split_special, hf)
+            return fastokens_alone.encoder_for(tokenizer_json, fingerprint, split_special, hf, backend)
 
     enc = remember(_ENCODERS, (fingerprint, split_special), new)
     if getattr(enc, "backend", "tiktoken") == backend:
         return enc
     # the one checked, or a new one over the tiktoken encoder (same ids)
     if backend == "gigatoken":
-        from . import gigatoken_backend
-
         return gigatoken_backend.encoder_for(tokenizer_json, getattr(enc, "base", enc))
     return enc.base if backend == "tiktoken" else fastokens_backend.encoder_for(tokenizer_json, enc)
 
@@ -304,7 +302,8 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
     from . import fastokens_backend
 
     if requested in ("auto", "fastokens") and pays("tiktoken") and (fingerprint, split_special) not in fastokens_backend._FASTER \
-            and '"Metaspace"' not in tokenizer_json:  # (fastokens alone loads another JSON for Metaspace)
+            and '"Metaspace"' not in tokenizer_json and not gigatoken_backend.preferred_alone(tokenizer_json):
+        # (fastokens alone loads another JSON for Metaspace; gigatoken alone may run instead)
         fastokens_backend.preload(tokenizer_json)  # in a thread, while the checks below run
     try:
         return _choose(tokenizer_json, fingerprint, requested, sample, hf, split_special, defer_input, get_hf, pays)
@@ -312,28 +311,43 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
         fastokens_backend.settle()  # no thread left running: the build forks its workers
 
 
+def _alone_engines(requested: str, tokenizer_json: str) -> tuple[str, ...]:
+    """The engines that may run a tokenizer tiktoken cannot express, for backend ``requested``, in order."""
+    if requested in ("fastokens", "gigatoken"):
+        return (requested,)
+    return ("gigatoken", "fastokens") if gigatoken_backend.preferred_alone(tokenizer_json) else ("fastokens",)
+
+
 def _choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf, split_special: bool,
             defer_input: bool, get_hf, pays) -> Choice:
     """``choose`` from the fastokens check on; ``get_hf`` and ``pays`` are its."""
     from . import fastokens_alone
 
-    may_alone = requested == "fastokens" or (requested == "auto" and pays("hf") and os.environ.get("PACKER_FASTOKENS") != "off")
-    alone = fastokens_alone.on_record(tokenizer_json, fingerprint, split_special, hf if not callable(hf) else None) \
-        if may_alone else None  # on record only where tiktoken refused it: neither HF nor the conversion is needed
+    engines = _alone_engines(requested, tokenizer_json)
+    may_alone = requested in ("fastokens", "gigatoken") or (requested == "auto" and pays("hf") and
+                                                             os.environ.get("PACKER_FASTOKENS") != "off")
+    # The first engine's pass on record (only where tiktoken refused the tokenizer): no HF, no conversion.
+    # (Not a later engine's: an older record of fastokens would keep auto from ever checking gigatoken.)
+    engine = engines[0]
+    alone = fastokens_alone.on_record(tokenizer_json, fingerprint, split_special, hf if not callable(hf) else None,
+                                      engine) if may_alone else None
     static = "" if alone is not None else remember(_STATIC, (fingerprint, split_special), lambda: _static_check(
         tokenizer_json, fingerprint, split_special, get_hf, hf if not callable(hf) else None))
     if isinstance(static, str) or not static[1].ok:
-        if alone is None and may_alone:
-            alone = fastokens_alone.checked(tokenizer_json, fingerprint, split_special, get_hf,
-                                            hf if not callable(hf) else None)
+        for engine in engines if alone is None and may_alone else ():
+            if (alone := fastokens_alone.checked(tokenizer_json, fingerprint, split_special, get_hf,
+                                                 hf if not callable(hf) else None, engine)) is not None:
+                break
+        if alone is None and isinstance(static, str) and requested == "gigatoken":
+            return _refuse(requested, gigatoken_backend.refusal(), False)
         if alone is None and isinstance(static, str):
             return _refuse(requested, static, False)
         if alone is None:
             return _refuse(requested, f"tiktoken gave other ids than HF on {static[1].difference}", True)
         enc, hard = alone
         store(_ENCODERS, (fingerprint, split_special), enc)
-        later = InputCheck(requested, enc.conv.note, hard.texts, hard.tokens, "fastokens", alone=True)
-        return Choice("fastokens", "", later=later) if defer_input else later.outcome(
+        later = InputCheck(requested, enc.conv.note, hard.texts, hard.tokens, engine, alone=True)
+        return Choice(engine, "", later=later) if defer_input else later.outcome(
             run_input_check(enc, get_hf(), sample()))
     enc, hard = static
     backend = "tiktoken"
@@ -349,12 +363,9 @@ def _choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf, s
                    "fastokens cannot load this tokenizer, or gave other ids than HF on the hard strings")
             return _refuse(requested, why, False)
     if requested == "gigatoken":  # by name only (gigatoken_backend.py): over the checked tiktoken conversion
-        from . import gigatoken_backend
-
         got = gigatoken_backend.checked(enc, tokenizer_json, fingerprint, get_hf)
         if got is None:
-            return _refuse(requested, "gigatoken is not installed (pip install gigatoken)" if gigatoken_backend.version()
-                           is None else "gigatoken cannot load this tokenizer, or gave other ids than HF on the hard strings", False)
+            return _refuse(requested, gigatoken_backend.refusal(), False)
         enc, backend = got[0], gigatoken_backend.BACKEND
     if backend == "tiktoken":
         enc.ready()  # built here, before the workers fork: they share it
