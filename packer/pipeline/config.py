@@ -123,9 +123,9 @@ class RunSettings:
     quiet: bool = option(False, "No progress or summary; errors only.", short="-q")
     tokenizer_backend: str = option(
         "auto", "Encoder for an HF tokenizer: auto = the fastest that gives HF's ids, checked first (fastokens, "
-                "else tiktoken, else HF; chosen by the input's size as text, decompressed; docs/tokenizers.md); hf, "
-                "tiktoken, fastokens or gigatoken (packer[gigatoken]; never auto's) to force one (stops where it is not "
-                "exact). Same shards.",
+                "else tiktoken, else HF; gigatoken for a big SentencePiece BPE such as Gemma 3 where installed; chosen "
+                "by the input's size as text, decompressed; docs/tokenizers.md); hf, tiktoken, fastokens or gigatoken "
+                "(packer[gigatoken]) to force one (stops where it is not exact). Same shards.",
         choices=BACKENDS)
     engine: str = option("local", "local: worker processes on this machine. ray: each unit a Ray task, on a cluster "
                                   "(packer[ray]; docs/distributed.md). The output is the same.", choices=ENGINES)

@@ -10,7 +10,7 @@ from ..errors import PackerError
 
 # auto = the fastest encoder that gives HF's ids exactly for the tokenizer and input size (fastokens, else
 # tiktoken, else hf); any other name forces that encoder, and stops the build in one line where it is not exact.
-BACKENDS = ("auto", "hf", "tiktoken", "fastokens", "gigatoken")  # gigatoken: by name only
+BACKENDS = ("auto", "hf", "tiktoken", "fastokens", "gigatoken")  # gigatoken: by name; auto's for Gemma 3's kind
 FORCED = ("tiktoken", "fastokens", "gigatoken")  # exact encoders a build may force: refused, they stop it
 
 

@@ -7,8 +7,9 @@ too gives HF's ids on those same hard strings (``checked``, recorded like fastok
 the build's input texts (the input check). Its ``TiktokenEncoder`` base lends it the added-token scan
 and the HF fallback: a text holding an added token's literal string, or a batch gigatoken cannot take,
 goes to HF, so the ids never depend on which encoder ran. One thread per encoder (``parallel=False``):
-the build runs one encoder per core. ``auto`` does not choose it: on this project's measurements it is
-not faster than fastokens on strings (docs/benchmarks.md, "Every exact encoder per family").
+the build runs one encoder per core. Over a tiktoken conversion ``auto`` does not choose it: on this
+project's measurements it is not faster than fastokens on strings there (docs/benchmarks.md, "Every exact
+encoder per family").
 
 Where tiktoken cannot express the tokenizer (SentencePiece BPE with byte_fallback: Llama 2, Gemma 3),
 gigatoken runs alone, as fastokens does (fastokens_alone.py, ``engine="gigatoken"``): over an

@@ -362,7 +362,7 @@ def _choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf, s
                    "PACKER_FASTOKENS=off" if os.environ.get("PACKER_FASTOKENS") == "off" else
                    "fastokens cannot load this tokenizer, or gave other ids than HF on the hard strings")
             return _refuse(requested, why, False)
-    if requested == "gigatoken":  # by name only (gigatoken_backend.py): over the checked tiktoken conversion
+    if requested == "gigatoken":  # by name, over the checked tiktoken conversion (gigatoken_backend.py)
         got = gigatoken_backend.checked(enc, tokenizer_json, fingerprint, get_hf)
         if got is None:
             return _refuse(requested, gigatoken_backend.refusal(), False)
