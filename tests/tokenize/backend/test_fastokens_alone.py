@@ -165,13 +165,16 @@ def test_fastokens_off_or_a_small_input_keeps_hf(llama2_file, monkeypatch):
 @pytest.mark.parametrize("name", sorted(REAL_FOLDERS))
 def test_real_folder_auto_and_hf_shards_are_the_same_bytes(name, tmp_path, monkeypatch):
     """Each real family: auto picks a fast engine (fastokens where tiktoken cannot express it), and its shards
-    are byte-identical to --tokenizer-backend hf's. (Default run: 2 of the present folders, SAMPLE_RUN.)"""
+    are byte-identical to --tokenizer-backend hf's. (Default run: 2 of the present folders, SAMPLE_RUN.)
+    PACKER_GIGATOKEN=off: auto would run gigatoken alone for Gemma 3 (test_real_families.py checks that one
+    against transformers); this module's engine is fastokens."""
     path = REAL_FOLDERS[name]
     if not os.path.exists(path):
         pytest.skip(f"{path} absent")
     from packer import build
 
     monkeypatch.setattr(F, "OVER_HF", 0)  # a small input: fastokens all the same
+    monkeypatch.setenv("PACKER_GIGATOKEN", "off")
     monkeypatch.setattr(F, "OVER_TIKTOKEN", 0)
     src = tmp_path / "in.jsonl"
     write_jsonl(str(src), [f"{i}: {t}" for i, t in enumerate(TEXTS * 6)] + hard(300)[::3])
