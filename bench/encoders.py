@@ -48,7 +48,9 @@ if engine == "hf":
 elif engine == "tiktoken":
     import tiktoken; from packer.tokenize import backend as T; conv = T.convert(info.json)
     enc = tiktoken.Encoding("x", pat_str=conv.pat_str, mergeable_ranks=conv.ranks, special_tokens={})
-    run, flat = lambda: enc.encode_ordinary_batch(texts, num_threads=n), lists
+    from packer.tokenize.backend.normalize import Normalizer  # HF's NFC/NFKC first, as packer's encoder (Qwen3)
+    norm = Normalizer(conv.normalize) if conv.normalize is not None else None
+    run, flat = lambda: enc.encode_ordinary_batch(list(map(norm, texts)) if norm else texts, num_threads=n), lists
 elif engine == "fastokens":
     import fastokens; f = fastokens.Tokenizer.from_json_str(info.json)
     run = lambda: f.encode_batch_flat(texts, add_special_tokens=False)
