@@ -119,7 +119,7 @@ def prepare_out(out: Storage, flags, settings: dict, stamp: str | None = None, p
     before = previous.get("inputs") if isinstance(previous, dict) else None
     action = out_action(out.root, tops, flags, settings, old_build, (stamp, before, content), why)
     if action == "done":
-        _remove_temp_files(out)  # a kill during a last write may have left one (format.md: --resume cleans them)
+        remove_temp_files(out)  # a kill during a last write may have left one (format.md: --resume cleans them)
         return True
     if action == "replace":
         out.check_removable(tops)  # a read-only mount or another owner: say so before deleting anything
@@ -132,7 +132,7 @@ def prepare_out(out: Storage, flags, settings: dict, stamp: str | None = None, p
         _clear(out, tops)
         tops = []
     out.make_dirs([S.SHARD_DIR, S.UNIT_DIR])
-    _remove_temp_files(out)
+    remove_temp_files(out)
     if S.BUILD_JSON not in tops:
         # "inputs": the content stamp, outside the settings (a copy of the corpus has the same), which a
         # resume compares when the lock file is gone (an OUT copied without its dotfiles).
@@ -153,8 +153,9 @@ def _clear(out: Storage, tops: list[str]) -> None:
         out.clear(rest, first=rest[0])
 
 
-def _remove_temp_files(out: Storage) -> None:
-    """Delete the temp files (``.tmp-*``, at any depth) that killed writes leave."""
+def remove_temp_files(out: Storage) -> None:
+    """Delete the temp files (``.tmp-*``, at any depth) that killed writes leave: on a resume, and as a
+    build finishes (a Ray worker killed mid-write leaves one, and Ray runs its unit again elsewhere)."""
     stale = [k for k in out.list() if k.rsplit("/", 1)[-1].startswith(".tmp-")]
     if stale:
         out.delete(stale)

@@ -29,7 +29,8 @@ from . import backend_check
 from .config import OPTIONS, BuildConfig, OutputSettings, text_suffixes
 from .engines import Progress, engine_for
 from .options import in_python_terms, signature
-from .output import finished_records, holdout_settings, manifest, out_action, prepare_holdout, prepare_out
+from .output import (finished_records, holdout_settings, manifest, out_action, prepare_holdout, prepare_out,
+                     remove_temp_files)
 from .plan import Unit, content_change, input_change, input_stamp, limit_slices, plan_units, recorded_settings
 from .report import no_documents_error, no_fast_engine_note, plan_dict, skipped_warning, summary_dict, write_summary
 from .unit import HOLDOUT_DIR, Job, holdout_out
@@ -278,6 +279,8 @@ def finish(cfg: BuildConfig, job: Job, settings: dict, plan: Plan, records: dict
     if m["totals"]["documents"] == 0 and (hm is None or hm["totals"]["documents"] == 0):
         raise no_documents_error(m["totals"], [s for u in units for s in u.slices], cfg.output.text_field)
     warn = skipped_warning({**m["totals"], "holdout_documents": hm["totals"]["documents"] if hm else 0})
+    for store in (held, out) if held is not None else (out,):  # every unit is done: no write of ours is under way
+        remove_temp_files(store)
     if hm is not None:
         S.write_manifest(held, hm)  # index.arrow, then manifest.json
     faults.point("manifest")
