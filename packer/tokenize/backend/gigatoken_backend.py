@@ -86,6 +86,13 @@ def preferred_alone(tokenizer_json: str) -> bool:
             and _BYTE_FALLBACK.search(tokenizer_json) is not None and version() is not None)
 
 
+def alone_engines(requested: str, tokenizer_json: str) -> tuple[str, ...]:
+    """The engines that may run a tokenizer tiktoken cannot express, for backend ``requested``, in order."""
+    if requested in ("fastokens", "gigatoken"):
+        return (requested,)
+    return ("gigatoken", "fastokens") if preferred_alone(tokenizer_json) else ("fastokens",)
+
+
 def refusal() -> str:
     """Why ``--tokenizer-backend gigatoken`` stops a build: not installed, or not exact here."""
     return ("gigatoken is not installed (pip install gigatoken)" if version() is None else

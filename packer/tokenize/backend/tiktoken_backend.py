@@ -311,19 +311,12 @@ def choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf=Non
         fastokens_backend.settle()  # no thread left running: the build forks its workers
 
 
-def _alone_engines(requested: str, tokenizer_json: str) -> tuple[str, ...]:
-    """The engines that may run a tokenizer tiktoken cannot express, for backend ``requested``, in order."""
-    if requested in ("fastokens", "gigatoken"):
-        return (requested,)
-    return ("gigatoken", "fastokens") if gigatoken_backend.preferred_alone(tokenizer_json) else ("fastokens",)
-
-
 def _choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf, split_special: bool,
             defer_input: bool, get_hf, pays) -> Choice:
     """``choose`` from the fastokens check on; ``get_hf`` and ``pays`` are its."""
     from . import fastokens_alone
 
-    engines = _alone_engines(requested, tokenizer_json)
+    engines = gigatoken_backend.alone_engines(requested, tokenizer_json)
     may_alone = requested in ("fastokens", "gigatoken") or (requested == "auto" and pays("hf") and
                                                              os.environ.get("PACKER_FASTOKENS") != "off")
     # The first engine's pass on record (only where tiktoken refused the tokenizer): no HF, no conversion.
@@ -338,10 +331,8 @@ def _choose(tokenizer_json: str, fingerprint: str, requested: str, sample, hf, s
             if (alone := fastokens_alone.checked(tokenizer_json, fingerprint, split_special, get_hf,
                                                  hf if not callable(hf) else None, engine)) is not None:
                 break
-        if alone is None and isinstance(static, str) and requested == "gigatoken":
-            return _refuse(requested, gigatoken_backend.refusal(), False)
         if alone is None and isinstance(static, str):
-            return _refuse(requested, static, False)
+            return _refuse(requested, gigatoken_backend.refusal() if requested == "gigatoken" else static, False)
         if alone is None:
             return _refuse(requested, f"tiktoken gave other ids than HF on {static[1].difference}", True)
         enc, hard = alone
