@@ -279,8 +279,7 @@ def finish(cfg: BuildConfig, job: Job, settings: dict, plan: Plan, records: dict
     if m["totals"]["documents"] == 0 and (hm is None or hm["totals"]["documents"] == 0):
         raise no_documents_error(m["totals"], [s for u in units for s in u.slices], cfg.output.text_field)
     warn = skipped_warning({**m["totals"], "holdout_documents": hm["totals"]["documents"] if hm else 0})
-    for store in (held, out) if held is not None else (out,):  # every unit is done: no write of ours is under way
-        remove_temp_files(store)
+    remove_temp_files(out)  # every unit is done, no write of ours under way (the holdout's folder is inside out)
     if hm is not None:
         S.write_manifest(held, hm)  # index.arrow, then manifest.json
     faults.point("manifest")

@@ -151,6 +151,11 @@ def _version(engine: str) -> str | None:
     return version()
 
 
+def _added(d: dict) -> list[str]:
+    """The added tokens' strings of tokenizer dict ``d``."""
+    return [a["content"] for a in d.get("added_tokens") or [] if a.get("content")]
+
+
 def _note(d: dict) -> str:
     """What a tokenizer dict ``d`` is, for the backend's reason: its model and pre-tokenizers."""
     model, pre = d.get("model") or {}, d.get("pre_tokenizer") or {}
@@ -166,7 +171,7 @@ def _gigatoken_encoder(tokenizer_json: str, split_special: bool, hf, added, note
 
     if added is None or note is None:
         d = json.loads(tokenizer_json)
-        added = [a["content"] for a in d.get("added_tokens") or [] if a.get("content")] if added is None else added
+        added = _added(d) if added is None else added
         note = _note(d) if note is None else note
     if own and split_special:
         return None  # gigatoken has no --split-special-tokens
@@ -197,7 +202,7 @@ def _encoder(tokenizer_json: str, split_special: bool, hf, added=None, note: str
             return None
         fast_d, rep = got
     if added is None:
-        added = [a["content"] for a in d.get("added_tokens") or [] if a.get("content")]
+        added = _added(d)
     fresh_note = note is None
     if note is None:
         note = _note(d)
@@ -296,6 +301,6 @@ def encoder_for(tokenizer_json: str, fingerprint: str, split_special: bool, hf=N
         return got[0]
     enc = _encoder(tokenizer_json, split_special, hf, engine=engine) if _version(engine) else None
     if enc is None:
-        added = [a["content"] for a in json.loads(tokenizer_json).get("added_tokens") or [] if a.get("content")]
+        added = _added(json.loads(tokenizer_json))
         enc = FastokensEncoder(None, HFSide(tokenizer_json, tuple(added), split_special, "", hf))
     return enc

@@ -52,9 +52,9 @@ class GigatokenEncoder(FastokensEncoder):
 
     backend = BACKEND
 
-    def __init__(self, tokenizer_json: str, base, prep=None):
+    def __init__(self, tokenizer_json: str, base):
         self.base, self.conv, self.split_special = base, base.conv, base.split_special
-        self._prep, self._needs_hf = prep, base._needs_hf
+        self._prep, self._needs_hf = None, base._needs_hf  # gigatoken reads Metaspace itself: no prefix to add
         tk = load(tokenizer_json)
 
         def flat(texts, add_special_tokens=False):  # as fastokens' encode_batch_flat: (ids, offsets) buffers

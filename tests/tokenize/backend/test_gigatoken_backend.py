@@ -168,8 +168,8 @@ def test_gigatoken_alone_differs_or_cannot_load_stops_the_build_in_one_line(tmp_
     monkeypatch.setenv("PACKER_CACHE", str(tmp_path / "cache"))
     real = G.GigatokenEncoder.__init__
 
-    def off_by_one(self, tokenizer_json, base, prep=None):
-        real(self, tokenizer_json, base, prep)
+    def off_by_one(self, tokenizer_json, base):
+        real(self, tokenizer_json, base)
         inner = self._flat
         self._flat = lambda texts, add_special_tokens=False: (lambda r: ((r[0] + 1).astype(np.uint32), r[1]))(inner(texts))
 
