@@ -1,0 +1,179 @@
+"""Issue 52.2: can gigatoken read JSON Lines itself in a packer build and keep packer's documents and skips?
+
+Two parts, side by side in one run:
+
+1. **Semantics.** Small JSON Lines files, one per case packer decides (blank lines, a byte-order mark, malformed
+   or truncated lines, a missing or non-string field, invalid UTF-8, a lone surrogate, an integer wider than 64
+   bits, duplicate keys, text after the object, raw control characters): packer's records (its reader and parser,
+   packer/formats/jsonl.py) against the rows gigatoken's ``encode_files(JsonlFileSource)`` returns, decoded. Each
+   case says whether they agree and, where not, whether a count (gigatoken's rows against the file's non-blank
+   lines) would show it, or only a parse of every line would.
+2. **Cost, CPU-seconds per GB of text on one thread.** (a) packer's worker path today: read the lines, parse each
+   (orjson), encode with packer's Encoder (``--tokenizer-backend``, default fastokens); (b) gigatoken reading the
+   file itself; (c) (b) made exact: (a)'s read and parse to learn packer's documents, plus (b), plus a decode of
+   every row compared with its document's UTF-8 bytes (what a duplicate key or text after the object needs).
+
+    python bench/gigatoken_jsonl.py /tmp/r50.jsonl --tokenizer ../shared/data/gpt2-tokenizer.json
+
+Needs gigatoken (``pip install gigatoken``). Prints the machine's load beside the timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from packer.formats import Document, discover, iter_parts, parse_part, plan_slices  # noqa: E402
+
+CASES = [  # (name, file bytes): each a thing packer's reader decides
+    ("clean", b'{"text":"hi"}\n{"text":"there"}\n'),
+    ("blank line between", b'{"text":"hi"}\n\n{"text":"there"}\n'),
+    ("line of spaces between", b'{"text":"hi"}\n   \n{"text":"there"}\n'),
+    ("byte-order mark", b'\xef\xbb\xbf{"text":"hi"}\n{"text":"there"}\n'),
+    ("malformed line", b'{"text":"hi"}\n{"text":\n{"text":"x"}\n'),
+    ("missing field", b'{"text":"hi"}\n{"other":"a"}\n{"text":"x"}\n'),
+    ("non-string field", b'{"text":"hi"}\n{"text":5}\n{"text":"x"}\n'),
+    ("empty text", b'{"text":"hi"}\n{"text":""}\n{"text":"x"}\n'),
+    ("invalid UTF-8", b'{"text":"hi"}\n{"text":"a\xff"}\n{"text":"x"}\n'),
+    ("lone surrogate escape", b'{"text":"hi"}\n{"text":"a\\ud800b"}\n{"text":"x"}\n'),
+    ("integer over 64 bits", b'{"text":"hi","n":123456789012345678901234567890}\n{"text":"x"}\n'),
+    ("duplicate key", b'{"text":"first","text":"last"}\n{"text":"x"}\n'),
+    ("duplicate key, escaped", b'{"text":"first","\\u0074ext":"last"}\n{"text":"x"}\n'),
+    ("text after the object", b'{"text":"a"} {"text":"b"}\n{"text":"x"}\n'),
+    ("raw tab in a string", b'{"text":"a\tb"}\n{"text":"x"}\n'),
+    ("CRLF line ends", b'{"text":"hi"}\r\n{"text":"there"}\r\n'),
+    ("special token's string", b'{"text":"a<|endoftext|>b"}\n'),
+]
+
+
+def packer_records(path: str) -> list:
+    """packer's records of ``path`` in order: the text of a document, or ("skip", reason)."""
+    found = discover([path])
+    out = []
+    for sl, _ in plan_slices(tuple(found.files), 1 << 40):
+        for part in iter_parts(sl, "text"):
+            for rec in parse_part(part, ("text",)):
+                out.append(rec.text if type(rec) is Document else ("skip", rec.reason))
+    return out
+
+
+def gigatoken_rows(tk, path: str) -> list | str:
+    import gigatoken
+
+    try:
+        rows = tk.encode_files(gigatoken.JsonlFileSource([path], "text"), parallel=False)
+    except BaseException as e:  # a Rust panic is a BaseException
+        return f"error: {type(e).__name__}"
+    return [bytes(tk.decode(r)).decode("utf-8", "replace") for r in rows]
+
+
+def semantics(tk) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for name, data in CASES:
+            path = os.path.join(d, "case.jsonl")
+            with open(path, "wb") as f:
+                f.write(data)
+            want, got = packer_records(path), gigatoken_rows(tk, path)
+            docs = [r for r in want if isinstance(r, str)]
+            lines = sum(1 for line in data.split(b"\n") if line.strip())
+            if got == docs and len(docs) == len(want):
+                verdict = "same"
+            elif isinstance(got, str) or len(got) != lines:
+                verdict = "differs; the row count shows it"
+            else:
+                verdict = "DIFFERS; rows == lines: only a parse of every line shows it"
+            rows.append({"case": name, "packer": want, "gigatoken": got, "verdict": verdict})
+    return rows
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def cost(path: str, tokenizer: str, backend: str, rounds: int) -> dict:
+    """CPU-seconds of (a), (b) and (c) on ``path`` (best of ``rounds``), and whether their ids agree."""
+    import gigatoken
+    import numpy as np
+
+    from packer.tokenize import Encoder, choose_backend, resolve_tokenizer
+
+    info = choose_backend(resolve_tokenizer(tokenizer, eos=False, bos=False), backend)
+    enc, tk = Encoder(info), gigatoken.Tokenizer.from_json(info.json)
+    widths = np.array([len(bytes(tk.decode([i]))) for i in range(tk.vocab_size)], np.int64)  # bytes per token id
+    best: dict = {}
+
+    def timed(key, fn):
+        c = _cpu()
+        out = fn()
+        best[key] = min(best.get(key, 1e9), _cpu() - c)
+        return out
+
+    for _ in range(rounds):
+        texts = timed("read+parse", lambda: [r for r in packer_records(path) if isinstance(r, str)])
+        ids, lengths = timed("encode", lambda: enc.encode_flat(texts))
+        rows = timed("gigatoken files", lambda: tk.encode_files(gigatoken.JsonlFileSource([path], "text"),
+                                                               parallel=False))
+        same = timed("decode+compare", lambda: rows_are(tk, rows, texts, widths))
+    flat = np.asarray(rows.layout.content.data, np.uint32)[rows.layout.offsets[0]:rows.layout.offsets[-1]]
+    gb = sum(len(t.encode("utf-8")) for t in texts) / 1e9
+    today = best["read+parse"] + best["encode"]
+    exact = best["read+parse"] + best["gigatoken files"] + best["decode+compare"]
+    return {"gb": gb, "docs": len(texts), "backend": enc.backend if hasattr(enc, "backend") else backend,
+            "per_gb": {k: v / gb for k, v in best.items()}, "today": today / gb, "gigatoken": best["gigatoken files"] / gb,
+            "exact": exact / gb, "same_ids": bool(np.array_equal(flat, ids)), "rows_equal_texts": same}
+
+
+def rows_are(tk, rows, texts: list[str], widths) -> bool:
+    """Whether gigatoken's ``rows`` are ``texts``, document by document: the cheapest exact certificate found (one
+    decode of every id against the documents' joined UTF-8, and each row's byte count from ``widths``, bytes per id,
+    against each document's)."""
+    import numpy as np
+
+    if len(rows) != len(texts):
+        return False
+    offs = np.asarray(rows.layout.offsets, np.int64)
+    flat = np.asarray(rows.layout.content.data, np.uint32)[offs[0]:offs[-1]]
+    per_id = np.concatenate([[0], np.cumsum(widths[flat])])
+    row_bytes = per_id[offs - offs[0]]
+    encoded = [t.encode("utf-8") for t in texts]
+    if not np.array_equal(np.diff(row_bytes), np.fromiter(map(len, encoded), np.int64, len(encoded))):
+        return False
+    return bytes(tk.decode(flat)) == b"".join(encoded)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("jsonl", help="real JSON Lines, a 'text' field per line (bench/real_corpus.py makes one)")
+    ap.add_argument("--tokenizer", required=True, help="a tokenizer.json gigatoken loads (byte-level BPE: GPT-2, Llama 3)")
+    ap.add_argument("--backend", default="fastokens", help="packer's encoder for (a) (default fastokens)")
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    import gigatoken
+
+    tk = gigatoken.Tokenizer.from_json(open(args.tokenizer, encoding="utf-8").read())
+    from importlib.metadata import version
+
+    print(f"== semantics: packer's records against gigatoken {version('gigatoken')}'s JsonlFileSource rows")
+    for r in semantics(tk):
+        print(f"  {r['case']:26s} {r['verdict']:60s} packer {r['packer']!r:.70}  gigatoken {r['gigatoken']!r:.60}")
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    c = cost(args.jsonl, args.tokenizer, args.backend, args.rounds)
+    print(f"== cost on {args.jsonl}: {c['gb']:.3f} GB of text, {c['docs']:,} documents, one thread, best of {args.rounds}; "
+          f"load {load0:.2f} -> {os.getloadavg()[0]:.2f}; {time.perf_counter() - t0:.0f} s")
+    print("  CPU-s per GB: " + ", ".join(f"{k} {v:.2f}" for k, v in c["per_gb"].items()))
+    print(f"  (a) packer today (read+parse+encode, {c['backend']}): {c['today']:.2f}   (b) gigatoken files: {c['gigatoken']:.2f}"
+          f" = {c['gigatoken'] / c['today']:.2f}x (a)   (c) (b) made exact: {c['exact']:.2f} = {c['exact'] / c['today']:.2f}x (a)")
+    print(f"  gigatoken's ids == packer's: {c['same_ids']}; every row decodes to its document: {c['rows_equal_texts']}")
+
+
+if __name__ == "__main__":
+    main()
