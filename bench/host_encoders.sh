@@ -8,8 +8,8 @@
 #          tar -C DIR -cf - gpt2-tokenizer.json llama3 mistral-v3 qwen3 deepseek_v3 llama2 gemma3 | zstd > .carry/tok.tar.zst
 #   there: bash bench/host_encoders.sh [N]          (after installing the wheels onto PYTHONPATH)
 set -uo pipefail
-N=${1:-16}; W=${WORK:-/tmp/he}; MB=${MB:-200}; MB1=${MB1:-20}; R=${OUT:-$W}; mkdir -p "$W/tok" "$R"
-[ -f .carry/tok.tar.zst ] && zstd -dc .carry/tok.tar.zst | tar -C "$W/tok" -xf -
+N=${1:-16}; export WORK=${WORK:-/tmp/he}; W=$WORK; MB=${MB:-200}; MB1=${MB1:-20}; R=${OUT:-$W}; mkdir -p "$W/tok" "$R"
+[ -f .carry/tok.tar.zst ] && python3 -c "import sys, zstandard; zstandard.ZstdDecompressor().copy_stream(open(sys.argv[1], 'rb'), sys.stdout.buffer)" .carry/tok.tar.zst | tar -C "$W/tok" -xf -  # (no zstd CLI on the host)
 . "$(dirname "$0")/host_inputs.sh"  # $W/real/real.jsonl (MB of real text), $W/real.jsonl.zst
 head -c $((MB1 * 1000000)) "$W/real/real.jsonl" | head -n -1 > "$W/first.jsonl"
 export BENCH_TOKENIZERS="$W/tok"
