@@ -154,7 +154,10 @@ def main() -> None:
     ap.add_argument("--backend", default="fastokens", help="packer's encoder for (a) (default fastokens)")
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
-    import gigatoken
+    try:
+        import gigatoken
+    except ImportError:
+        raise SystemExit("gigatoken_jsonl.py: needs gigatoken (pip install gigatoken)")
 
     tk = gigatoken.Tokenizer.from_json(open(args.tokenizer, encoding="utf-8").read())
     from importlib.metadata import version
