@@ -3,7 +3,7 @@
 ``--encode INPUTS``: per family (FAMILIES, where here) and engine (hf encode_batch_fast, tiktoken of packer's
 conversion, fastokens encode_batch_flat, gigatoken encode_batch on strings, gigatoken files: encode_files reads
 the JSON Lines itself) every document encoded once (after the first 5% warmed caches) in a child pinned to N
-cores (each of --threads); only the encode timed; ids of every document compared with HF's (else no rate).
+cores (each of --threads); only the encode timed; ids of every document compared with HF's (else no rate; BENCH_DUMP=DIR: every differing document written there).
 ``--builds FILE``: packer build of FILE with --tokenizer-backend auto and each exact engine forced, in a
 rotating order, --rounds times: auto's wall and CPU over the fastest forced engine's; shards must be identical.
     python bench/encoders.py --encode bench_out/real/real.jsonl --threads 1 2
@@ -71,6 +71,12 @@ want, wo, diff = np.load(ref + ".ids.npy"), np.load(ref + ".offs.npy"), None
 if len(offs) != len(wo) or not (np.array_equal(offs, wo) and np.array_equal(ids, want)):
     diff = next((i for i in range(min(len(offs), len(wo)) - 1)
                  if not np.array_equal(ids[offs[i]:offs[i + 1]], want[wo[i]:wo[i + 1]])), min(len(offs), len(wo)) - 1)
+    if os.environ.get("BENCH_DUMP") and len(offs) == len(wo):  # every differing document, its text and both ids
+        with open(os.path.join(os.environ["BENCH_DUMP"], f"diff-{os.path.basename(tok_path)}-{engine.replace(' ', '_')}.jsonl"), "w") as f:
+            for i in range(len(wo) - 1):
+                a, b = want[wo[i]:wo[i + 1]].tolist(), ids[offs[i]:offs[i + 1]].tolist()
+                if a != b:
+                    f.write(json.dumps({"doc": i, "text": texts[i], "hf": a, "engine": b}) + "\n")
     diff = f"doc {diff} of {len(wo) - 1} (docs {len(offs) - 1})"
 print(json.dumps({"wall": wall, "cpu": cpu, "docs": len(texts), "chars": sum(map(len, texts)),
                   "tokens": int(wo[-1]), "diff": diff}))

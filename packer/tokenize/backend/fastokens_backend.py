@@ -30,7 +30,7 @@ import numpy as np
 
 from ... import head_start
 from . import check_cache
-from .tiktoken_check import CheckResult, check, hard_strings, suspect_strings
+from .tiktoken_check import CheckResult, check, hard_strings, normal_forms, suspect_strings
 
 BACKEND = "fastokens"
 # Its load is serial start, about 0.16-0.26 CPU-s per MB of tokenizer.json (GPT-2 0.5 s, Llama 3 2.0 s,
@@ -245,7 +245,7 @@ def checked_over(make, backend: str, ver: str | None, base, tokenizer_json: str,
         enc = make(tokenizer_json, base)
     except Exception:  # a component the engine lacks: tiktoken stays
         return None
-    strings = hard_strings(base.conv.added) + suspect_strings(base.conv.suspects)
+    strings = hard_strings(base.conv.added) + suspect_strings(base.conv.suspects) + normal_forms(base.conv)
     rec_key = f"{fingerprint}\0{backend} {ver}"
     passed = check_cache.load(rec_key, base.split_special, strings)
     if passed is not None:

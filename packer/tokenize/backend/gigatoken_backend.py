@@ -55,6 +55,10 @@ class GigatokenEncoder(FastokensEncoder):
     def __init__(self, tokenizer_json: str, base):
         self.base, self.conv, self.split_special = base, base.conv, base.split_special
         self._prep, self._needs_hf = None, base._needs_hf  # gigatoken reads Metaspace itself: no prefix to add
+        if getattr(base.conv, "normalize", None):  # NFC/NFKC (Qwen3): HF's own normalizer first, none in gigatoken
+            from .normalize import Normalizer  # (its Unicode tables are not HF's: U+10D27 U+10F46, tiktoken_check.py)
+
+            self._prep, tokenizer_json = Normalizer(base.conv.normalize), _without_normalizer(tokenizer_json)
         tk = load(tokenizer_json)
 
         def flat(texts, add_special_tokens=False):  # as fastokens' encode_batch_flat: (ids, offsets) buffers
@@ -64,6 +68,15 @@ class GigatokenEncoder(FastokensEncoder):
             return np.ascontiguousarray(lay.content.data, np.uint32), np.ascontiguousarray(lay.offsets, np.uint64)
 
         self._flat = flat
+
+
+def _without_normalizer(tokenizer_json: str) -> str:
+    """``tokenizer_json`` with its normalizer removed (one that the conversion applies first, NFC or NFKC)."""
+    import json
+
+    tok = json.loads(tokenizer_json)
+    tok["normalizer"] = None
+    return json.dumps(tok, ensure_ascii=False)
 
 
 def load(tokenizer_json: str):

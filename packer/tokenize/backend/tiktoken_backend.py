@@ -54,7 +54,7 @@ import numpy as np
 
 from ..memo import remember, store
 from . import check_cache, gigatoken_backend
-from .tiktoken_check import _NEVER, CheckResult, _AddedScan, check, hard_strings, hf_encode, suspect_strings
+from .tiktoken_check import _NEVER, CheckResult, _AddedScan, check, hard_strings, hf_encode, normal_forms, suspect_strings
 from .tiktoken_convert import Conversion, NotExpressible, convert
 
 
@@ -384,7 +384,7 @@ def _static_check(tokenizer_json: str, fingerprint: str, split_special: bool, ge
                     CheckResult(True, passed["texts"], passed["tokens"], ""))
         ref = get_hf()
         enc = TiktokenEncoder(tokenizer_json, convert(tokenizer_json, hf=ref), ref, split_special)
-        strings = hard_strings(enc.conv.added) + suspect_strings(enc.conv.suspects)
+        strings = hard_strings(enc.conv.added) + suspect_strings(enc.conv.suspects) + normal_forms(enc.conv)
         result = (enc, check(enc, ref, strings, "hard string"))
         if result[1].ok:
             check_cache.store(fingerprint, split_special, hard_base, enc.conv.note, result[1].texts, result[1].tokens)

@@ -71,6 +71,38 @@ def test_gigatoken_missing_or_inexact_stops_the_build_in_one_line(tmp_path, smal
     assert not os.path.exists(tmp_path / "b" / "manifest.json")
 
 
+def test_gigatoken_under_nfc_is_handed_hfs_normalized_text(tmp_path, small_family, monkeypatch):
+    """Under an NFC normalizer (Qwen3's) gigatoken 0.10.0 orders U+10D27 U+10F46 otherwise than HF's tables (one
+    document of real source code, a regex of combining marks): packer hands gigatoken HF's NFC output and loads it
+    without its normalizer, so its ids are HF's on that pair and on every normalization string; an engine that
+    normalizes again with its own tables fails those strings, so the named backend stops instead."""
+    from tokenizers import Tokenizer
+
+    from packer.tokenize.backend.tiktoken_check import normal_form_strings
+
+    monkeypatch.setenv("PACKER_CACHE", str(tmp_path / "cache"))
+    forget_parsed()
+    tok = os.path.join(small_family("qwen-like"), "tokenizer.json")
+    pair = "x \U00010d27\U00010f46 y"
+    info = choose_backend(resolve_tokenizer(tok), "gigatoken", lambda: TEXTS[:20])
+    assert info.backend == "gigatoken" and "NFC first" in info.backend_reason
+    enc, hf = Encoder(info), Encoder(choose_backend(resolve_tokenizer(tok), "hf"))
+    texts = [pair, *normal_form_strings()]
+    a, b = enc.encode_flat(texts), hf.encode_flat(texts)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    raw = G.load(resolve_tokenizer(tok).json)  # gigatoken with its own normalizer: what the strings are for
+    own = [int(i) for i in raw.encode_batch([pair], parallel=False).layout.content.data]
+    assert own != Tokenizer.from_file(tok).encode(pair, add_special_tokens=False).ids
+    monkeypatch.setattr(G, "_without_normalizer", lambda j: j)  # HF's NFC, then gigatoken's own again
+    monkeypatch.setenv("PACKER_CACHE", str(tmp_path / "cache2"))
+    G._CHECKED.clear(), forget_parsed()
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, TEXTS[:20])
+    with pytest.raises(PackerError, match=r"gigatoken cannot load this tokenizer, or gave other ids than HF"):
+        build(str(src), str(tmp_path / "b"), tokenizer=tok, seq_len=128, workers=1, quiet=True, tokenizer_backend="gigatoken")
+    G._CHECKED.clear(), forget_parsed()
+
+
 # gigatoken alone: where tiktoken cannot express the tokenizer (SentencePiece BPE with byte_fallback), as fastokens alone.
 
 @pytest.fixture(scope="module")
