@@ -15,6 +15,11 @@ Two parts, side by side in one run:
 
     python bench/gigatoken_jsonl.py /tmp/r50.jsonl --tokenizer ../shared/data/gpt2-tokenizer.json
 
+``--parquet``: the same for Parquet (the JSON Lines' documents written as one Parquet file, a string column
+``text``): the cases a Parquet column can hold (null, empty, binary, a non-string or dictionary column, no such
+column) against ``ParquetFileSource``'s rows; and the cost, where (c) is the column read by pyarrow without a
+Python string (its validity, lengths and UTF-8 checked in Arrow: what packer needs to name each row's skip) plus (b).
+
 Needs gigatoken (``pip install gigatoken``). Prints the machine's load beside the timings.
 """
 
@@ -51,6 +56,17 @@ CASES = [  # (name, file bytes): each a thing packer's reader decides
 ]
 
 
+PARQUET_CASES = [  # (name, the column; None: no column "text")
+    ("strings", lambda pa: pa.array(["hi", "there"])),
+    ("null and empty", lambda pa: pa.array(["hi", None, "", "x"])),
+    ("large_string", lambda pa: pa.array(["hi", "x"], pa.large_string())),
+    ("binary", lambda pa: pa.array([b"hi", b"a\xff", b"x"], pa.binary())),
+    ("integers", lambda pa: pa.array([1, 2])),
+    ("dictionary of strings", lambda pa: pa.array(["hi", "x", "hi"]).dictionary_encode()),
+    ("no such column", None),
+]
+
+
 def packer_records(path: str) -> list:
     """packer's records of ``path`` in order: the text of a document, or ("skip", reason)."""
     found = discover([path])
@@ -60,11 +76,17 @@ def packer_records(path: str) -> list:
     return out
 
 
-def gigatoken_rows(tk, path: str) -> list | str:
+def source(path: str):
+    """gigatoken's source of ``path``'s field or column ``text``: Parquet by the name's end, else JSON Lines."""
     import gigatoken
 
+    kind = gigatoken.ParquetFileSource if path.endswith(".parquet") else gigatoken.JsonlFileSource
+    return kind([path], "text")
+
+
+def gigatoken_rows(tk, path: str) -> list | str:
     try:
-        rows = tk.encode_files(gigatoken.JsonlFileSource([path], "text"), parallel=False)
+        rows = tk.encode_files(source(path), parallel=False)
     except BaseException as e:  # a Rust panic is a BaseException
         return f"error: {type(e).__name__}"
     return [bytes(tk.decode(r)).decode("utf-8", "replace") for r in rows]
@@ -88,6 +110,47 @@ def semantics(tk) -> list[dict]:
                 verdict = "DIFFERS; rows == lines: only a parse of every line shows it"
             rows.append({"case": name, "packer": want, "gigatoken": got, "verdict": verdict})
     return rows
+
+
+def parquet_semantics(tk) -> list[dict]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for name, column in PARQUET_CASES:
+            path = os.path.join(d, "case.parquet")
+            pq.write_table(pa.table({"text": column(pa)} if column else {"body": ["hi"]}), path)
+            want, got = packer_records(path), gigatoken_rows(tk, path)
+            docs = [r for r in want if isinstance(r, str)]
+            same = got == docs and len(docs) == len(want)
+            aligned = not isinstance(got, str) and len(got) == len(want) and all(
+                g == w for g, w in zip(got, want) if isinstance(w, str))  # the skipped rows gigatoken keeps
+            verdict = ("same" if same else "an error: packer can fall back" if isinstance(got, str) else
+                       "rows aligned: packer's skips found in Arrow" if aligned else "DIFFERS")
+            rows.append({"case": name, "packer": want, "gigatoken": got, "verdict": verdict})
+    return rows
+
+
+def to_parquet(jsonl: str, folder: str) -> str:
+    """``jsonl``'s documents (packer's records) as one Parquet file, a string column ``text``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = os.path.join(folder, os.path.basename(jsonl) + ".parquet")
+    pq.write_table(pa.table({"text": [r for r in packer_records(jsonl) if isinstance(r, str)]}), path)
+    return path
+
+
+def arrow_skips(path: str) -> int:
+    """What packer needs of a Parquet column to name each row's skip, without a Python string: the column read by
+    pyarrow, its UTF-8 checked, its nulls and empty rows counted."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    col = pq.read_table(path, columns=["text"]).column("text")
+    col.validate(full=True)  # (full: every value's UTF-8)
+    return col.null_count + int(pc.sum(pc.equal(pc.binary_length(col), 0)).as_py() or 0)
 
 
 def _flat(rows):
@@ -119,13 +182,17 @@ def cost(path: str, tokenizer: str, backend: str, rounds: int) -> dict:
     for _ in range(rounds):
         texts = timed("read+parse", lambda: [r for r in packer_records(path) if isinstance(r, str)])
         ids, lengths = timed("encode", lambda: enc.encode_flat(texts))
-        rows = timed("gigatoken files", lambda: tk.encode_files(gigatoken.JsonlFileSource([path], "text"),
-                                                               parallel=False))
-        same = timed("decode+compare", lambda: rows_are(tk, rows, texts, widths))
+        rows = timed("gigatoken files", lambda: tk.encode_files(source(path), parallel=False))
+        if path.endswith(".parquet"):  # rows aligned with the column: its skips from Arrow, no decode needed
+            timed("arrow skips", lambda: arrow_skips(path))
+            same = len(rows) == len(texts)
+        else:
+            same = timed("decode+compare", lambda: rows_are(tk, rows, texts, widths))
     flat = _flat(rows)[0]
     gb = sum(len(t.encode("utf-8")) for t in texts) / 1e9
     today = best["read+parse"] + best["encode"]
-    exact = best["read+parse"] + best["gigatoken files"] + best["decode+compare"]
+    exact = best["gigatoken files"] + (best["arrow skips"] if "arrow skips" in best else
+                                       best["read+parse"] + best["decode+compare"])
     return {"gb": gb, "docs": len(texts), "backend": info.backend,
             "per_gb": {k: v / gb for k, v in best.items()}, "today": today / gb, "gigatoken": best["gigatoken files"] / gb,
             "exact": exact / gb, "same_ids": bool(np.array_equal(flat, ids)), "rows_equal_texts": same}
@@ -153,6 +220,7 @@ def main() -> None:
     ap.add_argument("--tokenizer", required=True, help="a tokenizer.json gigatoken loads (byte-level BPE: GPT-2, Llama 3)")
     ap.add_argument("--backend", default="fastokens", help="packer's encoder for (a) (default fastokens)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--parquet", action="store_true", help="Parquet: the documents written as a Parquet file first")
     args = ap.parse_args()
     try:
         import gigatoken
@@ -162,13 +230,16 @@ def main() -> None:
     tk = gigatoken.Tokenizer.from_json(open(args.tokenizer, encoding="utf-8").read())
     from importlib.metadata import version
 
-    print(f"== semantics: packer's records against gigatoken {version('gigatoken')}'s JsonlFileSource rows")
-    for r in semantics(tk):
+    kind = "ParquetFileSource" if args.parquet else "JsonlFileSource"
+    print(f"== semantics: packer's records against gigatoken {version('gigatoken')}'s {kind} rows")
+    for r in (parquet_semantics if args.parquet else semantics)(tk):
         print(f"  {r['case']:26s} {r['verdict']:60s} packer {r['packer']!r:.70}  gigatoken {r['gigatoken']!r:.60}")
+    tmp = tempfile.TemporaryDirectory()
+    path = to_parquet(args.jsonl, tmp.name) if args.parquet else args.jsonl
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
-    c = cost(args.jsonl, args.tokenizer, args.backend, args.rounds)
-    print(f"== cost on {args.jsonl}: {c['gb']:.3f} GB of text, {c['docs']:,} documents, one thread, best of {args.rounds}; "
+    c = cost(path, args.tokenizer, args.backend, args.rounds)
+    print(f"== cost on {path}: {c['gb']:.3f} GB of text, {c['docs']:,} documents, one thread, best of {args.rounds}; "
           f"load {load0:.2f} -> {os.getloadavg()[0]:.2f}; {time.perf_counter() - t0:.0f} s")
     print("  CPU-s per GB: " + ", ".join(f"{k} {v:.2f}" for k, v in c["per_gb"].items()))
     print(f"  (a) packer today (read+parse+encode, {c['backend']}): {c['today']:.2f}   (b) gigatoken files: {c['gigatoken']:.2f}"
