@@ -92,42 +92,32 @@ def gigatoken_rows(tk, path: str) -> list | str:
     return [bytes(tk.decode(r)).decode("utf-8", "replace") for r in rows]
 
 
-def semantics(tk) -> list[dict]:
-    rows = []
-    with tempfile.TemporaryDirectory() as d:
-        for name, data in CASES:
-            path = os.path.join(d, "case.jsonl")
-            with open(path, "wb") as f:
-                f.write(data)
-            want, got = packer_records(path), gigatoken_rows(tk, path)
-            docs = [r for r in want if isinstance(r, str)]
-            lines = sum(1 for line in data.split(b"\n") if line.strip())
-            if got == docs and len(docs) == len(want):
-                verdict = "same"
-            elif isinstance(got, str) or len(got) != lines:
-                verdict = "differs; the row count shows it"
-            else:
-                verdict = "DIFFERS; rows == lines: only a parse of every line shows it"
-            rows.append({"case": name, "packer": want, "gigatoken": got, "verdict": verdict})
-    return rows
-
-
-def parquet_semantics(tk) -> list[dict]:
+def semantics(tk, parquet: bool = False) -> list[dict]:
+    """Each case's records by packer against gigatoken's rows, and a verdict."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     rows = []
     with tempfile.TemporaryDirectory() as d:
-        for name, column in PARQUET_CASES:
-            path = os.path.join(d, "case.parquet")
-            pq.write_table(pa.table({"text": column(pa)} if column else {"body": ["hi"]}), path)
+        for name, data in PARQUET_CASES if parquet else CASES:
+            path = os.path.join(d, "case.parquet" if parquet else "case.jsonl")
+            if parquet:
+                pq.write_table(pa.table({"text": data(pa)} if data else {"body": ["hi"]}), path)
+            else:
+                open(path, "wb").write(data)
             want, got = packer_records(path), gigatoken_rows(tk, path)
             docs = [r for r in want if isinstance(r, str)]
-            same = got == docs and len(docs) == len(want)
-            aligned = not isinstance(got, str) and len(got) == len(want) and all(
-                g == w for g, w in zip(got, want) if isinstance(w, str))  # the skipped rows gigatoken keeps
-            verdict = ("same" if same else "an error: packer can fall back" if isinstance(got, str) else
-                       "rows aligned: packer's skips found in Arrow" if aligned else "DIFFERS")
+            if got == docs and len(docs) == len(want):
+                verdict = "same"
+            elif parquet:  # rows aligned with the table: the rows packer skips are known from Arrow
+                aligned = not isinstance(got, str) and len(got) == len(want) and all(
+                    g == w for g, w in zip(got, want) if isinstance(w, str))
+                verdict = ("an error: packer can fall back" if isinstance(got, str) else
+                           "rows aligned: packer's skips found in Arrow" if aligned else "DIFFERS")
+            elif isinstance(got, str) or len(got) != sum(1 for line in data.split(b"\n") if line.strip()):
+                verdict = "differs; the row count shows it"
+            else:
+                verdict = "DIFFERS; rows == lines: only a parse of every line shows it"
             rows.append({"case": name, "packer": want, "gigatoken": got, "verdict": verdict})
     return rows
 
@@ -232,7 +222,7 @@ def main() -> None:
 
     kind = "ParquetFileSource" if args.parquet else "JsonlFileSource"
     print(f"== semantics: packer's records against gigatoken {version('gigatoken')}'s {kind} rows")
-    for r in (parquet_semantics if args.parquet else semantics)(tk):
+    for r in semantics(tk, args.parquet):
         print(f"  {r['case']:26s} {r['verdict']:60s} packer {r['packer']!r:.70}  gigatoken {r['gigatoken']!r:.60}")
     tmp = tempfile.TemporaryDirectory()
     path = to_parquet(args.jsonl, tmp.name) if args.parquet else args.jsonl

@@ -243,14 +243,14 @@ def test_no_module_over_400_lines_no_function_over_100_no_global():
 
 
 def test_bench_stays_small_and_docs_benchmarks_names_every_script():
-    """bench/ holds what docs/benchmarks.md cites, at most 5,250 lines of Python (issue 28's 4,200, the
+    """bench/ holds what docs/benchmarks.md cites, at most 5,350 lines of Python (issue 28's 4,200, the
     scripts of repack, export and the length curricula, issue 52's encoders, 55's stop timings, 53.3's huge record,
-    52.2's gigatoken JSON Lines semantics): a script
+    52.2's gigatoken JSON Lines and Parquet semantics): a script
     whose figures are all that is left of it goes, and its figures name the commit where it last was."""
     bench = os.path.join(os.path.dirname(ROOT), "bench")
     files = [os.path.join(top, f) for top, _, names in os.walk(bench) for f in names if f.endswith(".py")]
     lines = sum(len(open(f).read().splitlines()) for f in files)
-    assert lines <= 5250, f"bench/ holds {lines} lines of Python (at most 5,250)"
+    assert lines <= 5350, f"bench/ holds {lines} lines of Python (at most 5,350)"
     with open(os.path.join(os.path.dirname(ROOT), "docs", "benchmarks.md")) as f:
         doc = f.read()
     unnamed = sorted(f for f in os.listdir(bench) if f.endswith(".py") and not re.search(rf"(?<!\w){re.escape(f)}", doc))

@@ -34,19 +34,11 @@ BYTES_NAME = "bytes"
 BYTES_EOS = 256
 
 # Special tokens tried, in order, as the end-of-document token.
-EOS_CANDIDATES = (
-    "<|endoftext|>",
-    "<|end_of_text|>",
-    "</s>",
-    "<eos>",
-    "<|eot_id|>",
-    "[SEP]",
-)
+EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>", "[SEP]")
 # Keyed on all that decides their value (memo.remember), one entry each, never changed once stored:
 _LOADED: dict = {}  # (fingerprint, split_special) -> its tokenizers.Tokenizer (encode_special_tokens set)
 _CUT_RULE: dict = {}  # (fingerprint, split_special) -> long_texts.cut_rule's answer (None: long texts may be cut)
 
-_HERE = "\0folder\0"  # in a recorded note: the folder of the build that reads it back
 
 PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>")
 
@@ -135,25 +127,30 @@ def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None 
     record = info_cache.key(path, options, follow.config_paths(spec)) if path else None
     known = info_cache.load(record)
     if known is not None:  # resolved before, from these very bytes: no parse (0.75 s for Llama 3)
-        known.update(notes=tuple(spec + n[len(_HERE):] if n.startswith(_HERE) else n for n in known["notes"]),
-                     prefix=tuple(known["prefix"]),
+        known.update(notes=info_cache.notes_out(spec, known["notes"]), prefix=tuple(known["prefix"]),
                      suffix=None if known["suffix"] is None else tuple(known["suffix"]),
                      specials=tuple((int(i), str(t)) for i, t in known["specials"]),
                      plain_added=tuple((int(i), str(t)) for i, t in known["plain_added"]))
         return TokenizerInfo(spec, **known)
-    info = _resolve_hf(spec, eos, eos_token, bos, bos_token, split_special, follows, while_waiting)
-    # A note names this build's folder: recorded as _HERE, so a copy of the folder (same bytes) names its own.
-    here = tuple(_HERE + n[len(spec):] if n.startswith(spec + ": ") else n for n in info.notes)
-    info_cache.store(record, {k: getattr(info, k) for k in info_cache.FIELDS} | {"notes": list(here)})
+    used = info_cache.key(path, ("as used",) + options[5:], follow.config_paths(spec)) if path else None
+    info = _resolve_hf(spec, eos, eos_token, bos, bos_token, split_special, follows, while_waiting,
+                       info_cache.load_as_used(used, spec))
+    fields = {k: getattr(info, k) for k in info_cache.FIELDS} | {"notes": info_cache.notes_in(spec, info.notes)}
+    info_cache.store(record, fields)
+    info_cache.store_as_used(used, record, fields)
     return info
 
 
 def _resolve_hf(spec: str, eos: bool, eos_token: str | None, bos: bool, bos_token: str | None,
-                split_special: bool, follows: str = "transformers", while_waiting=None) -> TokenizerInfo:
+                split_special: bool, follows: str = "transformers", while_waiting=None, used=None) -> TokenizerInfo:
+    args = (eos, eos_token, bos, bos_token, split_special, follows)
+    if used is not None:  # (JSON, notes) of the tokenizer as used, recorded under other options: no view to build
+        from tokenizers import Tokenizer
+
+        return _info_of(spec, Tokenizer.from_str(used[0]), list(used[1]), *args, known_json=used[0])
     folder = follow.folder_of(spec)
     pending = view_child.start(folder) if folder else None  # transformers' view, built while the file loads here
     early, guessed = None, None  # the likely resolve, made while the child runs
-    args = (eos, eos_token, bos, bos_token, split_special, follows)
     try:
         file_tok = _load_hf(spec)
         file_json = file_tok.to_str() if pending is not None else None  # for the guess and as_used

@@ -29,7 +29,7 @@ def cache(tmp_path, monkeypatch):
 
 def _records(cache) -> list[str]:
     """The record files (each has its tokenizer JSON beside it, NAME.tokenizer.json)."""
-    names = os.listdir(cache)
+    names = [n for n in os.listdir(cache) if not n.endswith(".as_used.json")]  # (the tokenizer as used: below)
     recs = sorted(n for n in names if not n.endswith(".tokenizer.json"))
     assert sorted(n for n in names if n.endswith(".tokenizer.json")) == sorted(n[:-5] + ".tokenizer.json" for n in recs)
     return recs
@@ -116,3 +116,33 @@ def test_a_failing_resolve_is_not_recorded(tmp_path, cache):
     with pytest.raises(PackerError, match="--eos-token"):
         resolve_tokenizer(path, eos_token="<nope>")
     assert not cache.exists() or os.listdir(cache) == []
+
+
+def test_other_options_reuse_the_tokenizer_as_used_and_equal_a_fresh_resolve(tmp_path, cache, monkeypatch):
+    """A model folder resolved once: a resolve with other options (split special tokens, no EOS, no BOS) parses the
+    recorded tokenizer as used (transformers' view, its note) instead of building the view again, and equals a
+    resolve with no record at all; with that record's JSON gone, the view is built again."""
+    pytest.importorskip("transformers")
+    from packer.tokenize import follows, view_child
+    from tests.tokenize.test_follows import llama2_like
+
+    folder = llama2_like(tmp_path / "m")
+    first = resolve_tokenizer(folder)
+    assert any("differ in the" in n for n in first.notes)  # transformers' view is not the file here
+
+    def built(*a, **k):
+        raise AssertionError("transformers' view built again")
+
+    options = [dict(split_special=True), dict(eos=False), dict(bos=False, split_special=True)]
+    with monkeypatch.context() as m:
+        m.setattr(follows, "as_used", built)
+        m.setattr(view_child, "start", built)
+        again = [resolve_tokenizer(folder, **o) for o in options]
+    monkeypatch.setenv("PACKER_CACHE", "off")
+    assert again == [resolve_tokenizer(folder, **o) for o in options]
+    assert again[0].notes == first.notes and again[0].fingerprint == first.fingerprint and again[0].split_special
+    monkeypatch.setenv("PACKER_CACHE", str(cache.parent))
+    for name in os.listdir(cache):
+        if name.endswith(".tokenizer.json"):
+            (cache / name).unlink()
+    assert resolve_tokenizer(folder, eos_token="</s>", bos=False) == resolve_tokenizer(folder, eos_token="</s>", bos=False)
