@@ -51,21 +51,23 @@ def notes_out(spec: str, notes) -> tuple[str, ...]:
     return tuple(spec + n[len(HERE):] if n.startswith(HERE) else n for n in notes)
 
 
-def key(path: str, options: tuple, also: list[str] = ()) -> str | None:
-    """The record's name for tokenizer file ``path`` resolved with ``options``; None if unreadable.
-    ``also``: the other files that decide the result (a model folder's configs: follows.py)."""
+def keys(path: str, also: list[str], *options: tuple) -> list[str | None]:
+    """The records' names for tokenizer file ``path`` resolved with each of ``options`` (the files read and hashed
+    once); None each if unreadable. ``also``: the other files that decide the result (a model folder's configs:
+    follows.py)."""
     import tokenizers
 
-    h = hashlib.sha256(f"{VERSION}\0{tokenizers.__version__}\0{options!r}\0".encode())
+    files = hashlib.sha256()
     try:
         for p in (path, *also):
-            h.update(f"\0{os.path.basename(p)}\0".encode())
+            files.update(f"\0{os.path.basename(p)}\0".encode())
             with open(p, "rb") as f:
                 while block := f.read(1 << 22):
-                    h.update(block)
+                    files.update(block)
     except OSError:
-        return None
-    return h.hexdigest()[:32]
+        return [None] * len(options)
+    return [hashlib.sha256(f"{VERSION}\0{tokenizers.__version__}\0{o!r}\0{files.hexdigest()}".encode()).hexdigest()[:32]
+            for o in options]
 
 
 def load(name: str | None) -> dict | None:

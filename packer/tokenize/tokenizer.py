@@ -123,8 +123,10 @@ def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None 
                              added=f"no bos; eos {BYTES_EOS} (the byte tokenizer's)" if eos else "no bos; no eos (--no-eos)")
 
     path = _local_file(spec)
-    options = (eos, eos_token, bos, bos_token, split_special, follows, follow.transformers_version(spec))
-    record = info_cache.key(path, options, follow.config_paths(spec)) if path else None
+    tf_version = follow.transformers_version(spec)
+    options = (eos, eos_token, bos, bos_token, split_special, follows, tf_version)  # the as-used record: the last two
+    record, used = info_cache.keys(path, follow.config_paths(spec), options, ("as used", follows, tf_version)) \
+        if path else (None, None)
     known = info_cache.load(record)
     if known is not None:  # resolved before, from these very bytes: no parse (0.75 s for Llama 3)
         known.update(notes=info_cache.notes_out(spec, known["notes"]), prefix=tuple(known["prefix"]),
@@ -132,7 +134,6 @@ def resolve_tokenizer(spec: str | None, eos: bool = True, eos_token: str | None 
                      specials=tuple((int(i), str(t)) for i, t in known["specials"]),
                      plain_added=tuple((int(i), str(t)) for i, t in known["plain_added"]))
         return TokenizerInfo(spec, **known)
-    used = info_cache.key(path, ("as used",) + options[5:], follow.config_paths(spec)) if path else None
     info = _resolve_hf(spec, eos, eos_token, bos, bos_token, split_special, follows, while_waiting,
                        info_cache.load_as_used(used, spec))
     fields = {k: getattr(info, k) for k in info_cache.FIELDS} | {"notes": info_cache.notes_in(spec, info.notes)}
