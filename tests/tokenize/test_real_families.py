@@ -17,6 +17,7 @@ point in CODE_POINT_STEP); the other (family, check) pairs and the sweep's other
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -90,9 +91,11 @@ class Family:
         self.texts = real_texts()
         self._infos: dict = {}
 
+    @functools.cached_property
     def options(self) -> dict:
         """What a user passes besides --tokenizer: nothing, or the config's eos_token where packer's default
-        finds none (DeepSeek V3 today: test_the_default_eos_is_the_configs)."""
+        finds none (DeepSeek V3 today: test_the_default_eos_is_the_configs). Found once per family: each
+        resolve of a 33 MB tokenizer.json (Gemma 3) reads and hashes it again."""
         try:
             from packer.tokenize import resolve_tokenizer
 
@@ -110,7 +113,7 @@ class Family:
 
         key = (backend, split)
         if key not in self._infos:
-            info = resolve_tokenizer(self.path, split_special=split, **self.options())
+            info = resolve_tokenizer(self.path, split_special=split, **self.options)
             try:
                 self._infos[key] = choose_backend(info, backend, lambda: self.texts[:50])
             except PackerError as e:
@@ -239,7 +242,7 @@ def test_auto_and_hf_builds_write_identical_shards(fam, tmp_path):
     for backend in ("auto", "hf"):
         out = str(tmp_path / backend)
         m = build([src], out, seq_len=2048, tokenizer=fam.path, workers=1, quiet=True, unit_bytes=256 << 10,
-                  tokenizer_backend=backend, **fam.options()).manifest
+                  tokenizer_backend=backend, **fam.options).manifest
         assert not m["totals"].get("skipped") and (backend == "auto" or m["tokenizer"]["backend"] == "hf")
         sums[backend] = [s["xxh3_128"] for s in m["shards"]]
         docs[backend] = read_documents(out)[0]

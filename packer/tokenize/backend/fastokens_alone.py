@@ -169,12 +169,12 @@ def _gigatoken_encoder(tokenizer_json: str, split_special: bool, hf, added, note
     itself; the check proves its ids), or None where gigatoken cannot load it."""
     from .gigatoken_backend import GigatokenEncoder
 
+    if own and split_special:
+        return None  # gigatoken has no --split-special-tokens (before parsing: 1.9 s for Gemma 3's file)
     if added is None or note is None:
         d = json.loads(tokenizer_json)
         added = _added(d) if added is None else added
         note = _note(d) if note is None else note
-    if own and split_special:
-        return None  # gigatoken has no --split-special-tokens
     side = HFSide(tokenizer_json, tuple(added), split_special, note, hf, scan=not own)
     side.entries = None
     try:
