@@ -19,14 +19,14 @@ for how in compile no-compile; do
   flag=(); [ "$how" = no-compile ] && flag=(--no-compile)
   t0=$(now)
   (cd "$dir/$how" && .venv/bin/python -m pip install -q "${flag[@]}" torch==2.13.0 -e ".[test,plot,tiktoken,ray,storage-test]" 2>/dev/null)
-  took[$how]=$(echo "$(now) - $t0" | bc)
+  took[$how]=$(printf %.1f "$(echo "$(now) - $t0" | bc)")
   echo "install, $how: ${took[$how]} s (load $(load))"
 done
-echo "no-compile / compile install: $(echo "scale=3; ${took[no-compile]} / ${took[compile]}" | bc)"
+echo "no-compile / compile install: $(printf %.2f "$(echo "scale=4; ${took[no-compile]} / ${took[compile]}" | bc)")"
 for how in compile no-compile; do
   for i in first second; do
     t0=$(now)
     env -u PYTHONDONTWRITEBYTECODE "$dir/$how/.venv/bin/python" -c "$heavy"
-    echo "import of the suite's packages, $how venv, $i: $(echo "$(now) - $t0" | bc) s (load $(load))"
+    echo "import of the suite's packages, $how venv, $i: $(printf %.1f "$(echo "$(now) - $t0" | bc)") s (load $(load))"
   done
 done
