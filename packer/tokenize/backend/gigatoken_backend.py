@@ -78,8 +78,7 @@ def _without_normalizer(tokenizer_json: str) -> str:
 
     at = tokenizer_json.find('"normalizer":')
     if at >= 0:
-        start = at + len('"normalizer":')
-        start += len(tokenizer_json[start:start + 64]) - len(tokenizer_json[start:start + 64].lstrip())
+        start = json.decoder.WHITESPACE.match(tokenizer_json, at + len('"normalizer":')).end()  # (raw_decode takes none)
         try:
             value, end = json.JSONDecoder().raw_decode(tokenizer_json, start)
         except ValueError:
